@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every check: ruff, mypy, the test suite on SQLite with the
+# in-memory channel layer, and again on PostgreSQL with the Redis channel layer when
+# those are reachable (SECTR_TEST_POSTGRES_URL / SECTR_TEST_REDIS_URL, defaulting to the
+# local servers), then the browser tests in their own pytest run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+PY=.venv/bin/python
+PG_URL="${SECTR_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/sectr}"
+REDIS_URL_T="${SECTR_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}"
+
+echo "== ruff"; .venv/bin/ruff check .
+echo "== mypy"; .venv/bin/mypy
+
+pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e sees it
+  "$PY" -m pytest "$@"
+}
+
+echo "== tests: SQLite + in-memory channel layer"
+DATABASE_URL= REDIS_URL= pytest_run -q tests/core tests/server
+
+if "$PY" scripts/reachable.py "$PG_URL" "$REDIS_URL_T"; then
+  echo "== tests: PostgreSQL + Redis channel layer"
+  DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" pytest_run -q tests/server
+else
+  echo "== PostgreSQL/Redis not reachable at $PG_URL / $REDIS_URL_T: skipped that pass"
+fi
+
+if [ -d tests/browser ] && ls tests/browser/test_*.py >/dev/null 2>&1; then
+  echo "== browser tests (Debian's headless Chromium)"
+  bash scripts/ensure_chromium.sh
+  DATABASE_URL= REDIS_URL= pytest_run -q -p no:asyncio tests/browser
+fi

@@ -1,0 +1,105 @@
+"""Exceptions shared by the core, the Django actions, the API and the SDK."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ApprovalRequired(Exception):  # noqa: N818 - the name is the SPEC's
+    """Raised inside a handler when a gated action needs a person's decision.
+
+    The runtime catches it, journals APPROVAL_REQUESTED + INVOCATION_SUSPENDED and ends
+    the invocation. A handler must let it propagate.
+    """
+
+    def __init__(self, name: str, arguments: dict[str, Any], tool_call_id: str | None = None) -> None:
+        super().__init__(f"approval required for {name}")
+        self.name = name
+        self.arguments = arguments
+        self.tool_call_id = tool_call_id
+
+
+class ApprovalDenied(PermissionError):
+    """Executing the pending call of an ask that was denied."""
+
+    def __init__(self, name: str, note: str | None = None) -> None:
+        super().__init__(f"{name} was denied" + (f": {note}" if note else ""))
+        self.name = name
+        self.note = note
+
+
+class InvocationCancelled(Exception):  # noqa: N818
+    """Raised at a model-step boundary when the run was cancelled."""
+
+
+class LeaseLost(Exception):  # noqa: N818
+    """A journal write by a worker whose lease was taken over (fenced)."""
+
+
+class ProviderError(Exception):
+    """A model provider failed. `retryable` is True for 429, 5xx and connection errors."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class SectrError(Exception):
+    """A refused operation with a stable machine-readable code and an HTTP status."""
+
+    code = "error"
+    status = 400
+
+    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if status is not None:
+            self.status = status
+
+
+class ValidationFailed(SectrError):
+    code = "invalid"
+    status = 400
+
+
+class NotFound(SectrError):
+    code = "not_found"
+    status = 404
+
+
+class Forbidden(SectrError):
+    code = "forbidden"
+    status = 403
+
+
+class SessionBusy(SectrError):
+    code = "session_busy"
+    status = 409
+
+
+class AskNotPending(SectrError):
+    code = "ask_not_pending"
+    status = 409
+
+
+class StaleRunControl(SectrError):
+    code = "stale_run_control"
+    status = 409
+
+
+class RetryIneligible(SectrError):
+    code = "failed_step_retry_ineligible"
+    status = 409
+
+
+class NotAtTurnBoundary(SectrError):
+    code = "not_at_turn_boundary"
+    status = 412
+
+
+class TooLarge(SectrError):
+    code = "too_large"
+    status = 413

@@ -1,0 +1,170 @@
+"""The journal's vocabulary: event types, the Envelope, reason shapes, JSON round-trip."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+
+class EventType(str, Enum):
+    SESSION_CREATED = "SESSION_CREATED"
+    SESSION_UPDATED = "SESSION_UPDATED"
+    INVOCATION_STARTED = "INVOCATION_STARTED"
+    INVOCATION_SUSPENDED = "INVOCATION_SUSPENDED"
+    INVOCATION_COMPLETED = "INVOCATION_COMPLETED"
+    INVOCATION_FAILED = "INVOCATION_FAILED"
+    INVOCATION_CANCELLED = "INVOCATION_CANCELLED"
+    MESSAGE_START = "MESSAGE_START"
+    MESSAGE_DELTA = "MESSAGE_DELTA"
+    MESSAGE_END = "MESSAGE_END"
+    TOOL_CALL = "TOOL_CALL"
+    TOOL_RESULT = "TOOL_RESULT"
+    APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
+    STEER_RECEIVED = "STEER_RECEIVED"
+    TRANSCRIPT_COMPACTED = "TRANSCRIPT_COMPACTED"
+    SESSION_ERROR = "SESSION_ERROR"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The events that end an invocation. Exactly one of them closes each INVOCATION_STARTED.
+TERMINAL_TYPES = frozenset(
+    {
+        EventType.INVOCATION_SUSPENDED,
+        EventType.INVOCATION_COMPLETED,
+        EventType.INVOCATION_FAILED,
+        EventType.INVOCATION_CANCELLED,
+    }
+)
+
+REASON_KINDS = frozenset({"user_message", "approval_decision", "retry", "recover"})
+VERDICTS = ("allow_once", "allow_always", "deny")
+MODES = ("default", "plan", "accept_edits")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    session_id: str
+    seq: int
+    invocation_id: str | None
+    type: EventType
+    payload: dict[str, Any]
+    created_at: datetime = field(default_factory=utcnow)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict (what the channel layer and the SSE stream carry)."""
+        return {
+            "session_id": self.session_id,
+            "seq": self.seq,
+            "invocation_id": self.invocation_id,
+            "type": self.type.value,
+            "payload": self.payload,
+            "created_at": self.created_at.isoformat(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Envelope:
+        created = data["created_at"]
+        if isinstance(created, str):
+            created = datetime.fromisoformat(created)
+        if created.tzinfo is None:
+            created = created.replace(tzinfo=UTC)
+        return cls(
+            session_id=str(data["session_id"]),
+            seq=int(data["seq"]),
+            invocation_id=data.get("invocation_id"),
+            type=EventType(data["type"]),
+            payload=dict(data["payload"]),
+            created_at=created,
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> Envelope:
+        return cls.from_dict(json.loads(text))
+
+
+# ---- reason shapes (INVOCATION_STARTED.payload.reason) ----
+
+
+def user_message_reason(content: str | list[dict[str, Any]], author: str | None = None) -> dict[str, Any]:
+    reason: dict[str, Any] = {"kind": "user_message", "input": {"content": content}}
+    if author is not None:
+        reason["author"] = author
+    return reason
+
+
+def approval_decision_reason(
+    ask_id: str,
+    approved: bool,
+    *,
+    approver: str | None = None,
+    verdict: str | None = None,
+    note: str | None = None,
+) -> dict[str, Any]:
+    decision: dict[str, Any] = {"approved": approved}
+    if approver is not None:
+        decision["approver"] = approver
+    if verdict is not None:
+        decision["verdict"] = verdict
+    if note is not None:
+        decision["note"] = note
+    return {"kind": "approval_decision", "ask_id": ask_id, "decision": decision}
+
+
+def retry_reason(of_invocation_id: str) -> dict[str, Any]:
+    return {"kind": "retry", "of_invocation_id": of_invocation_id}
+
+
+def recover_reason(of_invocation_id: str) -> dict[str, Any]:
+    return {"kind": "recover", "of_invocation_id": of_invocation_id}
+
+
+def validate_reason(reason: Any) -> dict[str, Any]:
+    """Check a reason's shape; raises ValueError naming what is wrong."""
+    if not isinstance(reason, dict) or reason.get("kind") not in REASON_KINDS:
+        raise ValueError(f"reason.kind must be one of {sorted(REASON_KINDS)}")
+    kind = reason["kind"]
+    if kind == "user_message":
+        inp = reason.get("input")
+        if not isinstance(inp, dict) or not isinstance(inp.get("content"), str | list):
+            raise ValueError("user_message reason needs input.content (a string or a list of parts)")
+    elif kind == "approval_decision":
+        if not isinstance(reason.get("ask_id"), str):
+            raise ValueError("approval_decision reason needs ask_id")
+        decision = reason.get("decision")
+        if not isinstance(decision, dict) or not isinstance(decision.get("approved"), bool):
+            raise ValueError("approval_decision reason needs decision.approved (bool)")
+    elif not isinstance(reason.get("of_invocation_id"), str):
+        raise ValueError(f"{kind} reason needs of_invocation_id")
+    return reason
+
+
+def usage_dict(
+    input_tokens: int = 0, output_tokens: int = 0, reasoning_tokens: int = 0, cached_input_tokens: int = 0
+) -> dict[str, int]:
+    usage = {"input_tokens": input_tokens, "output_tokens": output_tokens}
+    if reasoning_tokens:
+        usage["reasoning_tokens"] = reasoning_tokens
+    if cached_input_tokens:
+        usage["cached_input_tokens"] = cached_input_tokens
+    return usage
+
+
+def add_usage(total: dict[str, int], more: dict[str, Any] | None) -> dict[str, int]:
+    """Sum two usage dicts (missing keys count as 0); returns a new dict."""
+    result = dict(total)
+    for key, value in (more or {}).items():
+        if isinstance(value, int):
+            result[key] = result.get(key, 0) + value
+    return result
