@@ -190,6 +190,9 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         state.current_invocation_id = None
         state.last_stop_reason = "cancelled"
         state.open_message_id = None
+        if state.pending_ask is not None:  # cancelling a paused run withdraws its ask
+            state.asks.get(state.pending_ask["ask_id"], {})["status"] = "withdrawn"
+            state.pending_ask = None
     elif t is EventType.SESSION_ERROR:
         # A crash or a provider error closed the open message (fold rule 8).
         state.open_message_id = None

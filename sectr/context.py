@@ -1,0 +1,438 @@
+"""SessionContext: the single argument of every handler (SPEC section 3).
+
+One SessionContext is one invocation. It sees the journal since the newest compaction,
+folds it into `messages`, and offers the handler three doors: `execute` (tools, with the
+approval gate), `message()` (stream an assistant message into the journal) and
+`complete()` (stream a model completion from the session's provider).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sectr.control import RunControl
+from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
+from sectr.events import Envelope, EventType, add_usage
+from sectr.fold import fold_messages
+from sectr.providers.base import (
+    CompletionRequest,
+    Finish,
+    ModelInfo,
+    Provider,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+)
+from sectr.state import SessionState
+from sectr.tools import ToolContext, ToolRegistry, format_result
+from sectr.writer import InvocationWriter
+
+log = logging.getLogger("sectr.context")
+T = TypeVar("T")
+
+CANCELLED_TOOL_CONTENT = "tool call interrupted by cancellation"
+#: Provider errors are retried this many times within one model step.
+PROVIDER_ATTEMPTS = 3
+PROVIDER_BACKOFF_SECONDS = 0.5
+
+
+@dataclass
+class ToolResult:
+    """What `execute` returns: the journaled content, whether it is an error, the raw value."""
+
+    content: str
+    is_error: bool = False
+    value: Any = None
+
+    def __str__(self) -> str:
+        return self.content
+
+
+@dataclass
+class ModelTurn:
+    """One streamed assistant message, as `complete()` returns it."""
+
+    message_id: str
+    text: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, str]] = field(default_factory=list)  # {"id", "name", "arguments"}
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class MessageStream:
+    """Streams one assistant message into the journal.
+
+    MESSAGE_START is journaled with the first output (so a provider that fails before
+    saying anything leaves no empty message behind); `end()` journals MESSAGE_END.
+    """
+
+    def __init__(self, ctx: SessionContext, model: str | None) -> None:
+        self.ctx = ctx
+        self.model = model
+        self.message_id = f"msg_{uuid.uuid4().hex}"
+        self.started = False
+        self.ended = False
+        self.turn = ModelTurn(self.message_id)
+
+    async def _start(self) -> None:
+        if not self.started:
+            self.started = True
+            payload: dict[str, Any] = {"message_id": self.message_id, "role": "assistant"}
+            if self.model:
+                payload["model"] = self.model
+            self.ctx._open_message = self
+            await self.ctx.writer.emit(EventType.MESSAGE_START, payload)
+
+    async def text(self, text: str) -> None:
+        if text:
+            await self._start()
+            self.turn.text += text
+            await self.ctx.writer.delta(self.message_id, text=text)
+
+    async def reasoning(self, text: str) -> None:
+        if text:
+            await self._start()
+            self.turn.reasoning += text
+            await self.ctx.writer.delta(self.message_id, reasoning=text)
+
+    async def tool_call(self, tool_call_id: str, name: str, arguments: str) -> None:
+        await self._start()
+        self.turn.tool_calls.append({"id": tool_call_id, "name": name, "arguments": arguments})
+        await self.ctx.writer.emit(
+            EventType.TOOL_CALL,
+            {"message_id": self.message_id, "tool_call_id": tool_call_id, "name": name, "arguments": arguments},
+        )
+
+    async def end(self, finish_reason: str | None = None, usage: dict[str, int] | None = None) -> None:
+        if self.ended:
+            return
+        await self._start()
+        self.ended = True
+        self.turn.finish_reason = finish_reason
+        payload: dict[str, Any] = {"message_id": self.message_id}
+        if finish_reason is not None:
+            payload["finish_reason"] = finish_reason
+        if usage:
+            payload["usage"] = usage
+            self.turn.usage = usage
+            self.ctx.run_usage = add_usage(self.ctx.run_usage, usage)
+        if self.model:
+            payload["model"] = self.model
+        await self.ctx.writer.emit(EventType.MESSAGE_END, payload)
+        if self.ctx._open_message is self:
+            self.ctx._open_message = None
+
+
+class SessionContext:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        invocation_id: str,
+        transcript: list[Envelope],
+        state: SessionState,
+        writer: InvocationWriter,
+        tools: ToolRegistry,
+        provider: Provider,
+        model_info: ModelInfo,
+        control: RunControl | None = None,
+        compactor: Callable[[SessionContext], Awaitable[bool]] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.invocation_id = invocation_id
+        self.transcript: list[Envelope] = transcript
+        self.state = state
+        self.writer = writer
+        self.tools = tools
+        self.provider = provider
+        self.model_info = model_info
+        self.control = control or RunControl()
+        self._compactor = compactor
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.run_usage: dict[str, int] = {}
+        self.turns = 0  # model steps in this invocation
+        self.tool_call_count = 0
+        self.consecutive_failures = 0
+        self.stop_reason = "end_turn"
+        self._open_message: MessageStream | None = None
+        self._pending_consumed = False
+        self._messages_cache: tuple[int, list[dict[str, Any]]] | None = None
+        start = next(
+            (e for e in reversed(transcript) if e.type is EventType.INVOCATION_STARTED and e.invocation_id == invocation_id),
+            None,
+        )
+        if start is None:
+            raise ValueError(f"invocation {invocation_id} has no INVOCATION_STARTED in the transcript")
+        self.reason: dict[str, Any] = start.payload["reason"]
+        self.start_seq = start.seq
+
+    # ---- the transcript and its fold ----
+
+    def _extend(self, envelopes: list[Envelope]) -> None:
+        self.transcript.extend(envelopes)
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """fold_messages(self.transcript), recomputed when the invocation journals more."""
+        cached = self._messages_cache
+        if cached is None or cached[0] != len(self.transcript):
+            cached = (len(self.transcript), fold_messages(self.transcript))
+            self._messages_cache = cached
+        return cached[1]
+
+    @property
+    def model(self) -> str:
+        return self.state.model
+
+    @property
+    def mode(self) -> str:
+        return self.state.mode
+
+    @property
+    def limits(self) -> dict[str, int]:
+        return self.state.limits
+
+    # ---- the reason ----
+
+    @property
+    def input(self) -> dict[str, Any]:
+        if self.reason.get("kind") != "user_message":
+            raise TypeError(f"ctx.input is only for a user_message invocation, not {self.reason.get('kind')}")
+        return dict(self.reason["input"])
+
+    @property
+    def decision(self) -> dict[str, Any]:
+        if self.reason.get("kind") != "approval_decision":
+            raise TypeError(f"ctx.decision is only for an approval_decision invocation, not {self.reason.get('kind')}")
+        return dict(self.reason["decision"])
+
+    def _decided_ask(self) -> dict[str, Any] | None:
+        if self.reason.get("kind") != "approval_decision":
+            return None
+        return self.state.asks.get(self.reason.get("ask_id", ""))
+
+    @property
+    def pending_tool_call(self) -> dict[str, Any] | None:
+        ask = self._decided_ask()
+        if ask is None or ask.get("tool_call_id") is None:
+            return None
+        return {
+            "name": ask["name"],
+            "arguments": dict(ask.get("arguments") or {}),
+            "tool_call_id": ask["tool_call_id"],
+            "ask_id": ask["ask_id"],
+        }
+
+    # ---- tools ----
+
+    def request_approval(self, name: str, arguments: dict[str, Any]) -> None:
+        """Always raises ApprovalRequired: gate an action no single tool expresses."""
+        raise ApprovalRequired(name, dict(arguments), None)
+
+    def execute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
+        """Sync twin of `aexecute`, for `def` handlers (which run in a worker thread)."""
+        return self.call(self.aexecute(name, call_id, **arguments))
+
+    async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
+        return await self.execute_tool(name, arguments, call_id)
+
+    async def execute_tool(self, name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolResult:
+        """Run a registered tool under the session's rules and journal its TOOL_RESULT.
+
+        Raises LookupError (unknown tool), ApprovalRequired (a gated tool without a
+        decision or grant) and ApprovalDenied (the decided call was denied).
+        """
+        tool = self.tools.get(name)  # LookupError for an unknown tool
+        if self.mode == "plan" and tool.mutating:
+            return await self._tool_result(
+                call_id,
+                name,
+                f"refused: {name} changes things and this session is in plan mode (read-only tools only)",
+                is_error=True,
+            )
+        if tool.gated:
+            pending = self.pending_tool_call if not self._pending_consumed else None
+            decided_here = pending is not None and (
+                (call_id is not None and call_id == pending["tool_call_id"])
+                or (call_id is None and name == pending["name"] and arguments == pending["arguments"])
+            )
+            if decided_here:
+                self._pending_consumed = True
+                decision = self.decision
+                if not decision.get("approved"):
+                    approver = decision.get("approver") or "the approver"
+                    note = decision.get("note")
+                    content = f"denied: {approver} denied this call" + (f" ({note})" if note else "")
+                    await self._tool_result(call_id, name, content, is_error=True)
+                    raise ApprovalDenied(name, note)
+            elif not (name in self.state.grants or (self.mode == "accept_edits" and tool.edit)):
+                raise ApprovalRequired(name, dict(arguments), call_id)
+        self.tool_call_count += 1
+        context = ToolContext(self.session_id, self.invocation_id, dict(self.state.notes))
+        try:
+            value = await tool.run(arguments, context)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool's failure is a result for the model, not a crash
+            self.consecutive_failures += 1
+            return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
+        self.consecutive_failures = 0
+        return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+
+    async def _tool_result(
+        self, call_id: str | None, name: str, content: str, *, is_error: bool, value: Any = None
+    ) -> ToolResult:
+        if call_id is not None:
+            payload: dict[str, Any] = {"tool_call_id": call_id, "name": name, "content": content}
+            if is_error:
+                payload["is_error"] = True
+            await self.writer.emit(EventType.TOOL_RESULT, payload)
+        return ToolResult(content, is_error, value)
+
+    async def execute_call(self, call: dict[str, Any]) -> ToolResult:
+        """Execute a tool call as the model wrote it ({"id", "name", "arguments" JSON text}).
+
+        Unknown tools and unparsable arguments become error results, so the model can
+        correct itself; ApprovalRequired and ApprovalDenied propagate.
+        """
+        call_id, name = call["id"], call["name"]
+        try:
+            arguments = json.loads(call.get("arguments") or "{}")
+            if not isinstance(arguments, dict):
+                raise ValueError("arguments must be a JSON object")
+        except ValueError as exc:
+            self.consecutive_failures += 1
+            return await self._tool_result(call_id, name, f"Error: invalid JSON arguments: {exc}", is_error=True)
+        if name not in self.tools:
+            self.consecutive_failures += 1
+            return await self._tool_result(call_id, name, f"Error: unknown tool: {name}", is_error=True)
+        return await self.execute_tool(name, arguments, call_id)
+
+    # ---- streaming ----
+
+    @asynccontextmanager
+    async def message(self, model: str | None = None) -> AsyncIterator[MessageStream]:
+        """Stream an assistant message: `async with ctx.message() as m: await m.text(...)`."""
+        stream = MessageStream(self, model or self.model)
+        yield stream
+        await stream.end(stream.turn.finish_reason)
+
+    async def step_boundary(self) -> bool:
+        """A model-step boundary: raise if cancelled; journal a parked steer (True if one)."""
+        if self.control.cancelled:
+            raise InvocationCancelled()
+        steer = await self.control.take_steer()
+        if steer is None:
+            return False
+        text, author = steer
+        payload: dict[str, Any] = {"text": text}
+        if author:
+            payload["author"] = author
+        await self.writer.emit(EventType.STEER_RECEIVED, payload)
+        return True
+
+    def _request_metadata(self) -> dict[str, Any]:
+        for env in reversed(self.transcript):
+            if env.type is EventType.STEER_RECEIVED:
+                return {"steer": env.payload.get("text", "")}
+            if env.type in (EventType.MESSAGE_START, EventType.INVOCATION_STARTED):
+                return {}
+        return {}
+
+    async def complete(
+        self,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        messages: list[dict[str, Any]] | None = None,
+        model: str | None = None,
+    ) -> ModelTurn:
+        """Stream one model completion from the session's provider into the journal.
+
+        Retryable provider errors are retried with backoff. Before any output was
+        journaled the step simply starts again; after, a SESSION_ERROR closes the partial
+        message and the retry continues it (crash stitching). Permanent errors raise.
+        """
+        if self._compactor is not None and messages is None:
+            await self._compactor(self)
+        model = model or self.model
+        schemas = self.tools.schemas() if tools is None else tools
+        attempt = 0
+        while True:
+            attempt += 1
+            request = CompletionRequest(
+                model=model,
+                messages=list(messages if messages is not None else self.messages),
+                tools=schemas,
+                reasoning_effort=self.state.reasoning_effort,
+                metadata=self._request_metadata(),
+            )
+            stream = MessageStream(self, model)
+            try:
+                async for event in self.provider.stream(request):
+                    if isinstance(event, TextDelta):
+                        await stream.text(event.text)
+                    elif isinstance(event, ReasoningDelta):
+                        await stream.reasoning(event.text)
+                    elif isinstance(event, ToolCallDelta):
+                        await stream.tool_call(event.id, event.name, event.arguments)
+                    elif isinstance(event, Finish):
+                        stream.turn.finish_reason = event.finish_reason
+                        stream.turn.usage = dict(event.usage or {})
+                await stream.end(stream.turn.finish_reason, stream.turn.usage or None)
+                self.turns += 1
+                return stream.turn
+            except ProviderError as exc:
+                if not exc.retryable or attempt >= PROVIDER_ATTEMPTS:
+                    raise
+                log.warning("provider error (attempt %s, retrying): %s", attempt, exc)
+                if stream.started:
+                    await self.writer.flush()
+                    await self.writer.emit(
+                        EventType.SESSION_ERROR,
+                        {"error": str(exc), "message_id": stream.message_id, "retryable": True},
+                    )
+                    self._open_message = None
+                await asyncio.sleep(PROVIDER_BACKOFF_SECONDS * 2 ** (attempt - 1))
+
+    # ---- limits ----
+
+    def limit_reached(self) -> str | None:
+        """The stop reason of the first limit this invocation has reached, or None."""
+        limits = self.limits
+        if limits.get("max_turns") and self.turns >= limits["max_turns"]:
+            return "max_turns"
+        if limits.get("max_tool_calls") and self.tool_call_count >= limits["max_tool_calls"]:
+            return "max_tool_calls"
+        if limits.get("max_consecutive_failures") and self.consecutive_failures >= limits["max_consecutive_failures"]:
+            return "max_consecutive_failures"
+        budget = limits.get("max_run_tokens")
+        if budget and sum(v for k, v in self.run_usage.items() if k in ("input_tokens", "output_tokens")) >= budget:
+            return "budget"
+        return None
+
+    # ---- sync handlers ----
+
+    def call(self, awaitable: Awaitable[T]) -> T:
+        """Run one of the async helpers from a sync (`def`) handler's thread."""
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("this SessionContext is not attached to a running invocation")
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            raise RuntimeError("in an async handler, await the async twin (ctx.aexecute) instead")
+
+        async def wrap() -> T:
+            return await awaitable
+
+        return asyncio.run_coroutine_threadsafe(wrap(), loop).result()

@@ -1,0 +1,45 @@
+"""RunControl: the cancel flag and the steer slot of one active invocation.
+
+The in-memory version serves LocalRuntime; the Django worker subclasses it so that
+`take_steer` empties the durable slot on the Run row in the same transaction that
+journals STEER_RECEIVED.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class RunControl:
+    def __init__(self) -> None:
+        self._cancelled = asyncio.Event()
+        self.cancelled_by: str | None = None
+        self._steers: list[tuple[str, str | None]] = []
+
+    # ---- cancel ----
+    def cancel(self, by: str | None = None) -> None:
+        if not self._cancelled.is_set():
+            self.cancelled_by = by
+            self._cancelled.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled.is_set()
+
+    async def wait_cancelled(self) -> None:
+        await self._cancelled.wait()
+
+    # ---- steer ----
+    def steer(self, text: str, author: str | None = None) -> None:
+        """Park a steer; a second one appends after a blank line (SPEC section 6)."""
+        self._steers.append((text, author))
+
+    def has_steer(self) -> bool:
+        return bool(self._steers)
+
+    async def take_steer(self) -> tuple[str, str | None] | None:
+        """Empty the slot: the parked text (joined by blank lines) and its first author."""
+        if not self._steers:
+            return None
+        steers, self._steers = self._steers, []
+        return "\n\n".join(text for text, _ in steers), steers[0][1]

@@ -1,0 +1,274 @@
+"""The session rules of SPEC section 6 as pure functions: check a SessionState, build events.
+
+`check_*` raise a typed SectrError and write nothing; `*_events` return the NewEvents one
+atomic append must write. LocalRuntime and the Django actions both call these, so each
+rule exists once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sectr.errors import (
+    AskNotPending,
+    NotAtTurnBoundary,
+    RetryIneligible,
+    SessionBusy,
+    StaleRunControl,
+    ValidationFailed,
+)
+from sectr.events import MODES, VERDICTS, Envelope, EventType, approval_decision_reason, recover_reason, retry_reason
+from sectr.fold import fold_messages
+from sectr.journal import NewEvent, new_id
+from sectr.state import DEFAULT_LIMITS, LIMIT_KEYS, TITLE_MAX, SessionState, clamp_title, prompt_text
+
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+
+
+# ---- validation of settings ----
+
+
+def check_title(title: Any) -> str:
+    if not isinstance(title, str) or not title.strip():
+        raise ValidationFailed("title is required (1-120 characters)", code="invalid_title")
+    title = " ".join(title.split())
+    if len(title) > TITLE_MAX:
+        raise ValidationFailed(f"title is longer than {TITLE_MAX} characters", code="invalid_title")
+    return title
+
+
+def check_mode_value(mode: Any) -> str:
+    if mode not in MODES:
+        raise ValidationFailed(f"mode must be one of {', '.join(MODES)}", code="invalid_mode")
+    return str(mode)
+
+
+def check_limits(limits: Any) -> dict[str, int]:
+    if limits is None:
+        return dict(DEFAULT_LIMITS)
+    if not isinstance(limits, dict):
+        raise ValidationFailed("limits must be an object", code="invalid_limits")
+    unknown = set(limits) - set(LIMIT_KEYS)
+    if unknown:
+        raise ValidationFailed(f"unknown limits: {', '.join(sorted(unknown))}", code="invalid_limits")
+    checked = dict(DEFAULT_LIMITS)
+    for key, value in limits.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > 10**9:
+            raise ValidationFailed(f"limits.{key} must be a whole number from 0 to 1e9 (0 = off)", code="invalid_limits")
+        checked[key] = value
+    return checked
+
+
+def check_reasoning_effort(effort: Any) -> str | None:
+    if effort is None or effort == "":
+        return None
+    if effort not in REASONING_EFFORTS:
+        raise ValidationFailed(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}", code="invalid_reasoning_effort")
+    return str(effort)
+
+
+def check_model_value(model: Any) -> str:
+    if not isinstance(model, str) or not model.strip() or len(model) > 200:
+        raise ValidationFailed("model must be a non-empty name", code="invalid_model")
+    return model.strip()
+
+
+# ---- create, clear, fork ----
+
+
+def created_event(
+    *,
+    title: str | None,
+    mode: str,
+    model: str,
+    limits: dict[str, int],
+    reasoning_effort: str | None = None,
+    forked_from: dict[str, Any] | None = None,
+) -> NewEvent:
+    payload: dict[str, Any] = {"mode": mode, "model": model, "limits": limits}
+    if title:
+        payload["title"] = title
+    if reasoning_effort:
+        payload["reasoning_effort"] = reasoning_effort
+    if forked_from:
+        payload["forked_from"] = forked_from
+    return NewEvent(EventType.SESSION_CREATED, payload)
+
+
+def clear_events(state: SessionState) -> list[NewEvent]:
+    """A new empty session inheriting mode, model, reasoning effort and limits."""
+    return [
+        created_event(
+            title=None,
+            mode=state.mode,
+            model=state.model,
+            limits=dict(state.limits),
+            reasoning_effort=state.reasoning_effort,
+        )
+    ]
+
+
+def strip_trailing_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drop tool calls nobody answered from the end (a fork must not inherit an open ask)."""
+    messages = [dict(m) for m in messages]
+    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
+    while messages:
+        last = messages[-1]
+        calls = last.get("tool_calls")
+        if last.get("role") != "assistant" or not calls:
+            break
+        kept = [c for c in calls if c["id"] in answered]
+        if len(kept) == len(calls):
+            break
+        if kept:
+            last["tool_calls"] = kept
+            break
+        if last.get("content"):
+            last.pop("tool_calls")
+            break
+        messages.pop()
+    return messages
+
+
+def fork_events(
+    source: SessionState,
+    source_envelopes: list[Envelope],
+    *,
+    at_seq: int | None,
+    title: str | None = None,
+    model: str | None = None,
+    reasoning_effort: str | None = None,
+) -> list[NewEvent]:
+    """SESSION_CREATED(forked_from) + TRANSCRIPT_COMPACTED holding the source's fold.
+
+    `source_envelopes` are the source's envelopes from its newest compaction at or before
+    `at_seq` (or the newest, for a fork now) up to `at_seq`.
+    """
+    if at_seq is None:
+        if not source.at_turn_boundary:
+            raise NotAtTurnBoundary("a session can be forked only between runs")
+        at_seq = source.last_seq
+    elif not isinstance(at_seq, int) or isinstance(at_seq, bool) or at_seq < 1 or at_seq > source.last_seq:
+        raise ValidationFailed(f"at_seq must be between 1 and {source.last_seq}", code="invalid_seq")
+    messages = strip_trailing_unanswered(fold_messages(e for e in source_envelopes if e.seq <= at_seq))
+    created = created_event(
+        title=check_title(title) if title is not None else (f"Fork of {source.title}"[:TITLE_MAX] if source.title else None),
+        mode=source.mode,
+        model=check_model_value(model) if model is not None else source.model,
+        limits=dict(source.limits),
+        reasoning_effort=check_reasoning_effort(reasoning_effort) if reasoning_effort is not None else source.reasoning_effort,
+        forked_from={"session_id": source.session_id, "seq": at_seq},
+    )
+    compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, {"messages": messages, "through_seq": 0})
+    return [created, compacted]
+
+
+# ---- runs ----
+
+
+def check_can_start(state: SessionState) -> None:
+    if state.is_active:
+        raise SessionBusy("a run is active in this session; wait for it, cancel it, or queue the message")
+    if state.status == "awaiting":
+        raise SessionBusy("this session is waiting for an approval decision", code="awaiting_approval")
+
+
+def message_events(state: SessionState, content: str | list[dict[str, Any]], *, author: str | None = None) -> tuple[str, list[NewEvent]]:
+    """The events that start a run for a user message: (invocation_id, events)."""
+    invocation_id = new_id("inv")
+    events: list[NewEvent] = []
+    if state.title_source is None:
+        title = clamp_title(prompt_text(content))
+        if title:
+            events.append(NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "prompt"}))
+    reason: dict[str, Any] = {"kind": "user_message", "input": {"content": content}}
+    if author:
+        reason["author"] = author
+    events.append(NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id))
+    return invocation_id, events
+
+
+def check_decision(state: SessionState, ask_id: str, verdict: Any) -> dict[str, Any]:
+    if verdict not in VERDICTS:
+        raise ValidationFailed(f"verdict must be one of {', '.join(VERDICTS)}", code="invalid_verdict")
+    ask = state.asks.get(ask_id)
+    if ask is None or ask.get("status") != "pending" or not state.pending_ask or state.pending_ask.get("ask_id") != ask_id:
+        raise AskNotPending("this ask is not pending (it was decided already, withdrawn, or never existed)")
+    return ask
+
+
+def decision_events(
+    state: SessionState, ask_id: str, verdict: str, *, approver: str | None = None, note: str | None = None
+) -> tuple[str, list[NewEvent]]:
+    check_decision(state, ask_id, verdict)
+    invocation_id = new_id("inv")
+    reason = approval_decision_reason(ask_id, verdict != "deny", approver=approver, verdict=verdict, note=note or None)
+    return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
+
+
+def retry_events(state: SessionState) -> tuple[str, list[NewEvent]]:
+    if state.status != "failed" or not state.last_error or not state.last_error.get("retryable"):
+        raise RetryIneligible("only a session that failed with a retryable error can be retried")
+    invocation_id = new_id("inv")
+    reason = retry_reason(state.last_error.get("invocation_id") or state.last_invocation_id or "")
+    return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
+
+
+def recover_events(state: SessionState, crashed_invocation_id: str, error: str = "worker lost") -> tuple[str, list[NewEvent]]:
+    """SESSION_ERROR (closing any open message) + a `recover` invocation that continues it."""
+    invocation_id = new_id("inv")
+    error_payload: dict[str, Any] = {"error": error, "retryable": True}
+    if state.open_message_id:
+        error_payload["message_id"] = state.open_message_id
+    return invocation_id, [
+        NewEvent(EventType.SESSION_ERROR, error_payload, crashed_invocation_id),
+        NewEvent(EventType.INVOCATION_STARTED, {"reason": recover_reason(crashed_invocation_id)}, invocation_id),
+    ]
+
+
+def check_steer(state: SessionState, text: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationFailed("steer text is required", code="invalid_steer")
+    if len(text) > 20_000:
+        raise ValidationFailed("steer text is longer than 20,000 characters", code="invalid_steer")
+    if not state.is_active:
+        raise StaleRunControl("the run has ended; send a new message instead")
+    return text
+
+
+def check_mode_change(state: SessionState, mode: Any) -> str:
+    mode = check_mode_value(mode)
+    if state.is_active:
+        raise SessionBusy("the mode cannot change while a run is active")
+    return mode
+
+
+def settings_event(**changes: Any) -> NewEvent:
+    return NewEvent(EventType.SESSION_UPDATED, {k: v for k, v in changes.items()})
+
+
+def cancel_awaiting_events(state: SessionState, by: str | None = None) -> list[NewEvent]:
+    """Cancel a run paused on an ask: the ask is withdrawn and its call gets an error result."""
+    ask = state.pending_ask
+    if state.status != "awaiting" or ask is None:
+        raise StaleRunControl("there is no active run to cancel")
+    invocation_id = ask.get("invocation_id")
+    events: list[NewEvent] = []
+    if ask.get("tool_call_id"):
+        events.append(
+            NewEvent(
+                EventType.TOOL_RESULT,
+                {
+                    "tool_call_id": ask["tool_call_id"],
+                    "name": ask["name"],
+                    "content": "tool call interrupted by cancellation",
+                    "is_error": True,
+                },
+                invocation_id,
+            )
+        )
+    payload: dict[str, Any] = {"ask_id": ask["ask_id"]}
+    if by:
+        payload["by"] = by
+    events.append(NewEvent(EventType.INVOCATION_CANCELLED, payload, invocation_id))
+    return events

@@ -1,0 +1,212 @@
+"""One invocation's life: start, handler, suspend, complete, fail, cancel (SPEC sections 3-6).
+
+`Runtime.run_invocation` runs the handler for an invocation whose INVOCATION_STARTED is
+already in the journal, and journals exactly one terminal event for it. It is shared by
+`LocalRuntime` (in memory, below) and the Django worker (durable, with a fence).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sectr.compaction import auto_compact
+from sectr.context import CANCELLED_TOOL_CONTENT, SessionContext
+from sectr.control import RunControl
+from sectr.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    InvocationCancelled,
+    LeaseLost,
+    ProviderError,
+)
+from sectr.events import Envelope, EventType
+from sectr.fold import fold_messages, open_tool_calls
+from sectr.journal import Journal, NewEvent, new_id
+from sectr.providers import provider_from_env
+from sectr.providers.base import Provider
+from sectr.providers.registry import lookup_model
+from sectr.tools import Tool, ToolRegistry
+from sectr.writer import InvocationWriter
+
+log = logging.getLogger("sectr.runtime")
+
+Handler = Callable[[SessionContext], Any]
+
+
+def builtin_registry(extra: Iterable[Tool] = ()) -> ToolRegistry:
+    from sectr.builtin_tools import BUILTIN_TOOLS
+
+    registry = ToolRegistry(BUILTIN_TOOLS)
+    for tool in extra:
+        registry.add(tool)
+    return registry
+
+
+class Runtime:
+    """Runs invocations of one handler with one tool registry against one journal."""
+
+    def __init__(
+        self,
+        journal: Journal,
+        *,
+        handler: Handler | None = None,
+        tools: Iterable[Tool] | ToolRegistry = (),
+        provider: Provider | None = None,
+    ) -> None:
+        from sectr.agent import default_handler
+
+        self.journal = journal
+        self.handler: Handler = handler or default_handler
+        self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
+        self.provider = provider or provider_from_env()
+
+    async def folded_messages(self, session_id: str) -> list[dict[str, Any]]:
+        return fold_messages(await self.journal.load_since_compaction(session_id))
+
+    async def build_context(
+        self,
+        session_id: str,
+        invocation_id: str,
+        *,
+        control: RunControl | None = None,
+        fence: Any = None,
+    ) -> SessionContext:
+        """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
+        transcript = await self.journal.load_since_compaction(session_id)
+        state = await self.journal.state(session_id)
+        ctx: SessionContext | None = None
+
+        def on_append(envelopes: list[Envelope]) -> None:
+            if ctx is not None:
+                ctx._extend(envelopes)
+
+        writer = InvocationWriter(self.journal, session_id, invocation_id, fence=fence, on_append=on_append)
+        ctx = SessionContext(
+            session_id=session_id,
+            invocation_id=invocation_id,
+            transcript=transcript,
+            state=state,
+            writer=writer,
+            tools=self.tools,
+            provider=self.provider,
+            model_info=lookup_model(state.model, self.provider.provider_id),
+            control=control,
+            compactor=auto_compact,
+        )
+        return ctx
+
+    async def run_invocation(
+        self,
+        session_id: str,
+        invocation_id: str,
+        *,
+        control: RunControl | None = None,
+        fence: Any = None,
+    ) -> Envelope:
+        """Run the handler and journal the invocation's terminal envelope, which it returns.
+
+        LeaseLost propagates: a fenced worker writes nothing more and another worker
+        owns the run.
+        """
+        ctx = await self.build_context(session_id, invocation_id, control=control, fence=fence)
+        ctx.loop = asyncio.get_running_loop()
+        handler_task = asyncio.ensure_future(self._call_handler(ctx))
+        cancel_task = asyncio.ensure_future(ctx.control.wait_cancelled())
+        try:
+            await asyncio.wait({handler_task, cancel_task}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            handler_task.cancel()
+            cancel_task.cancel()
+            raise
+        if not handler_task.done():  # cancelled mid-step: stop the handler where it is
+            handler_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await handler_task
+            return await self._finish_cancelled(ctx)
+        cancel_task.cancel()
+        try:
+            handler_task.result()
+        except LeaseLost:
+            ctx.writer.discard()
+            raise
+        except ApprovalRequired as ask:
+            return await self._finish_suspended(ctx, ask)
+        except (InvocationCancelled, asyncio.CancelledError):
+            return await self._finish_cancelled(ctx)
+        except ApprovalDenied as exc:
+            # A handler that lets a denial escape still ends cleanly: the model saw it.
+            return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn"}, note=str(exc))
+        except ProviderError as exc:
+            return await self._finish_failed(ctx, str(exc), retryable=exc.retryable)
+        except Exception as exc:
+            log.exception("handler failed in %s", invocation_id)
+            return await self._finish_failed(ctx, f"{type(exc).__name__}: {exc}", retryable=False)
+        return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+
+    async def _call_handler(self, ctx: SessionContext) -> None:
+        if inspect.iscoroutinefunction(self.handler):
+            await self.handler(ctx)
+            return
+        result = await asyncio.to_thread(self.handler, ctx)
+        if inspect.isawaitable(result):
+            await result
+
+    async def _close_open_message(self, ctx: SessionContext, finish_reason: str) -> list[NewEvent]:
+        await ctx.writer.flush()
+        stream = ctx._open_message
+        if stream is None or stream.ended:
+            return []
+        stream.ended = True
+        ctx._open_message = None
+        return [ctx.writer.event(EventType.MESSAGE_END, {"message_id": stream.message_id, "finish_reason": finish_reason})]
+
+    async def _finish(
+        self,
+        ctx: SessionContext,
+        type: EventType,
+        payload: dict[str, Any],
+        *,
+        before: list[NewEvent] | None = None,
+        note: str | None = None,
+    ) -> Envelope:
+        events = await self._close_open_message(ctx, "error" if type is EventType.INVOCATION_FAILED else "stop")
+        events.extend(before or [])
+        if type in (EventType.INVOCATION_COMPLETED, EventType.INVOCATION_FAILED, EventType.INVOCATION_CANCELLED):
+            payload = {**payload, "usage": dict(ctx.run_usage)} if type is EventType.INVOCATION_COMPLETED else payload
+        events.append(ctx.writer.event(type, payload))
+        envelopes = await ctx.writer.append(*events)
+        return envelopes[-1]
+
+    async def _finish_suspended(self, ctx: SessionContext, ask: ApprovalRequired) -> Envelope:
+        ask_id = new_id("ask")
+        requested = ctx.writer.event(
+            EventType.APPROVAL_REQUESTED,
+            {"ask_id": ask_id, "tool_call_id": ask.tool_call_id, "name": ask.name, "arguments": ask.arguments},
+        )
+        return await self._finish(ctx, EventType.INVOCATION_SUSPENDED, {"ask_id": ask_id}, before=[requested])
+
+    async def _finish_failed(self, ctx: SessionContext, error: str, *, retryable: bool) -> Envelope:
+        return await self._finish(ctx, EventType.INVOCATION_FAILED, {"error": error, "retryable": retryable})
+
+    async def _finish_cancelled(self, ctx: SessionContext) -> Envelope:
+        events = await self._close_open_message(ctx, "cancelled")
+        # Orphaned tool calls get an error result so the next turn's history is valid.
+        for call in open_tool_calls(ctx.messages):
+            events.append(
+                ctx.writer.event(
+                    EventType.TOOL_RESULT,
+                    {"tool_call_id": call["id"], "name": call["function"]["name"], "content": CANCELLED_TOOL_CONTENT, "is_error": True},
+                )
+            )
+        payload: dict[str, Any] = {}
+        if ctx.control.cancelled_by:
+            payload["by"] = ctx.control.cancelled_by
+        events.append(ctx.writer.event(EventType.INVOCATION_CANCELLED, payload))
+        envelopes = await ctx.writer.append(*events)
+        return envelopes[-1]
+

@@ -1,0 +1,119 @@
+"""InvocationWriter: one invocation's door to the journal, with delta coalescing.
+
+Every append of an invocation goes through its writer, bound to the session, the
+invocation and the worker's fence. Text and reasoning deltas are coalesced: the first
+delta after a quiet moment is written at once (an idle stream is never delayed), and
+while that write is in flight, further deltas gather in a buffer and go out as one
+envelope when it returns. Under load the envelope count therefore drops by itself.
+Any other event waits for buffered deltas first, so journal order is emission order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sectr.events import Envelope, EventType
+from sectr.journal import Journal, NewEvent
+
+
+class InvocationWriter:
+    def __init__(
+        self,
+        journal: Journal,
+        session_id: str,
+        invocation_id: str,
+        *,
+        fence: Any = None,
+        on_append: Callable[[list[Envelope]], None] | None = None,
+    ) -> None:
+        self.journal = journal
+        self.session_id = session_id
+        self.invocation_id = invocation_id
+        self.fence = fence
+        self._on_append = on_append
+        self._buffer: list[tuple[str, str, str]] = []  # (message_id, kind, text)
+        self._flusher: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+        self.appends = 0  # journal round trips, for tests and benchmarks
+
+    async def append(self, *events: NewEvent) -> list[Envelope]:
+        """Append events atomically after any buffered deltas."""
+        await self.flush()
+        return await self._write(events)
+
+    async def emit(self, type: EventType, payload: dict[str, Any]) -> Envelope:
+        (envelope,) = await self.append(NewEvent(type, payload, self.invocation_id))
+        return envelope
+
+    def event(self, type: EventType, payload: dict[str, Any]) -> NewEvent:
+        return NewEvent(type, payload, self.invocation_id)
+
+    async def delta(self, message_id: str, *, text: str = "", reasoning: str = "") -> None:
+        """Buffer a delta; it reaches the journal at once unless a write is in flight."""
+        self._raise_pending_error()
+        if reasoning:
+            self._buffer.append((message_id, "reasoning", reasoning))
+        if text:
+            self._buffer.append((message_id, "text", text))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._drain())
+        # Yield once so an idle stream's delta is written before the producer goes on.
+        await asyncio.sleep(0)
+
+    async def flush(self) -> None:
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+        if self._buffer:
+            await self._drain()
+        self._raise_pending_error()
+
+    def discard(self) -> None:
+        """Forget buffered deltas (a fenced writer must not write again)."""
+        self._buffer.clear()
+        if self._flusher is not None:
+            self._flusher.cancel()
+
+    async def _drain(self) -> None:
+        try:
+            while self._buffer:
+                batch, self._buffer = self._buffer, []
+                await self._write(self._merge(batch))
+        except BaseException as exc:  # kept for the producer: it raises on its next call
+            self._error = exc
+            self._buffer.clear()
+
+    def _merge(self, batch: list[tuple[str, str, str]]) -> list[NewEvent]:
+        merged: list[NewEvent] = []
+        current_id: str | None = None
+        parts: dict[str, list[str]] = {}
+        for message_id, kind, text in batch:
+            if message_id != current_id:
+                if current_id is not None:
+                    merged.append(self._delta_event(current_id, parts))
+                current_id, parts = message_id, {}
+            parts.setdefault(kind, []).append(text)
+        if current_id is not None:
+            merged.append(self._delta_event(current_id, parts))
+        return merged
+
+    def _delta_event(self, message_id: str, parts: dict[str, list[str]]) -> NewEvent:
+        payload: dict[str, Any] = {"message_id": message_id}
+        if "text" in parts:
+            payload["text"] = "".join(parts["text"])
+        if "reasoning" in parts:
+            payload["reasoning"] = "".join(parts["reasoning"])
+        return NewEvent(EventType.MESSAGE_DELTA, payload, self.invocation_id)
+
+    async def _write(self, events: Sequence[NewEvent]) -> list[Envelope]:
+        envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
+        self.appends += 1
+        if self._on_append is not None:
+            self._on_append(envelopes)
+        return envelopes
+
+    def _raise_pending_error(self) -> None:
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
