@@ -1,0 +1,358 @@
+"""Sectr's database: sessions and their journal, runs (the work queue), grants, media,
+API tokens and review notes.
+
+The journal (`Envelope` rows) is the truth. Everything on `Session` except `owner`,
+`created_at` and `closed_at` is a cache of the projection (sectr.state) that
+sessions_app.journal.DatabaseJournal keeps up to date in the same transaction as each
+append; `Session.rebuild_projection()` recomputes it from the journal alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import models, transaction
+from django.utils import timezone
+
+from sectr.events import Envelope as JournalEnvelope
+from sectr.events import EventType
+from sectr.state import DEFAULT_LIMITS, SessionState, project
+
+
+def new_session_id() -> str:
+    return f"ses_{uuid.uuid4().hex}"
+
+
+def new_run_id() -> str:
+    return f"run_{uuid.uuid4().hex}"
+
+
+def default_limits() -> dict[str, int]:
+    return dict(DEFAULT_LIMITS)
+
+
+class Session(models.Model):
+    STATUS_CHOICES = [(s, s) for s in ("idle", "running", "awaiting", "completed", "failed", "cancelled")]
+    MODE_CHOICES = [(m, m) for m in ("default", "plan", "accept_edits")]
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_session_id, editable=False)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_sessions")
+    title = models.CharField(max_length=120, blank=True, default="")
+    # None until a title is set; "user" (created with one or renamed) or "prompt" (first message).
+    title_source = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - mirrors SessionState
+    mode = models.CharField(max_length=16, choices=MODE_CHOICES, default="default")
+    model = models.CharField(max_length=200, default="demo")
+    reasoning_effort = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - None = provider default
+    limits = models.JSONField(default=default_limits)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="idle", db_index=True)
+    # The cached projection: sectr.state.SessionState.to_dict() as of the last append that
+    # changed it. A batch of MESSAGE_DELTA only bumps last_seq/updated_at (they change
+    # nothing else), so `state["last_seq"]` may lag behind the `last_seq` column.
+    state = models.JSONField(default=dict, blank=True)
+    last_seq = models.IntegerField(default=0)
+    compaction_seq = models.IntegerField(default=0)  # seq of the newest TRANSCRIPT_COMPACTED, 0 = none
+    token_total = models.BigIntegerField(default=0)  # input + output tokens, every model
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # the last envelope's time
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.title or self.id
+
+    def projection(self) -> SessionState:
+        """The cached projection, with last_seq (and updated_at) from the columns."""
+        if self.state:
+            state = SessionState.from_dict({**self.state, "session_id": self.id})
+        else:
+            state = SessionState(session_id=self.id)
+        if state.last_seq != self.last_seq:
+            # Deltas were appended since the state JSON was written (the fast path).
+            state.last_seq = self.last_seq
+            state.updated_at = self.updated_at
+        return state
+
+    @staticmethod
+    def cached_columns(state: SessionState) -> dict[str, Any]:
+        """The Session columns that cache `state` (for an UPDATE)."""
+        total = state.total_usage
+        return {
+            "state": state.to_dict(),
+            "last_seq": state.last_seq,
+            "status": state.status,
+            "title": state.title or "",
+            "title_source": state.title_source,
+            "mode": state.mode,
+            "model": state.model,
+            "reasoning_effort": state.reasoning_effort,
+            "limits": state.limits,
+            "compaction_seq": state.compaction_seq,
+            "token_total": total.get("input_tokens", 0) + total.get("output_tokens", 0),
+        }
+
+    def rebuild_projection(self) -> SessionState:
+        """Recompute the cached projection from the journal alone and store it.
+
+        Takes the Session row lock first, like an append, so no append slips in between
+        the read of the journal and the write of the cache.
+        """
+        with transaction.atomic():
+            locked = Session.objects.select_for_update(no_key=True).get(pk=self.pk)
+            envelopes = [row.to_envelope() for row in locked.envelopes.order_by("seq")]
+            state = project(envelopes, session_id=self.id)
+            columns = self.cached_columns(state)
+            if state.updated_at is not None:
+                columns["updated_at"] = state.updated_at
+            Session.objects.filter(pk=self.pk).update(**columns)
+        for name, value in columns.items():
+            setattr(self, name, value)
+        return state
+
+
+class Envelope(models.Model):
+    """One journal row. Written only by sessions_app.journal.DatabaseJournal."""
+
+    id = models.BigAutoField(primary_key=True)
+    # No separate index on session: the (session, seq) unique index leads with it.
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="envelopes", db_index=False)
+    seq = models.PositiveIntegerField()
+    invocation_id = models.CharField(max_length=40, null=True, blank=True, db_index=True)  # noqa: DJ001
+    # No choices: adding an event type must not need a migration.
+    type = models.CharField(max_length=32)
+    payload = models.JSONField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "sessions_app_envelope"
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="envelope_session_seq_uniq")]
+        indexes = [models.Index(fields=["session", "type", "seq"], name="envelope_session_type_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"
+
+    def to_envelope(self) -> JournalEnvelope:
+        return JournalEnvelope(
+            session_id=self.session_id,
+            seq=self.seq,
+            invocation_id=self.invocation_id,
+            type=EventType(self.type),
+            payload=self.payload,
+            created_at=self.created_at,
+        )
+
+
+class Run(models.Model):
+    """A run as a client sees it, and the work queue's row for it.
+
+    pending: queued behind an active run, nothing journaled yet; queued: its
+    INVOCATION_STARTED is journaled and it waits for a worker; running: a worker holds
+    it under a lease; suspended: it ended on an approval ask; completed / failed /
+    cancelled: finished. A recover invocation continues the same run, so a run may own
+    several invocations (`invocation_ids`); `invocation_id` is the current one.
+
+    A worker's journal writes are fenced by (id, lease_token): once the lease is taken
+    over or the run is finished, DatabaseJournal refuses them (LeaseLost).
+    """
+
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    STATUS_CHOICES = [(s, s) for s in (PENDING, QUEUED, RUNNING, SUSPENDED, COMPLETED, FAILED, CANCELLED)]
+    #: A run in one of these states holds no lease and takes no more journal writes.
+    FINISHED_STATUSES = frozenset({SUSPENDED, COMPLETED, FAILED, CANCELLED})
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    invocation_id = models.CharField(max_length=40, unique=True, null=True, blank=True)  # noqa: DJ001 - unique
+    invocation_ids = models.JSONField(default=list, blank=True)
+    reason = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default=PENDING, db_index=True)
+    lease_owner = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - None = not leased
+    lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - None = not leased
+    lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField(default=3)
+    stop_reason = models.CharField(max_length=32, blank=True, default="")
+    usage = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True, default="")
+    cancel_requested = models.BooleanField(default=False)
+    pending_steer = models.TextField(blank=True, default="")
+    steer_author = models.CharField(max_length=150, blank=True, default="")
+    start_seq = models.PositiveIntegerField(null=True, blank=True)  # seq of its INVOCATION_STARTED
+    created_at = models.DateTimeField(default=timezone.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["status", "lease_expires_at"], name="run_status_lease"),
+            models.Index(fields=["session", "status"], name="run_session_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in self.FINISHED_STATUSES or self.finished_at is not None
+
+
+class ToolGrant(models.Model):
+    """A cached allow_always grant (the journal's approval decisions are the truth)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="tool_grants")
+    tool_name = models.CharField(max_length=100)
+    granted_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "tool_name"], name="toolgrant_session_tool_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} in {self.session_id}"
+
+
+def media_upload_path(instance: MediaBlob, filename: str) -> str:
+    # Content-addressed: the same bytes are stored once, whoever uploads them.
+    return f"media/{instance.sha256[:2]}/{instance.sha256}"
+
+
+class MediaBlob(models.Model):
+    """Stored bytes of an image or audio part, referenced from the journal by sha256."""
+
+    KIND_CHOICES = [("image", "image"), ("audio", "audio")]
+
+    sha256 = models.CharField(max_length=64, unique=True)
+    mime_type = models.CharField(max_length=100)
+    size = models.PositiveIntegerField()
+    kind = models.CharField(max_length=8, choices=KIND_CHOICES)
+    file = models.FileField(upload_to=media_upload_path)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.sha256[:12]} ({self.mime_type}, {self.size} bytes)"
+
+    @classmethod
+    def delete_orphans(cls, blob_ids: Iterable[int] | None = None) -> int:
+        """Delete blobs no session links to (all of them, or only among `blob_ids`).
+
+        The files are removed after the transaction commits, so a rollback never leaves
+        a row pointing at a missing file. Returns how many blobs were deleted.
+        """
+        orphans = cls.objects.filter(sessions__isnull=True)
+        if blob_ids is not None:
+            orphans = orphans.filter(pk__in=list(blob_ids))
+        doomed = list(orphans)
+        files = [(blob.file.storage, blob.file.name) for blob in doomed if blob.file]
+        cls.objects.filter(pk__in=[blob.pk for blob in doomed]).delete()
+        if files:
+
+            def remove_files() -> None:
+                for storage, name in files:
+                    storage.delete(name)
+
+            transaction.on_commit(remove_files)
+        return len(doomed)
+
+
+class SessionMedia(models.Model):
+    """Which session uses which blob, so deleting a session can delete its media."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="media_links")
+    blob = models.ForeignKey(MediaBlob, on_delete=models.PROTECT, related_name="sessions")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "blob"], name="sessionmedia_session_blob_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.blob_id} in {self.session_id}"
+
+
+TOKEN_PREFIX = "sectr_"  # noqa: S105 - the public marker of a raw token, not a secret
+TOKEN_PREFIX_LENGTH = 12  # "sectr_" and 6 random characters: shown in lists, used to look up
+LAST_USED_RESOLUTION = timedelta(minutes=1)  # write last_used_at at most this often per token
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API. Only the sha256 of the secret is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=TOKEN_PREFIX_LENGTH, db_index=True)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @classmethod
+    def issue(cls, user: Any, name: str) -> tuple[ApiToken, str]:
+        """Create a token; returns it with the raw secret, which is shown once and never stored."""
+        raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        token = cls.objects.create(user=user, name=name, prefix=raw[:TOKEN_PREFIX_LENGTH], token_hash=hash_token(raw))
+        return token, raw
+
+    @classmethod
+    def authenticate(cls, raw: str | None) -> ApiToken | None:
+        """The live token whose secret is `raw`, or None (unknown, malformed or revoked)."""
+        if not raw or not raw.startswith(TOKEN_PREFIX) or len(raw) > 200:
+            return None
+        digest = hash_token(raw)
+        found: ApiToken | None = None
+        # Look up by the non-secret prefix and compare the hashes in constant time, so
+        # neither the database index nor the comparison leaks how much of a guess matched.
+        for candidate in cls.objects.filter(prefix=raw[:TOKEN_PREFIX_LENGTH]).select_related("user"):
+            if hmac.compare_digest(candidate.token_hash, digest):
+                found = candidate
+        if found is None or found.revoked_at is not None or not found.user.is_active:
+            return None
+        now = timezone.now()
+        if found.last_used_at is None or now - found.last_used_at > LAST_USED_RESOLUTION:
+            # Throttled: one write per token per minute, not one per request (SQLite has
+            # a single writer, and the journal needs it more).
+            cls.objects.filter(pk=found.pk).update(last_used_at=now)
+            found.last_used_at = now
+        return found
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def revoke(self) -> None:
+        if self.revoked_at is None:
+            self.revoked_at = timezone.now()
+            self.save(update_fields=["revoked_at"])
+
+
+class ReviewNote(models.Model):
+    """A teammate's note on a session (optionally pinned to one envelope's seq)."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="review_notes")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_review_notes")
+    seq = models.PositiveIntegerField(null=True, blank=True)
+    body = models.TextField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"note by {self.author_id} on {self.session_id}"
