@@ -174,14 +174,17 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         state.pending_ask = ask
     elif t is EventType.INVOCATION_SUSPENDED:
         state.status = "awaiting"
+        state.open_message_id = None  # an invocation's end closes its message (as the fold does)
         state.current_invocation_id = None
         state.last_stop_reason = "awaiting_approval"
     elif t is EventType.INVOCATION_COMPLETED:
         state.status = "completed"
+        state.open_message_id = None  # an invocation's end closes its message (as the fold does)
         state.current_invocation_id = None
         state.last_stop_reason = p.get("stop_reason", "end_turn")
     elif t is EventType.INVOCATION_FAILED:
         state.status = "failed"
+        state.open_message_id = None  # an invocation's end closes its message (as the fold does)
         state.current_invocation_id = None
         state.last_stop_reason = "error"
         state.last_error = {"error": p.get("error", ""), "retryable": bool(p.get("retryable")), "invocation_id": env.invocation_id}

@@ -1,6 +1,12 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels."""
+"""ASGI entry point: HTTP through Django, websockets through Channels.
+
+With SQLite (the embedded default) a worker runs inside this process, on the server's
+event loop, so `daphne sectr_web.asgi:application` is all Sectr needs. Set
+SECTR_EMBEDDED_WORKER=0 when separate `manage.py sectr_worker` processes run the queue.
+"""
 
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
@@ -14,11 +20,30 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
+from sessions_app.worker import start_embedded_worker  # noqa: E402
 
-application = ProtocolTypeRouter(
+router = ProtocolTypeRouter(
     {
         # The embedded default serves its own static files (no web server in front).
         "http": ASGIStaticFilesHandler(django_asgi_app),
         "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+
+async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    # The first connection (or the reactor's start, below) starts the embedded worker
+    # on the server's own loop, so its publications reach this process's consumers.
+    start_embedded_worker()
+    await router(scope, receive, send)
+
+
+def _start_when_reactor_runs() -> None:
+    try:
+        from twisted.internet import reactor
+    except ImportError:  # not under Daphne
+        return
+    reactor.callWhenRunning(start_embedded_worker)  # type: ignore[attr-defined]
+
+
+_start_when_reactor_runs()

@@ -1,0 +1,394 @@
+"""Every state change of a session, in one place (Zulip style).
+
+Each `do_*` validates first (the pure rules of sectr.operations), then writes once,
+atomically (the journal append and the Run row in one transaction, under the session's
+row lock), then notifies on commit (the journal publishes its envelopes; a queued run
+wakes the workers). Bad input raises a typed sectr.errors.SectrError and writes nothing.
+Views, the API, consumers and workers call these; none of them saves models itself.
+
+Locking precondition of every `do_*` that changes a session: it takes the session's row
+lock itself (`_locked`), so callers must not hold other session locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from sectr import operations
+from sectr.compaction import compacted_payload
+from sectr.errors import (
+    NotAtTurnBoundary,
+    NotFound,
+    SessionBusy,
+    StaleRunControl,
+    ValidationFailed,
+)
+from sectr.events import EventType
+from sectr.fold import fold_messages
+from sectr.journal import NewEvent
+from sectr.providers import default_model_from_env
+from sectr.state import SessionState
+from sessions_app.access import check_access, get_session_for_user
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.publish import wake_workers_on_commit
+from sessions_app.runtime_config import get_runtime
+
+log = logging.getLogger("sectr.actions")
+journal = DatabaseJournal()
+
+#: Runs that still hold (or wait for) a worker.
+ACTIVE_RUN_STATUSES = (Run.QUEUED, Run.RUNNING)
+
+
+@contextmanager
+def _locked(session_id: str) -> Iterator[tuple[Session, SessionState]]:
+    """A transaction holding the session's row lock, with its current projection.
+
+    On PostgreSQL the row lock serialises writers of one session; on SQLite the
+    IMMEDIATE transaction already serialises every writer.
+    """
+    with transaction.atomic():
+        try:
+            session = Session.objects.select_for_update().get(pk=session_id)
+        except Session.DoesNotExist:
+            raise NotFound("no such session") from None
+        yield session, session.projection()
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user is not None and user.is_authenticated else None
+
+
+def _queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> Run:
+    """Journal the events that start an invocation and queue its Run (inside _locked)."""
+    envelopes = journal.append_sync(session.pk, events)
+    start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
+    run = Run.objects.create(
+        session=session,
+        invocation_id=invocation_id,
+        invocation_ids=[invocation_id],
+        reason=start.payload["reason"],
+        status=Run.QUEUED,
+        start_seq=start.seq,
+    )
+    if session.closed_at is not None:
+        Session.objects.filter(pk=session.pk).update(closed_at=None)
+    _wake_on_commit()
+    return run
+
+
+def _wake_on_commit() -> None:
+    from sessions_app.worker import wake_local_workers
+
+    wake_workers_on_commit()  # workers in other processes, through the channel layer
+    transaction.on_commit(wake_local_workers)  # a worker in this process (the embedded one)
+
+
+# ---- create ----
+
+
+def do_create_session(
+    owner: Any,
+    *,
+    title: str | None = None,
+    mode: str | None = None,
+    model: str | None = None,
+    limits: dict[str, int] | None = None,
+    reasoning_effort: str | None = None,
+) -> Session:
+    event = operations.created_event(
+        title=operations.check_title(title) if title is not None else None,
+        mode=operations.check_mode_value(mode or "default"),
+        model=operations.check_model_value(model or default_model_from_env()),
+        limits=operations.check_limits(limits),
+        reasoning_effort=operations.check_reasoning_effort(reasoning_effort),
+    )
+    with transaction.atomic():
+        session = Session.objects.create(owner=owner)
+        journal.append_sync(session.pk, [event])
+    session.refresh_from_db()
+    return session
+
+
+# ---- runs ----
+
+
+def do_post_message(
+    actor: Any, session_id: str, content: str | list[dict[str, Any]], *, queue: bool = False
+) -> Run:
+    """Start a run for a user message; 409 while a run is active unless `queue`.
+
+    A queued message waits as a `pending` Run (nothing journaled) and starts when the
+    active run ends. A pending run (a queued prompt or retry) is never overtaken.
+    """
+    session = get_session_for_user(actor, session_id, "write")
+    check_content(content)
+    with _locked(session.pk) as (session, state):
+        if state.status == "awaiting":
+            operations.check_can_start(state)  # 409 awaiting_approval: decide the ask first
+        if state.is_active or Run.objects.filter(session=session, status=Run.PENDING).exists():
+            if not queue:
+                raise SessionBusy("a run is active in this session; wait for it, cancel it, or queue the message")
+            reason: dict[str, Any] = {"kind": "user_message", "input": {"content": content}}
+            if (author := _username(actor)) is not None:
+                reason["author"] = author
+            return Run.objects.create(session=session, reason=reason, status=Run.PENDING)
+        invocation_id, events = operations.message_events(state, content, author=_username(actor))
+        return _queue_run(session, invocation_id, events)
+
+
+def check_content(content: Any) -> None:
+    if isinstance(content, str):
+        if not content.strip():
+            raise ValidationFailed("the message is empty", code="prompt")
+        if len(content) > 200_000:
+            raise ValidationFailed("the message is longer than 200,000 characters", code="prompt")
+        return
+    if not isinstance(content, list) or not content:
+        raise ValidationFailed("content must be a string or a non-empty list of parts", code="prompt")
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") not in ("text", "image_url", "input_audio"):
+            raise ValidationFailed("each part must be an object with type text, image_url or input_audio", code="prompt")
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise ValidationFailed("a text part needs a string text", code="prompt")
+
+
+def promote_pending_run(session_id: str) -> Run | None:
+    """Start the oldest pending run of an idle session (called when a run ends)."""
+    with _locked(session_id) as (session, state):
+        if state.is_active or state.status == "awaiting":
+            return None
+        run = Run.objects.filter(session=session, status=Run.PENDING).order_by("created_at", "id").first()
+        if run is None:
+            return None
+        if run.reason.get("kind") == "retry":
+            if not (state.status == "failed" and state.last_error and state.last_error.get("retryable")):
+                Run.objects.filter(pk=run.pk).update(status=Run.CANCELLED, finished_at=timezone.now(), error="no longer retryable")
+                return None
+            invocation_id, events = operations.retry_events(state)
+        else:
+            content = run.reason["input"]["content"]
+            invocation_id, events = operations.message_events(state, content, author=run.reason.get("author"))
+        envelopes = journal.append_sync(session.pk, events)
+        start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
+        run.invocation_id = invocation_id
+        run.invocation_ids = [invocation_id]
+        run.reason = start.payload["reason"]
+        run.status = Run.QUEUED
+        run.start_seq = start.seq
+        run.save(update_fields=["invocation_id", "invocation_ids", "reason", "status", "start_seq"])
+        _wake_on_commit()
+        return run
+
+
+def find_ask_session(ask_id: str) -> Session:
+    if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
+        raise NotFound("no such ask")
+    session = Session.objects.filter(state__asks__has_key=ask_id).first()
+    if session is None:
+        raise NotFound("no such ask")
+    return session
+
+
+def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run:
+    """Record the first verdict on an ask and resume the session as a new run.
+
+    Two simultaneous decisions serialise on the session lock: the second finds the ask
+    no longer pending and gets AskNotPending (409).
+    """
+    session = find_ask_session(ask_id)
+    check_access(actor, session, "approve")
+    if note is not None and (not isinstance(note, str) or len(note) > 2000):
+        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
+    with _locked(session.pk) as (session, state):
+        invocation_id, events = operations.decision_events(state, ask_id, verdict, approver=_username(actor), note=note)
+        return _queue_run(session, invocation_id, events)
+
+
+def do_retry(actor: Any, session_id: str) -> Run:
+    session = get_session_for_user(actor, session_id, "write")
+    with _locked(session.pk) as (session, state):
+        invocation_id, events = operations.retry_events(state)
+        return _queue_run(session, invocation_id, events)
+
+
+def _active_run(run_id: str, actor: Any, need: str = "write") -> Run:
+    try:
+        run = Run.objects.select_related("session").get(pk=run_id)
+    except (Run.DoesNotExist, ValueError):
+        raise NotFound("no such run") from None
+    check_access(actor, run.session, "write" if need == "write" else "read")
+    return run
+
+
+def do_steer(actor: Any, run_id: str, text: str) -> Run:
+    """Park a steer in the run's slot; the worker journals it at the next step boundary."""
+    run = _active_run(run_id, actor)
+    with _locked(run.session_id) as (session, state):
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status not in ACTIVE_RUN_STATUSES or state.current_invocation_id != run.invocation_id:
+            raise StaleRunControl("the run has ended; send a new message instead")
+        operations.check_steer(state, text)
+        run.pending_steer = f"{run.pending_steer}\n\n{text}" if run.pending_steer else text
+        run.steer_author = run.steer_author or (_username(actor) or "")
+        run.save(update_fields=["pending_steer", "steer_author"])
+    notify_run_control(run.pk)
+    return run
+
+
+def do_cancel(actor: Any, run_id: str) -> Run:
+    """Cancel a run: a worker stops it at once; a suspended run's ask is withdrawn."""
+    run = _active_run(run_id, actor)
+    by = _username(actor)
+    with _locked(run.session_id) as (session, state):
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status == Run.PENDING:
+            run.status, run.stop_reason, run.finished_at = Run.CANCELLED, "cancelled", timezone.now()
+            run.save(update_fields=["status", "stop_reason", "finished_at"])
+            return run
+        if run.status == Run.SUSPENDED and state.status == "awaiting" and state.pending_ask and (
+            state.pending_ask.get("invocation_id") == run.invocation_id
+        ):
+            journal.append_sync(session.pk, operations.cancel_awaiting_events(state, by))
+            run.status, run.stop_reason = Run.CANCELLED, "cancelled"
+            run.save(update_fields=["status", "stop_reason"])
+            return run
+        if run.status not in ACTIVE_RUN_STATUSES:
+            raise StaleRunControl("the run has already ended")
+        run.cancel_requested = True
+        run.save(update_fields=["cancel_requested"])
+        if run.status == Run.QUEUED and run.lease_token is None:
+            # No worker holds it yet: end it here, under the lock, so no worker starts it.
+            journal.append_sync(
+                session.pk, [NewEvent(EventType.INVOCATION_CANCELLED, {"by": by} if by else {}, run.invocation_id)]
+            )
+            run.status, run.stop_reason, run.finished_at = Run.CANCELLED, "cancelled", timezone.now()
+            run.save(update_fields=["status", "stop_reason", "finished_at"])
+    notify_run_control(run.pk)
+    return run
+
+
+def notify_run_control(run_id: str) -> None:
+    """Tell the worker holding `run_id` to re-read its cancel flag (after commit)."""
+    from sessions_app.worker import poke_run_on_commit
+
+    poke_run_on_commit(run_id)
+
+
+# ---- session operations ----
+
+
+def do_rename(actor: Any, session_id: str, title: str) -> Session:
+    title = operations.check_title(title)
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, _state):
+        journal.append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "user"})])
+    return Session.objects.get(pk=session_id)
+
+
+def do_set_mode(actor: Any, session_id: str, mode: str) -> Session:
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, state):
+        mode = operations.check_mode_change(state, mode)
+        journal.append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, {"mode": mode})])
+    return Session.objects.get(pk=session_id)
+
+
+def do_set_model(actor: Any, session_id: str, model: str, reasoning_effort: str | None = None) -> Session:
+    get_session_for_user(actor, session_id, "write")
+    changes: dict[str, Any] = {"model": operations.check_model_value(model)}
+    if reasoning_effort is not None:
+        changes["reasoning_effort"] = operations.check_reasoning_effort(reasoning_effort)
+    with _locked(session_id) as (session, state):
+        if state.is_active:
+            raise SessionBusy("the model cannot change while a run is active")
+        journal.append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, changes)])
+    return Session.objects.get(pk=session_id)
+
+
+def do_fork(
+    actor: Any,
+    session_id: str,
+    *,
+    at_seq: int | None = None,
+    title: str | None = None,
+    model: str | None = None,
+    reasoning_effort: str | None = None,
+) -> Session:
+    """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`)."""
+    source = get_session_for_user(actor, session_id, "read")
+    state = source.projection()
+    if at_seq is not None and (not isinstance(at_seq, int) or isinstance(at_seq, bool)):
+        raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
+    # Load from the newest compaction at or before the fork point: O(since compaction).
+    upto = state.last_seq if at_seq is None else at_seq
+    compaction = (
+        source.envelopes.filter(type=EventType.TRANSCRIPT_COMPACTED.value, seq__lte=upto).order_by("-seq").first()
+    )
+    start = compaction.seq if compaction else 1
+    envelopes = [row.to_envelope() for row in source.envelopes.filter(seq__gte=start, seq__lte=upto).order_by("seq")]
+    events = operations.fork_events(
+        state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort
+    )
+    with transaction.atomic():
+        fork = Session.objects.create(owner=actor)
+        journal.append_sync(fork.pk, events)
+    fork.refresh_from_db()
+    return fork
+
+
+def do_clear(actor: Any, session_id: str) -> Session:
+    source = get_session_for_user(actor, session_id, "write")
+    events = operations.clear_events(source.projection())
+    with transaction.atomic():
+        cleared = Session.objects.create(owner=actor)
+        journal.append_sync(cleared.pk, events)
+    cleared.refresh_from_db()
+    return cleared
+
+
+def do_close(actor: Any, session_id: str) -> Session:
+    """Release runtime resources and keep the data; the next message reopens it."""
+    get_session_for_user(actor, session_id, "write")
+    Session.objects.filter(pk=session_id, closed_at__isnull=True).update(closed_at=timezone.now())
+    return Session.objects.get(pk=session_id)
+
+
+def do_delete(actor: Any, session_id: str) -> None:
+    """Delete the session, its journal, runs and media permanently (412 while a run is active)."""
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, state):
+        if state.is_active or Run.objects.filter(session=session, status__in=ACTIVE_RUN_STATUSES).exists():
+            raise NotAtTurnBoundary("a run is active; cancel it before deleting the session")
+        blob_ids = list(session.media_links.values_list("blob_id", flat=True))
+        session.delete()
+        MediaBlob.delete_orphans(blob_ids)
+
+
+def do_compact(actor: Any, session_id: str) -> bool:
+    """Manual compaction at a turn boundary: True when the model-visible history got shorter."""
+    get_session_for_user(actor, session_id, "write")
+    session = Session.objects.get(pk=session_id)
+    state = session.projection()
+    if not state.at_turn_boundary:
+        raise NotAtTurnBoundary("compaction happens only between runs")
+    envelopes = journal.load_since_compaction_sync(session_id)
+    messages = fold_messages(envelopes)
+    provider = get_runtime().provider
+    # The summary is a model call: made outside any transaction, then re-checked.
+    payload = async_to_sync(compacted_payload)(provider, state.model, messages, state.last_seq)
+    if payload is None:
+        return False
+    with _locked(session_id) as (session, now):
+        if now.last_seq != state.last_seq or not now.at_turn_boundary:
+            raise NotAtTurnBoundary("the session moved on while compacting; try again")
+        journal.append_sync(session.pk, [NewEvent(EventType.TRANSCRIPT_COMPACTED, payload)])
+    return True

@@ -1,0 +1,42 @@
+"""Run a Sectr worker: `python manage.py sectr_worker --concurrency N`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from sessions_app.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Claims queued runs and executes them (many at once, on asyncio). SIGTERM drains gracefully."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--concurrency", type=int, default=8, help="runs executed at once (default 8)")
+        parser.add_argument("--lease", type=float, default=None, help="lease seconds (default SECTR_LEASE_SECONDS or 6)")
+        parser.add_argument("--poll", type=float, default=1.0, help="poll interval when no wake-up arrives")
+        parser.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish on SIGTERM")
+        parser.add_argument("--worker-id", default=None)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        logging.getLogger("sectr").setLevel(logging.INFO)
+        asyncio.run(self._main(options))
+
+    async def _main(self, options: dict[str, Any]) -> None:
+        worker = Worker(
+            concurrency=options["concurrency"],
+            lease=options["lease"],
+            poll_interval=options["poll"],
+            worker_id=options["worker_id"],
+        )
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, worker.stop)
+        self.stdout.write(f"sectr worker {worker.worker_id} running (concurrency {worker.concurrency})")
+        self.stdout.flush()
+        await worker.run(drain_timeout=options["drain"])
+        self.stdout.write("sectr worker stopped")

@@ -1,0 +1,477 @@
+"""The worker: claims runs from the queue and executes their invocations on asyncio.
+
+Any number of workers, in any number of processes on any number of machines, share the
+Run table. A worker claims a run under a lease (PostgreSQL: `SELECT ... FOR UPDATE SKIP
+LOCKED`; SQLite: its IMMEDIATE transactions serialise claimers) and renews it with
+heartbeats. Its journal writes carry the fence (run id, lease token): once the lease is
+taken over, they are refused. A run whose lease expired (its worker died) is claimed by
+another worker, which journals SESSION_ERROR and a `recover` invocation that continues
+the partial message (crash stitching); after `max_attempts` it fails instead.
+
+Workers wake on commit (channel layer group "sectr.workers", or in-process pokes) and
+poll as a fallback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from sectr import operations
+from sectr.control import RunControl
+from sectr.errors import LeaseLost
+from sectr.events import Envelope, EventType
+from sectr.journal import NewEvent
+from sectr.runtime import Runtime
+from sessions_app import actions
+from sessions_app.journal import run_in_db_thread
+from sessions_app.models import Run, Session
+from sessions_app.publish import WORKERS_GROUP
+from sessions_app.runtime_config import get_runtime
+
+log = logging.getLogger("sectr.worker")
+
+RUN_CONTROL_GROUP_PREFIX = "sectr.run."
+TERMINAL_RUN_STATUS = {
+    EventType.INVOCATION_COMPLETED: Run.COMPLETED,
+    EventType.INVOCATION_SUSPENDED: Run.SUSPENDED,
+    EventType.INVOCATION_FAILED: Run.FAILED,
+    EventType.INVOCATION_CANCELLED: Run.CANCELLED,
+}
+
+
+def lease_seconds() -> float:
+    return float(getattr(settings, "SECTR_LEASE_SECONDS", os.environ.get("SECTR_LEASE_SECONDS", "6")))
+
+
+@dataclass(frozen=True)
+class Claim:
+    run_id: str
+    session_id: str
+    invocation_id: str
+    token: str
+    recovered: bool
+
+    @property
+    def fence(self) -> tuple[str, str]:
+        return (self.run_id, self.token)
+
+
+# ---- claiming (sync, in a database thread) ----
+
+
+def claim_next_run(worker_id: str, lease: float) -> Claim | None:
+    """Claim the oldest runnable run: queued, or running with an expired lease.
+
+    Skips rows other workers have locked (PostgreSQL). A run whose lease expired is
+    recovered here, under the session lock, in the same transaction as the claim.
+    """
+    for _ in range(10):  # a few stale rows may be tidied up before a real claim
+        now = timezone.now()
+        with transaction.atomic():
+            runnable = Run.objects.filter(
+                Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+            ).order_by("created_at", "id")
+            if connection.vendor == "postgresql":
+                runnable = runnable.select_for_update(skip_locked=True, of=("self",))
+            run = runnable.first()
+            if run is None:
+                return None
+            session = Session.objects.select_for_update().get(pk=run.session_id)
+            state = session.projection()
+            if state.current_invocation_id != run.invocation_id or not state.is_active:
+                # Its invocation already ended in the journal (the worker died after the
+                # terminal append, or it was cancelled before any worker took it).
+                _finish_run_from_state(run, session)
+                continue
+            recovered = run.status == Run.RUNNING
+            token = uuid.uuid4().hex
+            if recovered:
+                if run.attempts >= run.max_attempts:
+                    _fail_exhausted(run, state)
+                    continue
+                invocation_id, events = operations.recover_events(
+                    state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
+                )
+                actions.journal.append_sync(session.pk, events)
+                run.invocation_id = invocation_id
+                run.invocation_ids = [*run.invocation_ids, invocation_id]
+            run.status = Run.RUNNING
+            run.attempts += 1
+            run.lease_owner = worker_id
+            run.lease_token = token
+            run.lease_expires_at = now + timedelta(seconds=lease)
+            run.heartbeat_at = now
+            run.started_at = run.started_at or now
+            run.save()
+            return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
+    return None
+
+
+def _finish_run_from_state(run: Run, session: Session) -> None:
+    """Bring a Run row in line with its journal (its terminal event is there already)."""
+    state = session.projection()
+    status = {"awaiting": Run.SUSPENDED, "completed": Run.COMPLETED, "failed": Run.FAILED, "cancelled": Run.CANCELLED}
+    run.status = status.get(state.status, Run.FAILED)
+    run.stop_reason = state.last_stop_reason or ""
+    run.lease_token = None
+    run.lease_expires_at = None
+    run.finished_at = run.finished_at or timezone.now()
+    run.save()
+
+
+def _fail_exhausted(run: Run, state: Any) -> None:
+    error = f"the run was lost {run.attempts} times (its workers stopped answering)"
+    events = []
+    if state.open_message_id:
+        events.append(
+            NewEvent(EventType.SESSION_ERROR, {"error": error, "message_id": state.open_message_id, "retryable": True}, run.invocation_id)
+        )
+    events.append(NewEvent(EventType.INVOCATION_FAILED, {"error": error, "retryable": True}, run.invocation_id))
+    actions.journal.append_sync(run.session_id, events)
+    run.status, run.error, run.stop_reason = Run.FAILED, error, "error"
+    run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
+    run.save()
+
+
+def finish_run(claim: Claim, terminal: Envelope) -> bool:
+    """Record a run's end on its row (only while this worker still holds the lease)."""
+    status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
+    payload = terminal.payload
+    stop = payload.get("stop_reason") or {
+        Run.SUSPENDED: "awaiting_approval",
+        Run.FAILED: "error",
+        Run.CANCELLED: "cancelled",
+    }.get(status, "")
+    updated = Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(
+        status=status,
+        stop_reason=stop,
+        usage=payload.get("usage") or {},
+        error=payload.get("error", ""),
+        lease_token=None,
+        lease_expires_at=None,
+        finished_at=timezone.now(),
+    )
+    return updated == 1
+
+
+def renew_lease(claim: Claim, lease: float) -> tuple[bool, bool]:
+    """Extend the lease; returns (still held, cancel requested)."""
+    now = timezone.now()
+    held = Run.objects.filter(pk=claim.run_id, lease_token=claim.token, status=Run.RUNNING).update(
+        lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
+    )
+    if not held:
+        return False, False
+    cancel = Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
+    return True, cancel
+
+
+def release_lease(claim: Claim) -> None:
+    """Let another worker recover the run at once (graceful shutdown past its drain time)."""
+    Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(lease_expires_at=timezone.now())
+
+
+class DatabaseRunControl(RunControl):
+    """The steer slot lives on the Run row: taking it empties the row's slot."""
+
+    def __init__(self, claim: Claim) -> None:
+        super().__init__()
+        self.claim = claim
+
+    async def take_steer(self) -> tuple[str, str | None] | None:
+        local = await super().take_steer()
+        durable = await run_in_db_thread(self._take_durable)
+        if local and durable:
+            return f"{local[0]}\n\n{durable[0]}", local[1]
+        return local or durable
+
+    def _take_durable(self) -> tuple[str, str | None] | None:
+        with transaction.atomic():
+            run = Run.objects.select_for_update().filter(pk=self.claim.run_id, lease_token=self.claim.token).first()
+            if run is None:
+                raise LeaseLost(f"run {self.claim.run_id}: lease lost")
+            if not run.pending_steer:
+                return None
+            text, author = run.pending_steer, run.steer_author or None
+            run.pending_steer, run.steer_author = "", ""
+            run.save(update_fields=["pending_steer", "steer_author"])
+            return text, author
+
+
+# ---- pokes: tell a worker to look at a run's cancel flag now ----
+
+_local_workers: set[Worker] = set()
+_local_lock = threading.Lock()
+
+
+def poke_run_on_commit(run_id: str) -> None:
+    transaction.on_commit(lambda: poke_run(run_id))
+
+
+def poke_run(run_id: str) -> None:
+    with _local_lock:
+        workers = list(_local_workers)
+    for worker in workers:
+        worker.poke_threadsafe(run_id)
+    if not getattr(settings, "REDIS_URL", ""):
+        return  # the in-memory layer cannot reach other processes; local pokes did it
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(RUN_CONTROL_GROUP_PREFIX + run_id, {"type": "run.control", "run_id": run_id})
+    except Exception:  # the poll fallback still sees the flag
+        log.warning("could not poke run %s through the channel layer", run_id, exc_info=True)
+
+
+def wake_local_workers() -> None:
+    with _local_lock:
+        workers = list(_local_workers)
+    for worker in workers:
+        worker.wake_threadsafe()
+
+
+# ---- the worker ----
+
+
+class Worker:
+    def __init__(
+        self,
+        *,
+        concurrency: int = 8,
+        lease: float | None = None,
+        poll_interval: float = 1.0,
+        worker_id: str | None = None,
+        runtime: Runtime | None = None,
+        listen: bool | None = None,
+    ) -> None:
+        self.concurrency = concurrency
+        self.lease = lease if lease is not None else lease_seconds()
+        self.poll_interval = poll_interval
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+        self.runtime = runtime or get_runtime()
+        self.listen = bool(getattr(settings, "REDIS_URL", "")) if listen is None else listen
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.controls: dict[str, DatabaseRunControl] = {}
+        self.claims: dict[str, Claim] = {}
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # thread-safe entry points
+    def wake_threadsafe(self) -> None:
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def poke_threadsafe(self, run_id: str) -> None:
+        if self._loop is not None and not self._loop.is_closed() and run_id in self.controls:
+            self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._check_cancel(run_id)))
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    async def _check_cancel(self, run_id: str) -> None:
+        claim = self.claims.get(run_id)
+        control = self.controls.get(run_id)
+        if claim is None or control is None:
+            return
+        held, cancel = await run_in_db_thread(renew_lease, claim, self.lease)
+        if cancel or not held:
+            control.cancel()
+
+    async def run(self, *, drain_timeout: float = 30.0) -> None:
+        """Claim and execute runs until stop(); then drain the runs in progress."""
+        self._loop = asyncio.get_running_loop()
+        with _local_lock:
+            _local_workers.add(self)
+        listener = asyncio.ensure_future(self._listen()) if self.listen else None
+        log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
+        try:
+            while not self._stopping.is_set():
+                claimed = await self._fill()
+                if claimed:
+                    continue
+                self._wake.clear()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+        finally:
+            with _local_lock:
+                _local_workers.discard(self)
+            if listener is not None:
+                listener.cancel()
+            await self._drain(drain_timeout)
+
+    async def _fill(self) -> bool:
+        """Claim runs while there are free slots; True if any was claimed."""
+        claimed = False
+        while len(self.tasks) < self.concurrency and not self._stopping.is_set():
+            try:
+                claim = await run_in_db_thread(claim_next_run, self.worker_id, self.lease)
+            except Exception:
+                log.exception("claiming failed")
+                return claimed
+            if claim is None:
+                return claimed
+            claimed = True
+            self.claims[claim.run_id] = claim
+            self.controls[claim.run_id] = DatabaseRunControl(claim)
+            task = asyncio.ensure_future(self._execute(claim))
+            self.tasks[claim.run_id] = task
+            task.add_done_callback(lambda _t, run_id=claim.run_id: self._forget(run_id))
+        return claimed
+
+    def _forget(self, run_id: str) -> None:
+        self.tasks.pop(run_id, None)
+        self.controls.pop(run_id, None)
+        self.claims.pop(run_id, None)
+        self._wake.set()  # a slot is free
+
+    async def _execute(self, claim: Claim) -> None:
+        control = self.controls[claim.run_id]
+        heartbeat = asyncio.ensure_future(self._heartbeat(claim, control))
+        channel_group = RUN_CONTROL_GROUP_PREFIX + claim.run_id
+        await self._group_add(channel_group)
+        try:
+            terminal = await self.runtime.run_invocation(
+                claim.session_id, claim.invocation_id, control=control, fence=claim.fence
+            )
+        except LeaseLost:
+            log.warning("run %s: lease lost; another worker owns it now", claim.run_id)
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            # The terminal event could not be journaled (e.g. the database went away):
+            # the lease will expire and another worker recovers the run.
+            log.exception("run %s: invocation crashed", claim.run_id)
+            return
+        finally:
+            heartbeat.cancel()
+            await self._group_discard(channel_group)
+        try:
+            await run_in_db_thread(finish_run, claim, terminal)
+            await run_in_db_thread(actions.promote_pending_run, claim.session_id)
+        except Exception:
+            log.exception("run %s: could not record its end", claim.run_id)
+
+    async def _heartbeat(self, claim: Claim, control: DatabaseRunControl) -> None:
+        interval = max(self.lease / 3, 0.2)
+        cancel_poll = min(interval, 1.0)
+        elapsed = 0.0
+        while True:
+            await asyncio.sleep(cancel_poll)
+            elapsed += cancel_poll
+            try:
+                if elapsed >= interval:
+                    elapsed = 0.0
+                    held, cancel = await run_in_db_thread(renew_lease, claim, self.lease)
+                else:
+                    held, cancel = True, await run_in_db_thread(
+                        lambda: Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
+                    )
+            except Exception:
+                log.warning("run %s: heartbeat failed", claim.run_id, exc_info=True)
+                continue
+            if not held:
+                log.warning("run %s: lease lost; stopping it", claim.run_id)
+                task = self.tasks.get(claim.run_id)
+                if task is not None:
+                    task.cancel()
+                return
+            if cancel:
+                control.cancel()
+
+    async def _drain(self, timeout: float) -> None:
+        if not self.tasks:
+            return
+        log.info("worker %s draining %s runs", self.worker_id, len(self.tasks))
+        tasks = list(self.tasks.values())
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for claim in list(self.claims.values()):
+            if self.tasks.get(claim.run_id) in pending:
+                await run_in_db_thread(release_lease, claim)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+
+    # ---- channel layer (multi-process wake-ups) ----
+
+    async def _listen(self) -> None:
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        self._channel = await layer.new_channel("sectr.worker.")
+        await layer.group_add(WORKERS_GROUP, self._channel)
+        while True:
+            try:
+                message = await layer.receive(self._channel)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                await asyncio.sleep(1)
+                continue
+            if message.get("type") == "runs.wake":
+                self._wake.set()
+            elif message.get("type") == "run.control" and message.get("run_id") in self.controls:
+                asyncio.ensure_future(self._check_cancel(message["run_id"]))
+
+    async def _group_add(self, group: str) -> None:
+        if not self.listen or not hasattr(self, "_channel"):
+            return
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        with contextlib.suppress(Exception):
+            await layer.group_add(group, self._channel)
+
+    async def _group_discard(self, group: str) -> None:
+        if not self.listen or not hasattr(self, "_channel"):
+            return
+        from channels.layers import get_channel_layer
+
+        layer = get_channel_layer()
+        with contextlib.suppress(Exception):
+            await layer.group_discard(group, self._channel)
+
+
+# ---- the embedded worker (SQLite default: inside the serving process) ----
+
+_embedded: Worker | None = None
+
+
+def embedded_worker_enabled() -> bool:
+    default = connection.vendor == "sqlite"
+    raw = os.environ.get("SECTR_EMBEDDED_WORKER")
+    return default if raw in (None, "") else raw.lower() in {"1", "true", "yes", "on"}
+
+
+def start_embedded_worker() -> Worker | None:
+    """Start a worker on the running event loop (the server's), once per process."""
+    global _embedded
+    if _embedded is not None or not embedded_worker_enabled():
+        return _embedded
+    _embedded = Worker(concurrency=int(os.environ.get("SECTR_WORKER_CONCURRENCY", "16")))
+    asyncio.get_running_loop().create_task(_embedded.run())
+    return _embedded
+
