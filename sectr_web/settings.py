@@ -101,7 +101,13 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+            "CONFIG": {
+                "hosts": [REDIS_URL],
+                "capacity": 1500,
+                "expiry": 30,
+                # Distinct prefixes keep separate deployments (and test servers) apart on one Redis.
+                "prefix": os.environ.get("SECTR_CHANNEL_PREFIX", "asgi"),
+            },
         }
     }
 else:
