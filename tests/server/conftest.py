@@ -1,0 +1,108 @@
+"""Shared fixtures for the Django tests: three standing users and a session factory.
+
+owner owns the sessions the factory makes; teammate is a second account (for sharing
+and review); outsider must never see the owner's sessions. Users get no usable
+password: log them in with `client.force_login` (or use the *_client fixtures).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.test import Client
+
+from sectr.events import EventType
+from sectr.journal import NewEvent
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import Session
+
+
+def make_user(username: str) -> Any:
+    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org")
+
+
+@pytest.fixture
+def owner(db: None) -> Any:
+    return make_user("owner")
+
+
+@pytest.fixture
+def teammate(db: None) -> Any:
+    return make_user("teammate")
+
+
+@pytest.fixture
+def outsider(db: None) -> Any:
+    return make_user("outsider")
+
+
+def _client_for(user: AbstractBaseUser) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def owner_client(owner: Any) -> Client:
+    return _client_for(owner)
+
+
+@pytest.fixture
+def teammate_client(teammate: Any) -> Client:
+    return _client_for(teammate)
+
+
+@pytest.fixture
+def outsider_client(outsider: Any) -> Client:
+    return _client_for(outsider)
+
+
+@pytest.fixture
+def journal() -> DatabaseJournal:
+    return DatabaseJournal()
+
+
+class SessionFactory(Protocol):
+    def __call__(
+        self,
+        user: Any = None,
+        *,
+        title: str | None = None,
+        mode: str = "default",
+        model: str = "demo",
+        limits: dict[str, int] | None = None,
+    ) -> Session: ...
+
+
+@pytest.fixture
+def make_session(db: None, owner: Any) -> SessionFactory:
+    """Create a Session row and journal its SESSION_CREATED (seq 1), like create_session."""
+
+    def factory(
+        user: Any = None,
+        *,
+        title: str | None = None,
+        mode: str = "default",
+        model: str = "demo",
+        limits: dict[str, int] | None = None,
+    ) -> Session:
+        session = Session.objects.create(owner=user or owner, mode=mode, model=model)
+        payload: dict[str, Any] = {"mode": mode, "model": model}
+        if title is not None:
+            payload["title"] = title
+        if limits is not None:
+            payload["limits"] = limits
+        DatabaseJournal().append_sync(session.id, [NewEvent(EventType.SESSION_CREATED, payload)])
+        session.refresh_from_db()
+        return session
+
+    return factory
+
+
+@pytest.fixture
+def session(make_session: SessionFactory) -> Session:
+    """One session of the owner's, titled "Test session"."""
+    return make_session(title="Test session")

@@ -1,0 +1,658 @@
+"""The database journal: gapless concurrent appends, fencing, all-or-nothing batches,
+the cached projection, compaction reads, live publication, and API tokens.
+
+Run on SQLite (in-memory channel layer) and on PostgreSQL (Redis channel layer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from sectr.errors import LeaseLost, NotFound
+from sectr.events import (
+    Envelope,
+    EventType,
+    approval_decision_reason,
+    usage_dict,
+    user_message_reason,
+)
+from sectr.journal import MemoryJournal, NewEvent
+from sectr.state import project
+from sessions_app import publish
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
+from sessions_app.models import Envelope as EnvelopeRow
+
+E = EventType
+
+
+def delta(text: str, message_id: str = "msg_1", invocation_id: str | None = "inv_1") -> NewEvent:
+    return NewEvent(E.MESSAGE_DELTA, {"message_id": message_id, "text": text}, invocation_id)
+
+
+def seqs(session_id: str) -> list[int]:
+    return list(EnvelopeRow.objects.filter(session_id=session_id).order_by("seq").values_list("seq", flat=True))
+
+
+def run_threads(count: int, target: Callable[[int], None]) -> list[BaseException]:
+    """Run target(i) in `count` threads started together; each closes its DB connection."""
+    barrier = threading.Barrier(count)
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            target(i)
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert not any(thread.is_alive() for thread in threads)
+    return errors
+
+
+def close_connection() -> None:
+    # Resolved in the calling thread: `connection` is a per-thread proxy.
+    connection.close()
+
+
+def mixed_events(inv: str = "inv_1") -> list[list[NewEvent]]:
+    """Batches covering every kind of projection change, deltas in between."""
+    ask = {"ask_id": "ask_1", "tool_call_id": "call_2", "name": "shell", "arguments": {"cmd": "ls"}}
+    return [
+        [NewEvent(E.SESSION_UPDATED, {"title": "Renamed", "mode": "plan"})],
+        [NewEvent(E.INVOCATION_STARTED, {"reason": user_message_reason("hello")}, inv)],
+        [NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant", "model": "demo"}, inv)],
+        [delta("Hel"), delta("lo")],
+        [delta("!")],
+        [
+            NewEvent(E.MESSAGE_END, {"message_id": "msg_1", "usage": usage_dict(10, 5)}, inv),
+            NewEvent(
+                E.TOOL_CALL,
+                {
+                    "message_id": "msg_1",
+                    "tool_call_id": "call_1",
+                    "name": "write_note",
+                    "arguments": '{"title": "a", "body": "b"}',
+                },
+                inv,
+            ),
+            NewEvent(E.TOOL_RESULT, {"tool_call_id": "call_1", "name": "write_note", "content": "ok"}, inv),
+        ],
+        [NewEvent(E.APPROVAL_REQUESTED, ask, inv), NewEvent(E.INVOCATION_SUSPENDED, {"ask_id": "ask_1"}, inv)],
+        [
+            NewEvent(
+                E.INVOCATION_STARTED,
+                {"reason": approval_decision_reason("ask_1", True, approver="owner", verdict="allow_always")},
+                "inv_2",
+            )
+        ],
+        [
+            NewEvent(
+                E.TRANSCRIPT_COMPACTED, {"messages": [{"role": "user", "content": "hello"}], "through_seq": 5}, "inv_2"
+            )
+        ],
+        [NewEvent(E.MESSAGE_START, {"message_id": "msg_2", "role": "assistant"}, "inv_2")],
+        [delta("bye", "msg_2", "inv_2")],
+        [
+            NewEvent(E.MESSAGE_END, {"message_id": "msg_2", "usage": usage_dict(7, 3, reasoning_tokens=1)}, "inv_2"),
+            NewEvent(E.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": usage_dict(17, 8)}, "inv_2"),
+        ],
+        [delta("late", "msg_3", "inv_2")],
+    ]
+
+
+# ---- concurrency ----
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_gives_50_concurrent_appends_to_one_session_gapless_seqs(make_session: Any) -> None:
+    session = make_session()
+    journal = DatabaseJournal(publish=False)
+    got: list[int] = []
+    lock = threading.Lock()
+
+    def append(i: int) -> None:
+        # Half deltas (the fast path), half projection changes (the full path).
+        event = (
+            delta(f"d{i}") if i % 2 else NewEvent(E.TOOL_RESULT, {"tool_call_id": f"c{i}", "name": "x", "content": ""})
+        )
+        envelopes = journal.append_sync(session.id, [event])
+        with lock:
+            got.extend(e.seq for e in envelopes)
+
+    errors = run_threads(50, append)
+    assert errors == []
+    assert sorted(got) == list(range(2, 52))  # seq 1 is SESSION_CREATED
+    assert seqs(session.id) == list(range(1, 52))
+    session.refresh_from_db()
+    assert session.last_seq == 51
+    assert session.projection().to_dict() == project(journal.load_sync(session.id)).to_dict()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_keeps_each_session_gapless_under_concurrent_appends_to_many(make_session: Any) -> None:
+    sessions = [make_session() for _ in range(4)]
+    journal = DatabaseJournal(publish=False)
+
+    def append(i: int) -> None:
+        target = sessions[i % len(sessions)]
+        for n in range(3):
+            journal.append_sync(target.id, [delta(f"{i}.{n}"), delta("x")] if n % 2 else [delta(f"{i}.{n}")])
+
+    errors = run_threads(24, append)
+    assert errors == []
+    for target in sessions:
+        # 6 threads a session, each 1 + 2 + 1 envelopes, after SESSION_CREATED.
+        assert seqs(target.id) == list(range(1, 1 + 6 * 4 + 1))
+        target.refresh_from_db()
+        assert target.last_seq == 25
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_appends_concurrently_from_many_tasks(make_session: Any) -> None:
+    session = await sync_to_async(make_session)()
+    journal = DatabaseJournal(publish=False)
+    batches = await asyncio.gather(*(journal.append(session.id, [delta(str(i))]) for i in range(30)))
+    assert sorted(e.seq for batch in batches for e in batch) == list(range(2, 32))
+    loaded = await journal.load(session.id)
+    assert [e.seq for e in loaded] == list(range(1, 32))
+    state = await journal.state(session.id)
+    assert state.last_seq == 31
+
+
+# ---- fencing and all-or-nothing ----
+
+
+def leased_run(session: Session, token: str = "tok-current", **fields: Any) -> Run:
+    return Run.objects.create(
+        session=session, invocation_id="inv_1", status=Run.RUNNING, lease_owner="worker-a", lease_token=token, **fields
+    )
+
+
+@pytest.mark.django_db
+def test_it_accepts_a_write_fenced_by_the_current_lease(session: Session, journal: DatabaseJournal) -> None:
+    run = leased_run(session)
+    envelopes = journal.append_sync(session.id, [delta("hi")], fence=(run.id, "tok-current"))
+    assert [e.seq for e in envelopes] == [2]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("batch", [[delta("late")], [NewEvent(E.SESSION_ERROR, {"error": "x", "retryable": True})]])
+def test_it_refuses_a_write_with_a_stale_lease_token(
+    session: Session, journal: DatabaseJournal, batch: list[NewEvent]
+) -> None:
+    run = leased_run(session, token="tok-new")  # another worker took the run over
+    with pytest.raises(LeaseLost):
+        journal.append_sync(session.id, batch, fence=(run.id, "tok-old"))
+    assert seqs(session.id) == [1]
+    session.refresh_from_db()
+    assert session.last_seq == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fields", [{"status": Run.COMPLETED}, {"status": Run.SUSPENDED}, {"finished_at": timezone.now()}]
+)
+def test_it_refuses_a_write_fenced_by_a_finished_run(
+    session: Session, journal: DatabaseJournal, fields: dict[str, Any]
+) -> None:
+    run = leased_run(session)
+    Run.objects.filter(pk=run.pk).update(**fields)
+    with pytest.raises(LeaseLost):
+        journal.append_sync(session.id, [delta("x")], fence=(run.id, "tok-current"))
+    assert seqs(session.id) == [1]
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_fence_of_another_sessions_run(make_session: Any, journal: DatabaseJournal) -> None:
+    mine, other = make_session(), make_session()
+    run = leased_run(other)
+    with pytest.raises(LeaseLost):
+        journal.append_sync(mine.id, [delta("x")], fence=(run.id, "tok-current"))
+    with pytest.raises(LeaseLost):
+        journal.append_sync(mine.id, [delta("x")], fence=("run_missing", "tok-current"))
+    assert seqs(mine.id) == [1]
+
+
+@pytest.mark.django_db
+def test_it_rolls_back_only_the_refused_append_inside_an_outer_block(
+    session: Session, journal: DatabaseJournal
+) -> None:
+    run = leased_run(session, token="tok-new")
+    with transaction.atomic():
+        journal.append_sync(session.id, [NewEvent(E.STEER_RECEIVED, {"text": "first"})])
+        with pytest.raises(LeaseLost):
+            journal.append_sync(session.id, [delta("late")], fence=(run.id, "tok-old"))
+        journal.append_sync(session.id, [NewEvent(E.STEER_RECEIVED, {"text": "second"})])
+    assert seqs(session.id) == [1, 2, 3]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_raises_lease_lost_from_the_async_append(session: Session, journal: DatabaseJournal) -> None:
+    run = await Run.objects.acreate(session=session, status=Run.RUNNING, lease_token="tok-new")
+    with pytest.raises(LeaseLost):
+        await journal.append(session.id, [delta("x")], fence=(run.id, "tok-old"))
+    assert (await journal.state(session.id)).last_seq == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "bad_payload",
+    [{"content": object()}, {"content": math.nan}, "not a dict"],
+    ids=["object", "nan", "not-a-dict"],
+)
+def test_it_writes_nothing_for_a_batch_with_a_bad_payload(
+    session: Session, journal: DatabaseJournal, bad_payload: Any
+) -> None:
+    good = NewEvent(E.TOOL_RESULT, {"tool_call_id": "c1", "name": "x", "content": "fine"})
+    with pytest.raises((TypeError, ValueError)):
+        journal.append_sync(session.id, [good, NewEvent(E.TOOL_RESULT, bad_payload)])
+    assert seqs(session.id) == [1]
+    session.refresh_from_db()
+    assert session.last_seq == 1
+    assert session.state["tool_calls"] == 0
+
+
+@pytest.mark.django_db
+def test_it_writes_nothing_for_an_unknown_event_type(session: Session, journal: DatabaseJournal) -> None:
+    with pytest.raises(ValueError):
+        journal.append_sync(session.id, [delta("ok"), NewEvent("NOT_A_TYPE", {})])  # type: ignore[arg-type]
+    assert seqs(session.id) == [1]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("batch", [[delta("x")], [NewEvent(E.STEER_RECEIVED, {"text": "x"})]])
+def test_it_rolls_back_the_seq_bump_when_the_insert_fails(
+    session: Session, journal: DatabaseJournal, batch: list[NewEvent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken_insert(*args: Any) -> None:
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(DatabaseJournal, "_insert", broken_insert)
+    with pytest.raises(RuntimeError):
+        journal.append_sync(session.id, batch)
+    session.refresh_from_db()
+    assert session.last_seq == 1
+    assert seqs(session.id) == [1]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("batch", [[delta("x")], [NewEvent(E.STEER_RECEIVED, {"text": "x"})], []])
+def test_it_raises_not_found_for_an_unknown_session(journal: DatabaseJournal, batch: list[NewEvent]) -> None:
+    with pytest.raises(NotFound):
+        journal.append_sync("ses_missing", batch)
+    with pytest.raises(NotFound):
+        journal.load_sync("ses_missing")
+    with pytest.raises(NotFound):
+        journal.load_since_compaction_sync("ses_missing")
+    with pytest.raises(NotFound):
+        journal.state_sync("ses_missing")
+    assert not EnvelopeRow.objects.exists()
+
+
+# ---- the projection ----
+
+
+@pytest.mark.django_db
+def test_it_caches_a_projection_equal_to_the_fold_of_the_journal(session: Session, journal: DatabaseJournal) -> None:
+    for batch in mixed_events():
+        journal.append_sync(session.id, batch)
+    envelopes = journal.load_sync(session.id)
+    folded = project(envelopes)
+    session.refresh_from_db()
+    assert session.projection().to_dict() == folded.to_dict()
+    assert journal.state_sync(session.id).to_dict() == folded.to_dict()
+    assert (session.status, session.title, session.title_source, session.mode) == (
+        "completed",
+        "Renamed",
+        "user",
+        "plan",
+    )
+    assert session.token_total == 17 + 8
+    assert session.compaction_seq == folded.compaction_seq > 0
+    assert session.last_seq == envelopes[-1].seq
+    assert session.updated_at == envelopes[-1].created_at
+    assert folded.grants == ["shell"] and folded.notes == {"a": "b"}
+
+
+@pytest.mark.django_db
+def test_it_matches_the_memory_journal_envelope_for_envelope(session: Session, journal: DatabaseJournal) -> None:
+    memory = MemoryJournal()
+    memory.create(session.id)
+    memory.append_now(
+        session.id, [NewEvent(E.SESSION_CREATED, {"mode": "default", "model": "demo", "title": "Test session"})]
+    )
+    for batch in mixed_events():
+        assert [e.seq for e in journal.append_sync(session.id, batch)] == [
+            e.seq for e in memory.append_now(session.id, batch)
+        ]
+
+    def shape(envelopes: list[Envelope]) -> list[tuple[Any, ...]]:
+        return [(e.seq, e.type, e.invocation_id, e.payload) for e in envelopes]
+
+    assert shape(journal.load_sync(session.id)) == shape(memory.read(session.id))
+    assert shape(journal.load_sync(session.id, after_seq=7)) == shape(memory.read(session.id, 7))
+
+
+@pytest.mark.django_db
+def test_it_rebuilds_the_projection_from_the_journal_alone(session: Session, journal: DatabaseJournal) -> None:
+    for batch in mixed_events():
+        journal.append_sync(session.id, batch)
+    expected = journal.state_sync(session.id).to_dict()
+    Session.objects.filter(pk=session.pk).update(state={}, status="idle", title="", last_seq=0, token_total=0)
+    rebuilt = journal.rebuild_projection_sync(session.id)
+    assert rebuilt.to_dict() == expected
+    session.refresh_from_db()
+    assert session.projection().to_dict() == expected
+    assert (session.status, session.title, session.token_total) == ("completed", "Renamed", 25)
+
+
+@pytest.mark.django_db
+def test_it_bumps_only_last_seq_for_a_delta_only_batch(session: Session, journal: DatabaseJournal) -> None:
+    journal.append_sync(session.id, [NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant"})])
+    session.refresh_from_db()
+    state_before = session.state
+    with CaptureQueriesContext(connection) as queries:
+        envelopes = journal.append_sync(session.id, [delta("a"), delta("b")])
+    assert [e.seq for e in envelopes] == [3, 4]
+    statements = [q["sql"] for q in queries.captured_queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    # One UPDATE ... RETURNING (the lock and the bump) and one INSERT; the state JSON is untouched.
+    assert len(statements) == 2, statements
+    assert not any("state" in sql.split("WHERE")[0] for sql in statements if sql.startswith("UPDATE"))
+    session.refresh_from_db()
+    assert session.state == state_before
+    assert session.last_seq == 4
+    projection = session.projection()
+    assert projection.last_seq == 4
+    assert projection.updated_at == envelopes[-1].created_at
+    assert projection.to_dict() == project(journal.load_sync(session.id)).to_dict()
+    # The next full append folds on top of the lagging state JSON correctly.
+    journal.append_sync(session.id, [NewEvent(E.MESSAGE_END, {"message_id": "msg_1"})])
+    session.refresh_from_db()
+    assert session.state["last_seq"] == 5
+    assert session.projection().to_dict() == project(journal.load_sync(session.id)).to_dict()
+
+
+@pytest.mark.django_db
+def test_it_gives_a_fresh_session_row_an_empty_projection(owner: Any, journal: DatabaseJournal) -> None:
+    bare = Session.objects.create(owner=owner)
+    assert journal.state_sync(bare.id).to_dict() == project([], session_id=bare.id).to_dict()
+    assert journal.load_sync(bare.id) == []
+
+
+# ---- reads ----
+
+
+@pytest.mark.django_db
+def test_it_loads_since_the_newest_compaction(session: Session, journal: DatabaseJournal) -> None:
+    def compaction(n: int) -> NewEvent:
+        return NewEvent(E.TRANSCRIPT_COMPACTED, {"messages": [{"role": "user", "content": f"c{n}"}], "through_seq": 1})
+
+    journal.append_sync(session.id, [delta(str(i)) for i in range(20)])
+    journal.append_sync(session.id, [compaction(1)])
+    journal.append_sync(session.id, [delta(str(i)) for i in range(20)])
+    (newest,) = journal.append_sync(session.id, [compaction(2)])
+    tail = journal.append_sync(session.id, [delta("after"), NewEvent(E.STEER_RECEIVED, {"text": "s"})])
+
+    with CaptureQueriesContext(connection) as queries:
+        loaded = journal.load_since_compaction_sync(session.id)
+    assert [e.seq for e in loaded] == [newest.seq] + [e.seq for e in tail]
+    assert loaded[0].payload["messages"][0]["content"] == "c2"
+    # The envelope read is bounded by the compaction's seq, so older rows are not read.
+    envelope_sql = [q["sql"] for q in queries.captured_queries if "sessions_app_envelope" in q["sql"]]
+    assert len(envelope_sql) == 1
+    assert f">= {newest.seq}" in envelope_sql[0]
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            sql = f"EXPLAIN QUERY PLAN {envelope_sql[0]}"
+            plan = " ".join(str(row) for row in cursor.execute(sql).fetchall())
+        assert "seq>?" in plan.replace(" ", "") or "seq>=?" in plan.replace(" ", "") or "INDEX" in plan, plan
+
+
+@pytest.mark.django_db
+def test_it_loads_the_whole_journal_when_nothing_was_compacted(session: Session, journal: DatabaseJournal) -> None:
+    journal.append_sync(session.id, [delta("a"), delta("b")])
+    assert [e.seq for e in journal.load_since_compaction_sync(session.id)] == [1, 2, 3]
+    assert [e.seq for e in journal.load_sync(session.id, after_seq=1)] == [2, 3]
+    assert journal.load_sync(session.id, after_seq=3) == []
+
+
+@pytest.mark.django_db
+def test_it_returns_what_it_loads_from_append(session: Session, journal: DatabaseJournal) -> None:
+    appended = journal.append_sync(
+        session.id,
+        [
+            NewEvent(
+                E.TOOL_CALL,
+                {"message_id": "m", "tool_call_id": "c", "name": "n", "arguments": '{"a": [1, 2]}', "extra": (1, 2)},
+                "inv_9",
+            )
+        ],
+    )
+    assert appended == journal.load_sync(session.id, after_seq=1)
+    assert appended[0].payload["extra"] == [1, 2]  # normalised through JSON, as stored
+    assert appended[0].created_at.tzinfo is not None
+
+
+# ---- publication ----
+
+
+class RecordingLayer:
+    """Wraps the real channel layer and records when group_send is called."""
+
+    def __init__(self, layer: Any, log: list[str]) -> None:
+        self.layer = layer
+        self.log = log
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        self.log.append(group)
+        await self.layer.group_send(group, message)
+
+
+async def subscribe(group: str) -> tuple[Any, str]:
+    layer = get_channel_layer()
+    assert layer is not None
+    channel = await layer.new_channel()
+    await layer.group_add(group, channel)
+    return layer, channel
+
+
+async def receive_for(layer: Any, channel: str, session_id: str, timeout: float = 5) -> dict[str, Any]:
+    """The next message about `session_id` (other test runs may share a Redis)."""
+    async with asyncio.timeout(timeout):
+        while True:
+            message = await layer.receive(channel)
+            if message.get("session_id") == session_id:
+                return message
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_publishes_an_async_append_to_the_session_group(session: Session, journal: DatabaseJournal) -> None:
+    layer, channel = await subscribe(publish.session_group(session.id))
+    appended = await journal.append(session.id, [delta("a"), delta("b")])
+    message = await receive_for(layer, channel, session.id)
+    assert message["type"] == "journal.envelopes"
+    assert message["envelopes"] == [e.to_dict() for e in appended]
+    assert [Envelope.from_dict(e) for e in message["envelopes"]] == appended
+    await layer.group_discard(publish.session_group(session.id), channel)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_publishes_a_sync_append_only_after_the_outer_block_commits(
+    session: Session, journal: DatabaseJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = publish.session_group(session.id)
+    layer, channel = await subscribe(group)
+    sent: list[str] = []
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: RecordingLayer(layer, sent))
+
+    # Thread-sensitive sync_to_async calls share one thread (and its connection), so the
+    # block can be entered in one call and left in a later one.
+    block = transaction.atomic()
+    await sync_to_async(block.__enter__)()
+    try:
+        appended = await sync_to_async(journal.append_sync)(session.id, [NewEvent(E.STEER_RECEIVED, {"text": "hi"})])
+        await asyncio.sleep(0.2)
+        assert sent == []  # nothing leaves before the commit
+    finally:
+        await sync_to_async(block.__exit__)(None, None, None)
+        await sync_to_async(close_connection)()
+    assert sent == [group]
+    message = await receive_for(layer, channel, session.id)
+    assert message["envelopes"] == [e.to_dict() for e in appended]
+    await layer.group_discard(group, channel)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_publishes_nothing_when_the_outer_block_rolls_back(
+    session: Session, journal: DatabaseJournal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent: list[str] = []
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: RecordingLayer(get_channel_layer(), sent))
+    with pytest.raises(RuntimeError), transaction.atomic():
+        journal.append_sync(session.id, [NewEvent(E.STEER_RECEIVED, {"text": "hi"})])
+        raise RuntimeError("the action failed after the append")
+    assert sent == []
+    assert seqs(session.id) == [1]
+    journal.append_sync(session.id, [NewEvent(E.STEER_RECEIVED, {"text": "again"})])
+    assert sent == [publish.session_group(session.id)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_sends_asks_and_decisions_to_the_moderation_group(session: Session, journal: DatabaseJournal) -> None:
+    layer, channel = await subscribe(publish.MODERATION_GROUP)
+    ask = {"ask_id": "ask_1", "tool_call_id": None, "name": "request_approval", "arguments": {}}
+    await journal.append(session.id, [NewEvent(E.INVOCATION_STARTED, {"reason": user_message_reason("x")}, "inv_1")])
+    await journal.append(session.id, [delta("thinking")])
+    await journal.append(
+        session.id,
+        [NewEvent(E.APPROVAL_REQUESTED, ask, "inv_1"), NewEvent(E.INVOCATION_SUSPENDED, {"ask_id": "ask_1"}, "inv_1")],
+    )
+    decision = approval_decision_reason("ask_1", False, approver="teammate", verdict="deny")
+    await journal.append(session.id, [NewEvent(E.INVOCATION_STARTED, {"reason": decision}, "inv_2")])
+
+    first = await receive_for(layer, channel, session.id)
+    assert [e["type"] for e in first["envelopes"]] == ["APPROVAL_REQUESTED"]
+    assert first["envelopes"][0]["payload"]["ask_id"] == "ask_1"
+    second = await receive_for(layer, channel, session.id)
+    assert [(e["type"], e["payload"]["reason"]["kind"]) for e in second["envelopes"]] == [
+        ("INVOCATION_STARTED", "approval_decision")
+    ]
+    await layer.group_discard(publish.MODERATION_GROUP, channel)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_logs_and_swallows_publication_failures(
+    session: Session, journal: DatabaseJournal, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class BrokenLayer:
+        async def group_send(self, group: str, message: dict[str, Any]) -> None:
+            raise ConnectionError("redis is down")
+
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: BrokenLayer())
+    with caplog.at_level(logging.WARNING, logger="sectr.publish"):
+        appended = await journal.append(session.id, [delta("a")])
+        await sync_to_async(journal.append_sync)(session.id, [delta("b")])
+        await sync_to_async(close_connection)()
+    assert [e.seq for e in appended] == [2]
+    assert (await journal.state(session.id)).last_seq == 3
+    assert "could not publish" in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_wakes_the_workers() -> None:
+    layer, channel = await subscribe(publish.WORKERS_GROUP)
+    await publish.awake_workers()
+    async with asyncio.timeout(5):
+        assert await layer.receive(channel) == {"type": "runs.wake"}
+    await sync_to_async(publish.wake_workers)()
+    async with asyncio.timeout(5):
+        assert await layer.receive(channel) == {"type": "runs.wake"}
+    await layer.group_discard(publish.WORKERS_GROUP, channel)
+
+
+def test_it_names_session_groups_that_channels_accepts() -> None:
+    assert publish.session_group("ses_abc") == "sectr.session.ses_abc"
+    odd = publish.session_group("ses with spaces/é" * 10)
+    assert odd.startswith("sectr.session.h") and len(odd) < 100
+    assert odd.replace(".", "").replace("_", "").isalnum()
+    assert publish.session_group("a b") != publish.session_group("a_b")
+
+
+# ---- API tokens ----
+
+
+@pytest.mark.django_db
+def test_it_issues_a_token_and_stores_only_its_hash(owner: Any) -> None:
+    token, raw = ApiToken.issue(owner, "laptop")
+    assert raw.startswith("sectr_") and len(raw) > 40
+    assert token.prefix == raw[:12]
+    assert raw not in token.token_hash and len(token.token_hash) == 64
+    found = ApiToken.authenticate(raw)
+    assert found is not None and found.pk == token.pk and found.user == owner
+    assert found.last_used_at is not None
+
+
+@pytest.mark.django_db
+def test_it_refuses_wrong_revoked_and_malformed_tokens(owner: Any) -> None:
+    token, raw = ApiToken.issue(owner, "laptop")
+    assert ApiToken.authenticate(raw[:-1] + ("A" if raw[-1] != "A" else "B")) is None  # right prefix, wrong secret
+    assert ApiToken.authenticate("") is None
+    assert ApiToken.authenticate(None) is None
+    assert ApiToken.authenticate("Bearer " + raw) is None
+    token.revoke()
+    assert ApiToken.authenticate(raw) is None
+
+
+@pytest.mark.django_db
+def test_it_refuses_the_token_of_a_deactivated_user(owner: Any) -> None:
+    _, raw = ApiToken.issue(owner, "laptop")
+    owner.is_active = False
+    owner.save()
+    assert ApiToken.authenticate(raw) is None
+
+
+# ---- media ----
+
+
+@pytest.mark.django_db
+def test_it_deletes_only_media_no_session_uses(
+    make_session: Any, settings: Any, tmp_path: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.core.files.base import ContentFile
+
+    settings.MEDIA_ROOT = str(tmp_path)
+    first, second = make_session(), make_session()
+    shared = MediaBlob(sha256="a" * 64, mime_type="image/png", size=3, kind="image")
+    shared.file.save("x.png", ContentFile(b"png"))
+    own = MediaBlob(sha256="b" * 64, mime_type="image/png", size=3, kind="image")
+    own.file.save("y.png", ContentFile(b"png"))
+    SessionMedia.objects.create(session=first, blob=shared)
+    SessionMedia.objects.create(session=second, blob=shared)
+    SessionMedia.objects.create(session=first, blob=own)
+
+    first.delete()
+    with django_capture_on_commit_callbacks(execute=True):
+        assert MediaBlob.delete_orphans() == 1
+    assert list(MediaBlob.objects.values_list("sha256", flat=True)) == ["a" * 64]
+    assert (tmp_path / shared.file.name).exists()
+    assert not (tmp_path / own.file.name).exists()
