@@ -656,3 +656,34 @@ def test_it_deletes_only_media_no_session_uses(
     assert list(MediaBlob.objects.values_list("sha256", flat=True)) == ["a" * 64]
     assert (tmp_path / shared.file.name).exists()
     assert not (tmp_path / own.file.name).exists()
+
+
+# ---- admin ----
+
+
+@pytest.mark.django_db
+def test_it_renders_the_admin_without_showing_token_hashes(session: Session, owner: Any) -> None:
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    admin_user = get_user_model().objects.create_superuser(username="root", email="root@example.org", password=None)
+    client = Client()
+    client.force_login(admin_user)
+    token, _ = ApiToken.issue(owner, "laptop")
+    run = Run.objects.create(session=session)
+    envelope = EnvelopeRow.objects.get(session=session, seq=1)
+    for url in [
+        "/admin/sessions_app/session/",
+        f"/admin/sessions_app/session/{session.pk}/change/",
+        "/admin/sessions_app/envelope/",
+        f"/admin/sessions_app/envelope/{envelope.pk}/change/",
+        "/admin/sessions_app/run/",
+        f"/admin/sessions_app/run/{run.pk}/change/",
+        "/admin/sessions_app/apitoken/",
+        f"/admin/sessions_app/apitoken/{token.pk}/change/",
+        "/admin/sessions_app/reviewnote/",
+    ]:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        assert token.token_hash not in response.content.decode()
+    assert client.get("/admin/sessions_app/envelope/add/").status_code == 403
