@@ -43,7 +43,7 @@ def _start_when_reactor_runs() -> None:
         from twisted.internet import reactor
     except ImportError:  # not under Daphne
         return
-    reactor.callWhenRunning(start_embedded_worker)  # type: ignore[attr-defined]
+    reactor.callWhenRunning(start_embedded_worker)
 
 
 _start_when_reactor_runs()
