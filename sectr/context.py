@@ -9,6 +9,7 @@ approval gate), `message()` (stream an assistant message into the journal) and
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import uuid
@@ -30,7 +31,7 @@ from sectr.providers.base import (
     TextDelta,
     ToolCallDelta,
 )
-from sectr.state import SessionState
+from sectr.state import SessionState, apply_envelope
 from sectr.tools import ToolContext, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
@@ -166,7 +167,11 @@ class SessionContext:
         self._pending_consumed = False
         self._messages_cache: tuple[int, list[dict[str, Any]]] | None = None
         start = next(
-            (e for e in reversed(transcript) if e.type is EventType.INVOCATION_STARTED and e.invocation_id == invocation_id),
+            (
+                e
+                for e in reversed(transcript)
+                if e.type is EventType.INVOCATION_STARTED and e.invocation_id == invocation_id
+            ),
             None,
         )
         if start is None:
@@ -177,7 +182,10 @@ class SessionContext:
     # ---- the transcript and its fold ----
 
     def _extend(self, envelopes: list[Envelope]) -> None:
+        """Take in what this invocation journaled: the transcript and the state follow."""
         self.transcript.extend(envelopes)
+        for envelope in envelopes:
+            apply_envelope(self.state, envelope)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -239,6 +247,7 @@ class SessionContext:
 
     def execute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
         """Sync twin of `aexecute`, for `def` handlers (which run in a worker thread)."""
+        self._check_sync_caller()
         return self.call(self.aexecute(name, call_id, **arguments))
 
     async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
@@ -259,13 +268,12 @@ class SessionContext:
                 is_error=True,
             )
         if tool.gated:
-            pending = self.pending_tool_call if not self._pending_consumed else None
-            decided_here = pending is not None and (
-                (call_id is not None and call_id == pending["tool_call_id"])
-                or (call_id is None and name == pending["name"] and arguments == pending["arguments"])
-            )
-            if decided_here:
+            ask = self._decided_ask_for(name, arguments, call_id)
+            if ask is not None:
                 self._pending_consumed = True
+                # Executing the pending call without its id still answers that call, so
+                # the model's history stays valid (every tool call gets its result).
+                call_id = call_id or ask.get("tool_call_id")
                 decision = self.decision
                 if not decision.get("approved"):
                     approver = decision.get("approver") or "the approver"
@@ -286,6 +294,19 @@ class SessionContext:
             return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
         self.consecutive_failures = 0
         return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+
+    def _decided_ask_for(self, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any] | None:
+        """The ask this invocation's decision answers, if executing (name, arguments,
+        call_id) is that very action: the same tool call id, or, without an id, the same
+        tool and arguments. Only once per invocation."""
+        if self._pending_consumed:
+            return None
+        ask = self._decided_ask()
+        if ask is None or ask.get("name") != name:
+            return None
+        if call_id is not None:
+            return ask if call_id == ask.get("tool_call_id") else None
+        return ask if arguments == (ask.get("arguments") or {}) else None
 
     async def _tool_result(
         self, call_id: str | None, name: str, content: str, *, is_error: bool, value: Any = None
@@ -420,8 +441,7 @@ class SessionContext:
 
     # ---- sync handlers ----
 
-    def call(self, awaitable: Awaitable[T]) -> T:
-        """Run one of the async helpers from a sync (`def`) handler's thread."""
+    def _check_sync_caller(self) -> asyncio.AbstractEventLoop:
         loop = self.loop
         if loop is None:
             raise RuntimeError("this SessionContext is not attached to a running invocation")
@@ -431,6 +451,16 @@ class SessionContext:
             running = None
         if running is loop:
             raise RuntimeError("in an async handler, await the async twin (ctx.aexecute) instead")
+        return loop
+
+    def call(self, awaitable: Awaitable[T]) -> T:
+        """Run one of the async helpers from a sync (`def`) handler's thread."""
+        try:
+            loop = self._check_sync_caller()
+        except RuntimeError:
+            if inspect.iscoroutine(awaitable):
+                awaitable.close()  # never awaited, on purpose: no "never awaited" warning
+            raise
 
         async def wrap() -> T:
             return await awaitable

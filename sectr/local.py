@@ -78,7 +78,9 @@ class LocalRuntime:
             if self._controls.get(session_id) is control:
                 del self._controls[session_id]
 
-    async def send(self, session_id: str, content: str | list[dict[str, Any]], *, author: str | None = None) -> Envelope:
+    async def send(
+        self, session_id: str, content: str | list[dict[str, Any]], *, author: str | None = None
+    ) -> Envelope:
         """Start a run for a user message and run it to its end."""
 
         def build(state: SessionState) -> tuple[str, list[NewEvent]]:
@@ -134,7 +136,8 @@ class LocalRuntime:
 
     async def rename(self, session_id: str, title: str) -> SessionState:
         title = operations.check_title(title)
-        await self.journal.append(session_id, [NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "user"})])
+        renamed = NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "user"})
+        await self.journal.append(session_id, [renamed])
         return await self.journal.state(session_id)
 
     async def fork(self, session_id: str, *, at_seq: int | None = None, **overrides: Any) -> str:

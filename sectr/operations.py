@@ -54,7 +54,9 @@ def check_limits(limits: Any) -> dict[str, int]:
     checked = dict(DEFAULT_LIMITS)
     for key, value in limits.items():
         if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > 10**9:
-            raise ValidationFailed(f"limits.{key} must be a whole number from 0 to 1e9 (0 = off)", code="invalid_limits")
+            raise ValidationFailed(
+                f"limits.{key} must be a whole number from 0 to 1e9 (0 = off)", code="invalid_limits"
+            )
         checked[key] = value
     return checked
 
@@ -63,7 +65,9 @@ def check_reasoning_effort(effort: Any) -> str | None:
     if effort is None or effort == "":
         return None
     if effort not in REASONING_EFFORTS:
-        raise ValidationFailed(f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}", code="invalid_reasoning_effort")
+        raise ValidationFailed(
+            f"reasoning_effort must be one of {', '.join(REASONING_EFFORTS)}", code="invalid_reasoning_effort"
+        )
     return str(effort)
 
 
@@ -152,11 +156,15 @@ def fork_events(
         raise ValidationFailed(f"at_seq must be between 1 and {source.last_seq}", code="invalid_seq")
     messages = strip_trailing_unanswered(fold_messages(e for e in source_envelopes if e.seq <= at_seq))
     created = created_event(
-        title=check_title(title) if title is not None else (f"Fork of {source.title}"[:TITLE_MAX] if source.title else None),
+        title=check_title(title)
+        if title is not None
+        else (f"Fork of {source.title}"[:TITLE_MAX] if source.title else None),
         mode=source.mode,
         model=check_model_value(model) if model is not None else source.model,
         limits=dict(source.limits),
-        reasoning_effort=check_reasoning_effort(reasoning_effort) if reasoning_effort is not None else source.reasoning_effort,
+        reasoning_effort=check_reasoning_effort(reasoning_effort)
+        if reasoning_effort is not None
+        else source.reasoning_effort,
         forked_from={"session_id": source.session_id, "seq": at_seq},
     )
     compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, {"messages": messages, "through_seq": 0})
@@ -173,7 +181,9 @@ def check_can_start(state: SessionState) -> None:
         raise SessionBusy("this session is waiting for an approval decision", code="awaiting_approval")
 
 
-def message_events(state: SessionState, content: str | list[dict[str, Any]], *, author: str | None = None) -> tuple[str, list[NewEvent]]:
+def message_events(
+    state: SessionState, content: str | list[dict[str, Any]], *, author: str | None = None
+) -> tuple[str, list[NewEvent]]:
     """The events that start a run for a user message: (invocation_id, events)."""
     invocation_id = new_id("inv")
     events: list[NewEvent] = []
@@ -192,7 +202,8 @@ def check_decision(state: SessionState, ask_id: str, verdict: Any) -> dict[str, 
     if verdict not in VERDICTS:
         raise ValidationFailed(f"verdict must be one of {', '.join(VERDICTS)}", code="invalid_verdict")
     ask = state.asks.get(ask_id)
-    if ask is None or ask.get("status") != "pending" or not state.pending_ask or state.pending_ask.get("ask_id") != ask_id:
+    pending = state.pending_ask
+    if ask is None or ask.get("status") != "pending" or not pending or pending.get("ask_id") != ask_id:
         raise AskNotPending("this ask is not pending (it was decided already, withdrawn, or never existed)")
     return ask
 
@@ -214,7 +225,9 @@ def retry_events(state: SessionState) -> tuple[str, list[NewEvent]]:
     return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
 
 
-def recover_events(state: SessionState, crashed_invocation_id: str, error: str = "worker lost") -> tuple[str, list[NewEvent]]:
+def recover_events(
+    state: SessionState, crashed_invocation_id: str, error: str = "worker lost"
+) -> tuple[str, list[NewEvent]]:
     """SESSION_ERROR (closing any open message) + a `recover` invocation that continues it."""
     invocation_id = new_id("inv")
     error_payload: dict[str, Any] = {"error": error, "retryable": True}

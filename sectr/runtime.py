@@ -78,7 +78,9 @@ class Runtime:
     ) -> SessionContext:
         """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
         transcript = await self.journal.load_since_compaction(session_id)
-        state = await self.journal.state(session_id)
+        # A private copy: the context applies its own appends to it (SessionContext._extend),
+        # whatever the journal's `state()` returns (a live object, a fresh row...).
+        state = (await self.journal.state(session_id)).copy()
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:
@@ -163,7 +165,8 @@ class Runtime:
             return []
         stream.ended = True
         ctx._open_message = None
-        return [ctx.writer.event(EventType.MESSAGE_END, {"message_id": stream.message_id, "finish_reason": finish_reason})]
+        payload = {"message_id": stream.message_id, "finish_reason": finish_reason}
+        return [ctx.writer.event(EventType.MESSAGE_END, payload)]
 
     async def _finish(
         self,
@@ -200,7 +203,12 @@ class Runtime:
             events.append(
                 ctx.writer.event(
                     EventType.TOOL_RESULT,
-                    {"tool_call_id": call["id"], "name": call["function"]["name"], "content": CANCELLED_TOOL_CONTENT, "is_error": True},
+                    {
+                        "tool_call_id": call["id"],
+                        "name": call["function"]["name"],
+                        "content": CANCELLED_TOOL_CONTENT,
+                        "is_error": True,
+                    },
                 )
             )
         payload: dict[str, Any] = {}

@@ -187,7 +187,11 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         state.open_message_id = None  # an invocation's end closes its message (as the fold does)
         state.current_invocation_id = None
         state.last_stop_reason = "error"
-        state.last_error = {"error": p.get("error", ""), "retryable": bool(p.get("retryable")), "invocation_id": env.invocation_id}
+        state.last_error = {
+            "error": p.get("error", ""),
+            "retryable": bool(p.get("retryable")),
+            "invocation_id": env.invocation_id,
+        }
     elif t is EventType.INVOCATION_CANCELLED:
         state.status = "cancelled"
         state.current_invocation_id = None

@@ -6,6 +6,9 @@ delta after a quiet moment is written at once (an idle stream is never delayed),
 while that write is in flight, further deltas gather in a buffer and go out as one
 envelope when it returns. Under load the envelope count therefore drops by itself.
 Any other event waits for buffered deltas first, so journal order is emission order.
+Writes are serialised (one journal round trip at a time), and once the invocation's
+terminal event is written the writer is closed: a late write (a `def` handler's thread
+that outlived a cancel, say) raises instead of landing after the end.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sectr.events import Envelope, EventType
+from sectr.events import TERMINAL_TYPES, Envelope, EventType
 from sectr.journal import Journal, NewEvent
 
 
@@ -36,6 +39,8 @@ class InvocationWriter:
         self._buffer: list[tuple[str, str, str]] = []  # (message_id, kind, text)
         self._flusher: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        self._write_lock = asyncio.Lock()
+        self.closed = False  # the terminal event is written: nothing more may be
         self.appends = 0  # journal round trips, for tests and benchmarks
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
@@ -53,6 +58,7 @@ class InvocationWriter:
     async def delta(self, message_id: str, *, text: str = "", reasoning: str = "") -> None:
         """Buffer a delta; it reaches the journal at once unless a write is in flight."""
         self._raise_pending_error()
+        self._check_open()
         if reasoning:
             self._buffer.append((message_id, "reasoning", reasoning))
         if text:
@@ -63,10 +69,16 @@ class InvocationWriter:
         await asyncio.sleep(0)
 
     async def flush(self) -> None:
-        while self._flusher is not None and not self._flusher.done():
-            await asyncio.shield(self._flusher)
-        if self._buffer:
-            await self._drain()
+        """Wait until every buffered delta is written (or raise the error that stopped it)."""
+        while True:
+            if self._flusher is not None and not self._flusher.done():
+                # Shielded: a cancelled producer must not cut a journal write in half.
+                await asyncio.shield(self._flusher)
+            elif self._buffer:
+                # One drainer at a time: a delta arriving while we drain joins this task.
+                self._flusher = asyncio.create_task(self._drain())
+            else:
+                break
         self._raise_pending_error()
 
     def discard(self) -> None:
@@ -107,11 +119,19 @@ class InvocationWriter:
         return NewEvent(EventType.MESSAGE_DELTA, payload, self.invocation_id)
 
     async def _write(self, events: Sequence[NewEvent]) -> list[Envelope]:
-        envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
-        self.appends += 1
-        if self._on_append is not None:
-            self._on_append(envelopes)
-        return envelopes
+        async with self._write_lock:
+            self._check_open()
+            envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
+            self.appends += 1
+            if any(e.type in TERMINAL_TYPES for e in envelopes):
+                self.closed = True
+            if self._on_append is not None:
+                self._on_append(envelopes)
+            return envelopes
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise RuntimeError(f"invocation {self.invocation_id} has ended: nothing more can be journaled for it")
 
     def _raise_pending_error(self) -> None:
         if self._error is not None:
