@@ -18,8 +18,8 @@ async def answer_open_tool_calls(ctx: SessionContext) -> None:
     """
     for call in open_tool_calls(ctx.messages):
         flat = {"id": call["id"], "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
-        limit = ctx.limit_reached()
-        if limit in ("max_tool_calls", "max_consecutive_failures"):
+        limit = ctx.tool_limit_reached()
+        if limit is not None:
             await ctx._tool_result(flat["id"], flat["name"], LIMIT_CONTENT.format(limit=limit), is_error=True)
             continue
         try:
@@ -44,8 +44,8 @@ async def default_handler(ctx: SessionContext) -> None:
         turn = await ctx.complete()
         if turn.tool_calls:
             await answer_open_tool_calls(ctx)
-            limit = ctx.limit_reached()
-            if limit in ("max_tool_calls", "max_consecutive_failures"):
+            limit = ctx.tool_limit_reached()
+            if limit is not None:
                 ctx.stop_reason = limit
                 return
             await ctx.step_boundary()

@@ -411,16 +411,20 @@ class SessionContext:
                 self.turns += 1
                 return stream.turn
             except ProviderError as exc:
-                if not exc.retryable or attempt >= PROVIDER_ATTEMPTS:
-                    raise
-                log.warning("provider error (attempt %s, retrying): %s", attempt, exc)
-                if stream.started:
-                    await self.writer.flush()
+                if exc.retryable and stream.started and not stream.ended:
+                    # The partial message stays; the SESSION_ERROR closes it and the fold
+                    # asks the model to continue it (rule 8), in this step's next attempt
+                    # or, when the attempts are spent, in the `retry` invocation.
                     await self.writer.emit(
                         EventType.SESSION_ERROR,
                         {"error": str(exc), "message_id": stream.message_id, "retryable": True},
                     )
-                    self._open_message = None
+                    stream.ended = True
+                    if self._open_message is stream:
+                        self._open_message = None
+                if not exc.retryable or attempt >= PROVIDER_ATTEMPTS:
+                    raise
+                log.warning("provider error (attempt %s, retrying): %s", attempt, exc)
                 await asyncio.sleep(PROVIDER_BACKOFF_SECONDS * 2 ** (attempt - 1))
 
     # ---- limits ----
@@ -430,13 +434,25 @@ class SessionContext:
         limits = self.limits
         if limits.get("max_turns") and self.turns >= limits["max_turns"]:
             return "max_turns"
+        tool_limit = self.tool_limit_reached()
+        if tool_limit is not None:
+            return tool_limit
+        budget = limits.get("max_run_tokens")
+        if budget and sum(v for k, v in self.run_usage.items() if k in ("input_tokens", "output_tokens")) >= budget:
+            return "budget"
+        return None
+
+    def tool_limit_reached(self) -> str | None:
+        """`max_tool_calls` or `max_consecutive_failures` when reached: no more tool runs.
+
+        Checked on its own (not through `limit_reached`) before each tool call, so that a
+        limit reached first by another counter (max_turns) cannot hide it.
+        """
+        limits = self.limits
         if limits.get("max_tool_calls") and self.tool_call_count >= limits["max_tool_calls"]:
             return "max_tool_calls"
         if limits.get("max_consecutive_failures") and self.consecutive_failures >= limits["max_consecutive_failures"]:
             return "max_consecutive_failures"
-        budget = limits.get("max_run_tokens")
-        if budget and sum(v for k, v in self.run_usage.items() if k in ("input_tokens", "output_tokens")) >= budget:
-            return "budget"
         return None
 
     # ---- sync handlers ----

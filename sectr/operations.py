@@ -261,11 +261,16 @@ def settings_event(**changes: Any) -> NewEvent:
 
 
 def cancel_awaiting_events(state: SessionState, by: str | None = None) -> list[NewEvent]:
-    """Cancel a run paused on an ask: the ask is withdrawn and its call gets an error result."""
+    """Cancel a run paused on an ask: the ask is withdrawn and its call gets an error result.
+
+    The suspended invocation already has its terminal event (INVOCATION_SUSPENDED), so
+    these events belong to no invocation (invocation_id None): each invocation keeps
+    exactly one terminal event, and a run's event stream never shows two endings.
+    """
     ask = state.pending_ask
     if state.status != "awaiting" or ask is None:
         raise StaleRunControl("there is no active run to cancel")
-    invocation_id = ask.get("invocation_id")
+    invocation_id = None
     events: list[NewEvent] = []
     if ask.get("tool_call_id"):
         events.append(

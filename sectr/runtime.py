@@ -24,7 +24,7 @@ from sectr.errors import (
     LeaseLost,
     ProviderError,
 )
-from sectr.events import Envelope, EventType
+from sectr.events import Envelope, EventType, add_usage, usage_dict
 from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
@@ -179,8 +179,10 @@ class Runtime:
     ) -> Envelope:
         events = await self._close_open_message(ctx, "error" if type is EventType.INVOCATION_FAILED else "stop")
         events.extend(before or [])
-        if type in (EventType.INVOCATION_COMPLETED, EventType.INVOCATION_FAILED, EventType.INVOCATION_CANCELLED):
-            payload = {**payload, "usage": dict(ctx.run_usage)} if type is EventType.INVOCATION_COMPLETED else payload
+        if type is EventType.INVOCATION_COMPLETED:
+            # Always the full usage shape (input and output tokens), even for a run
+            # that never called the model.
+            payload = {**payload, "usage": add_usage(usage_dict(), ctx.run_usage)}
         events.append(ctx.writer.event(type, payload))
         envelopes = await ctx.writer.append(*events)
         return envelopes[-1]

@@ -99,13 +99,19 @@ def assert_one_terminal_per_invocation(envelopes: Sequence[Envelope]) -> None:
         EventType.INVOCATION_CANCELLED,
     }
     ended: dict[str, int] = {}
+    # A crashed invocation never ends: the `recover` invocation that continues it does.
+    recovered = {
+        e.payload["reason"].get("of_invocation_id")
+        for e in envelopes
+        if e.type is EventType.INVOCATION_STARTED and e.payload["reason"].get("kind") == "recover"
+    }
     for env in envelopes:
         if env.invocation_id is None:
             continue
         assert env.invocation_id not in ended, f"seq {env.seq} ({env.type}) after the end of {env.invocation_id}"
         if env.type in terminals:
             ended[env.invocation_id] = env.seq
-    started = {e.invocation_id for e in envelopes if e.type is EventType.INVOCATION_STARTED}
+    started = {e.invocation_id for e in envelopes if e.type is EventType.INVOCATION_STARTED} - recovered
     assert started == set(ended), f"invocations without a terminal event: {started - set(ended)}"
 
 
