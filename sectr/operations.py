@@ -113,24 +113,24 @@ def clear_events(state: SessionState) -> list[NewEvent]:
 
 
 def strip_trailing_unanswered(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drop tool calls nobody answered from the end (a fork must not inherit an open ask)."""
+    """Drop the tool calls nobody answered from the last assistant message (a fork must not
+    inherit an open ask). Its answered calls stay with their results; a message left with
+    no calls and no text goes."""
     messages = [dict(m) for m in messages]
-    answered = {m.get("tool_call_id") for m in messages if m.get("role") == "tool"}
-    while messages:
-        last = messages[-1]
-        calls = last.get("tool_calls")
-        if last.get("role") != "assistant" or not calls:
-            break
-        kept = [c for c in calls if c["id"] in answered]
-        if len(kept) == len(calls):
-            break
-        if kept:
-            last["tool_calls"] = kept
-            break
-        if last.get("content"):
-            last.pop("tool_calls")
-            break
-        messages.pop()
+    index = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "assistant"), None)
+    if index is None or not messages[index].get("tool_calls"):
+        return messages
+    last = messages[index]
+    answered = {m.get("tool_call_id") for m in messages[index + 1 :] if m.get("role") == "tool"}
+    kept = [c for c in last["tool_calls"] if c.get("id") in answered]
+    if len(kept) == len(last["tool_calls"]):
+        return messages
+    if kept:
+        last["tool_calls"] = kept
+    elif last.get("content"):
+        del last["tool_calls"]
+    else:
+        del messages[index]
     return messages
 
 

@@ -29,7 +29,6 @@ from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
-from sectr.providers.registry import lookup_model
 from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
 
@@ -96,7 +95,7 @@ class Runtime:
             writer=writer,
             tools=self.tools,
             provider=self.provider,
-            model_info=lookup_model(state.model, self.provider.provider_id),
+            model_info=self.provider.model_info(state.model),
             control=control,
             compactor=auto_compact,
         )
