@@ -1,0 +1,222 @@
+"""InvocationWriter: delta coalescing under a slow journal, no delay when idle, order,
+errors from background flushes, and the closed writer after the terminal event."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+from sectr import LocalRuntime
+from sectr.errors import LeaseLost
+from sectr.events import Envelope, EventType
+from sectr.fold import fold_messages
+from sectr.journal import MemoryJournal, NewEvent
+from sectr.providers.demo import DemoProvider
+from sectr.writer import InvocationWriter
+
+from .conftest import of_type, types_of
+
+
+class SlowJournal(MemoryJournal):
+    """A MemoryJournal whose appends take `latency` seconds (a remote database), recording
+    when each append began and what it carried."""
+
+    def __init__(self, latency: float = 0.01) -> None:
+        super().__init__()
+        self.latency = latency
+        self.calls: list[list[NewEvent]] = []
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        self.calls.append(list(events))
+        await asyncio.sleep(self.latency)
+        return self.append_now(session_id, events, fence=fence)
+
+
+class FailingJournal(MemoryJournal):
+    """Fails the appends whose 1-based numbers are in `fail_on`."""
+
+    def __init__(self, fail_on: set[int], error: BaseException) -> None:
+        super().__init__()
+        self.fail_on = fail_on
+        self.error = error
+        self.count = 0
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        self.count += 1
+        await asyncio.sleep(0.001)
+        if self.count in self.fail_on:
+            raise self.error
+        return self.append_now(session_id, events, fence=fence)
+
+
+def new_writer(journal: MemoryJournal) -> tuple[InvocationWriter, str, list[Envelope]]:
+    sid = journal.create()
+    seen: list[Envelope] = []
+    writer = InvocationWriter(journal, sid, "inv_1", on_append=seen.extend)
+    return writer, sid, seen
+
+
+def delta_text(envelopes: Sequence[Envelope], key: str = "text") -> str:
+    return "".join(e.payload.get(key, "") for e in envelopes if e.type is EventType.MESSAGE_DELTA)
+
+
+async def test_a_slow_journal_gets_fewer_bigger_delta_envelopes() -> None:
+    journal = SlowJournal(latency=0.01)
+    writer, sid, _ = new_writer(journal)
+    words = [f"w{i} " for i in range(200)]
+    for word in words:
+        await writer.delta("m1", text=word)
+        await asyncio.sleep(0.0005)  # a fast model: many deltas per journal round trip
+    await writer.flush()
+    deltas = of_type(journal.read(sid), EventType.MESSAGE_DELTA)
+    assert delta_text(deltas) == "".join(words)
+    assert 1 < len(deltas) < len(words) / 4
+    assert writer.appends == len(deltas)
+    assert all(e.payload["message_id"] == "m1" for e in deltas)
+
+
+async def test_an_idle_journal_writes_the_first_delta_at_once() -> None:
+    journal = SlowJournal(latency=0.05)
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m1", text="hello")
+    # the write began before delta() returned: no batching window, no timer
+    assert [[e.payload for e in call] for call in journal.calls] == [[{"message_id": "m1", "text": "hello"}]]
+    await writer.flush()
+    assert delta_text(journal.read(sid)) == "hello"
+
+
+async def test_with_a_fast_journal_every_delta_is_its_own_envelope() -> None:
+    journal = MemoryJournal()
+    writer, sid, seen = new_writer(journal)
+    for i in range(10):
+        await writer.delta("m1", text=f"{i} ")
+        # written before the producer goes on: the transcript is current at every step
+        assert delta_text(seen) == "".join(f"{j} " for j in range(i + 1))
+    assert len(of_type(journal.read(sid), EventType.MESSAGE_DELTA)) == 10
+
+
+async def test_an_idle_stream_through_the_runtime_is_not_batched() -> None:
+    rt = LocalRuntime(provider=DemoProvider(delay=0))
+    sid = await rt.create_session()
+    await rt.send(sid, "!long 20")
+    deltas = of_type(rt.journal.read(sid), EventType.MESSAGE_DELTA)
+    assert len(deltas) == 20
+
+
+async def test_a_slow_journal_through_the_runtime_coalesces_and_keeps_the_text() -> None:
+    journal = SlowJournal(latency=0.005)
+    rt = LocalRuntime(provider=DemoProvider(delay=0.0005), journal=journal)
+    sid = await rt.create_session()
+    await rt.send(sid, "!long 150")
+    deltas = of_type(journal.read(sid), EventType.MESSAGE_DELTA)
+    assert len(deltas) < 150 / 2
+    reference = LocalRuntime(provider=DemoProvider(delay=0))
+    ref_sid = await reference.create_session()
+    await reference.send(ref_sid, "!long 150")
+    assert fold_messages(journal.read(sid)) == fold_messages(reference.journal.read(ref_sid))
+
+
+async def test_order_with_other_events_is_emission_order() -> None:
+    journal = SlowJournal(latency=0.005)
+    writer, sid, seen = new_writer(journal)
+    await writer.emit(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant"})
+    for piece in ("a", "b", "c"):
+        await writer.delta("m1", reasoning=piece)
+    for piece in ("d", "e"):
+        await writer.delta("m1", text=piece)
+    await writer.emit(EventType.TOOL_CALL, {"message_id": "m1", "tool_call_id": "c1", "name": "x", "arguments": "{}"})
+    await writer.delta("m1", text="f")
+    await writer.delta("m1", text="g")
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m1"})
+    journal_envelopes = journal.read(sid)
+    assert seen == journal_envelopes
+    kinds = types_of(journal_envelopes)
+    assert kinds[0] == "MESSAGE_START" and kinds[-1] == "MESSAGE_END"
+    call_index = kinds.index("TOOL_CALL")
+    before, after = journal_envelopes[:call_index], journal_envelopes[call_index:]
+    assert delta_text(before, "reasoning") == "abc" and delta_text(before) == "de"
+    assert delta_text(after) == "fg"
+    assert [e.seq for e in journal_envelopes] == list(range(1, len(journal_envelopes) + 1))
+    message = fold_messages(journal_envelopes)[0]
+    assert message["content"] == "defg" and message["reasoning_content"] == "abc"
+
+
+async def test_deltas_of_two_messages_stay_apart() -> None:
+    journal = SlowJournal(latency=0.01)
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m1", text="first")  # in flight
+    await writer.delta("m1", text=" one")
+    await writer.delta("m2", text="second")
+    await writer.delta("m2", reasoning="why")
+    await writer.flush()
+    deltas = of_type(journal.read(sid), EventType.MESSAGE_DELTA)
+    assert [e.payload for e in deltas] == [
+        {"message_id": "m1", "text": "first"},
+        {"message_id": "m1", "text": " one"},
+        {"message_id": "m2", "text": "second", "reasoning": "why"},
+    ]
+
+
+async def test_an_error_in_a_background_flush_surfaces_on_the_next_delta() -> None:
+    journal = FailingJournal({1}, RuntimeError("disk full"))
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m1", text="lost")
+    await asyncio.sleep(0.01)  # the background write fails meanwhile
+    with pytest.raises(RuntimeError, match="disk full"):
+        await writer.delta("m1", text="next")
+    # raised once; the writer goes on
+    await writer.delta("m1", text="after")
+    await writer.flush()
+    assert delta_text(journal.read(sid)) == "after"
+
+
+async def test_an_error_in_a_background_flush_surfaces_on_the_next_append() -> None:
+    journal = FailingJournal({1}, LeaseLost("fenced"))
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m1", text="x")
+    with pytest.raises(LeaseLost):
+        await writer.emit(EventType.MESSAGE_END, {"message_id": "m1"})
+    assert journal.read(sid) == []
+
+
+async def test_an_error_in_a_background_flush_surfaces_on_flush() -> None:
+    journal = FailingJournal({2}, RuntimeError("timeout"))
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m1", text="a")  # append 1: in flight
+    await writer.delta("m1", text="b")  # buffered: append 2 will fail
+    with pytest.raises(RuntimeError, match="timeout"):
+        await writer.flush()
+    assert delta_text(journal.read(sid)) == "a"
+
+
+async def test_the_writer_is_closed_after_the_terminal_event() -> None:
+    journal = MemoryJournal()
+    writer, sid, _ = new_writer(journal)
+    await writer.emit(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}})
+    assert writer.closed
+    with pytest.raises(RuntimeError, match="has ended"):
+        await writer.emit(EventType.MESSAGE_START, {"message_id": "m9", "role": "assistant"})
+    with pytest.raises(RuntimeError, match="has ended"):
+        await writer.delta("m9", text="late")
+    assert len(journal.read(sid)) == 1
+
+
+async def test_a_cancelled_producer_does_not_cut_an_in_flight_write() -> None:
+    journal = SlowJournal(latency=0.02)
+    writer, sid, _ = new_writer(journal)
+
+    async def produce() -> None:
+        await writer.delta("m1", text="a")
+        await writer.delta("m1", text="b")
+        await writer.flush()
+
+    task = asyncio.create_task(produce())
+    await asyncio.sleep(0.005)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await writer.flush()  # what the runtime does before its terminal event
+    assert delta_text(journal.read(sid)) == "ab"
