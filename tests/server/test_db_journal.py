@@ -179,6 +179,26 @@ async def test_it_appends_concurrently_from_many_tasks(make_session: Any) -> Non
     assert state.last_seq == 31
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_it_reuses_the_journal_threads_sqlite_connections(session: Session, journal: DatabaseJournal) -> None:
+    from django.db.backends.signals import connection_created
+
+    opened: list[str] = []
+
+    def count(sender: Any, connection: Any, **kwargs: Any) -> None:
+        opened.append(connection.vendor)
+
+    connection_created.connect(count)
+    try:
+        for i in range(20):
+            await journal.append(session.id, [delta(str(i))])
+    finally:
+        connection_created.disconnect(count)
+    if connection.vendor == "sqlite":
+        assert len(opened) < 20  # kept between calls, not reopened for each append
+    assert (await journal.state(session.id)).last_seq == 21
+
+
 # ---- fencing and all-or-nothing ----
 
 
