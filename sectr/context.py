@@ -68,6 +68,17 @@ class ModelTurn:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+@asynccontextmanager
+async def _aclosing(stream: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
+    """contextlib.aclosing for any async iterator (a Provider may return one without aclose)."""
+    try:
+        yield stream
+    finally:
+        close = getattr(stream, "aclose", None)
+        if close is not None:
+            await close()
+
+
 class MessageStream:
     """Streams one assistant message into the journal.
 
@@ -227,6 +238,31 @@ class SessionContext:
             return None
         return self.state.asks.get(self.reason.get("ask_id", ""))
 
+    def _decision_reason(self) -> dict[str, Any] | None:
+        """The approval decision this invocation acts on for the approval gate: its own, or,
+        for a `recover` or `retry`, that of the invocation it continues (found through the
+        transcript). Without this, a worker dying between an approval and the approved
+        call would make the recovered run ask the person again."""
+        reason = self.reason
+        followed: set[str] = set()
+        while reason.get("kind") in ("recover", "retry"):
+            previous = reason.get("of_invocation_id")
+            if not isinstance(previous, str) or previous in followed:
+                return None
+            followed.add(previous)
+            start = next(
+                (
+                    e
+                    for e in self.transcript
+                    if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous
+                ),
+                None,
+            )
+            if start is None:  # compacted away: the gate asks again, which is safe
+                return None
+            reason = start.payload.get("reason") or {}
+        return reason if reason.get("kind") == "approval_decision" else None
+
     @property
     def pending_tool_call(self) -> dict[str, Any] | None:
         ask = self._decided_ask()
@@ -274,7 +310,7 @@ class SessionContext:
                 # Executing the pending call without its id still answers that call, so
                 # the model's history stays valid (every tool call gets its result).
                 call_id = call_id or ask.get("tool_call_id")
-                decision = self.decision
+                decision = (self._decision_reason() or {}).get("decision") or {}
                 if not decision.get("approved"):
                     approver = decision.get("approver") or "the approver"
                     note = decision.get("note")
@@ -301,7 +337,8 @@ class SessionContext:
         tool and arguments. Only once per invocation."""
         if self._pending_consumed:
             return None
-        ask = self._decided_ask()
+        reason = self._decision_reason()
+        ask = self.state.asks.get(reason.get("ask_id", "")) if reason is not None else None
         if ask is None or ask.get("name") != name:
             return None
         if call_id is not None:
@@ -397,16 +434,19 @@ class SessionContext:
             )
             stream = MessageStream(self, model)
             try:
-                async for event in self.provider.stream(request):
-                    if isinstance(event, TextDelta):
-                        await stream.text(event.text)
-                    elif isinstance(event, ReasoningDelta):
-                        await stream.reasoning(event.text)
-                    elif isinstance(event, ToolCallDelta):
-                        await stream.tool_call(event.id, event.name, event.arguments)
-                    elif isinstance(event, Finish):
-                        stream.turn.finish_reason = event.finish_reason
-                        stream.turn.usage = dict(event.usage or {})
+                # aclosing: a cancel or an error closes the provider's stream (and its HTTP
+                # response) now, not whenever the generator is garbage-collected.
+                async with _aclosing(self.provider.stream(request)) as events:
+                    async for event in events:
+                        if isinstance(event, TextDelta):
+                            await stream.text(event.text)
+                        elif isinstance(event, ReasoningDelta):
+                            await stream.reasoning(event.text)
+                        elif isinstance(event, ToolCallDelta):
+                            await stream.tool_call(event.id, event.name, event.arguments)
+                        elif isinstance(event, Finish):
+                            stream.turn.finish_reason = event.finish_reason
+                            stream.turn.usage = dict(event.usage or {})
                 await stream.end(stream.turn.finish_reason, stream.turn.usage or None)
                 self.turns += 1
                 return stream.turn

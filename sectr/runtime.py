@@ -147,6 +147,11 @@ class Runtime:
         except Exception as exc:
             log.exception("handler failed in %s", invocation_id)
             return await self._finish_failed(ctx, f"{type(exc).__name__}: {exc}", retryable=False)
+        # A steer parked after the handler's last step boundary (a run that stopped at a
+        # limit, a handler that never looks) is journaled before the end rather than lost:
+        # the next run's model sees it. Never between a tool call and its result.
+        if not ctx.control.cancelled and ctx.control.has_steer() and not open_tool_calls(ctx.messages):
+            await ctx.step_boundary()
         return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
 
     async def _call_handler(self, ctx: SessionContext) -> None:

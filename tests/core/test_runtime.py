@@ -711,3 +711,134 @@ async def test_new_event_shapes_are_json_serialisable(rt: LocalRuntime, sid: str
     for env in rt.journal.read(sid):
         assert type(env.from_json(env.to_json())) is type(env)
         assert env.from_json(env.to_json()) == env
+
+
+# ---- edges found while testing ----
+
+
+@tool(gated=True, mutating=True)
+async def slow_deploy(target: str) -> str:
+    """Deploy, slowly.
+
+    Args:
+        target: where to.
+    """
+    await asyncio.sleep(0.3)
+    return f"deployed to {target}"
+
+
+async def test_a_crash_between_approval_and_the_approved_call_does_not_ask_again(demo: DemoProvider) -> None:
+    journal = MemoryJournal()
+    rt = LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal)
+    sid = await rt.create_session()
+    suspended = await rt.send(sid, '!tool slow_deploy {"target": "prod"}')
+    task = asyncio.create_task(rt.decide(sid, suspended.payload["ask_id"], "allow_once", approver="bob"))
+    await wait_for(lambda: of_type(journal.read(sid), EventType.INVOCATION_STARTED)[-1].payload["reason"]["kind"]
+                   == "approval_decision")
+    await asyncio.sleep(0.05)  # inside the approved tool
+    task.cancel()  # the worker dies
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert of_type(journal.read(sid), EventType.TOOL_RESULT) == []
+    outcome = await LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal).recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED, outcome.payload
+    assert len(of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)) == 1
+    assert final_text(rt, sid) == "slow_deploy returned: deployed to prod"
+
+
+async def test_a_crash_between_a_denial_and_its_result_still_denies(demo: DemoProvider) -> None:
+    """The recovered run applies the decision of the run it continues."""
+    journal = MemoryJournal()
+    rt = LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal)
+    sid = await rt.create_session()
+    suspended = await rt.send(sid, '!tool slow_deploy {"target": "prod"}')
+    state = await journal.state(sid)
+    # the decision is journaled, the worker dies before it runs anything
+    from sectr.operations import decision_events
+
+    _, events = decision_events(state, suspended.payload["ask_id"], "deny", approver="bob")
+    await journal.append(sid, events)
+    outcome = await rt.recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert final_text(rt, sid) == "slow_deploy was denied"
+    assert len(of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)) == 1
+
+
+async def test_a_steer_parked_when_a_limit_stops_the_run_is_journaled_not_lost() -> None:
+    provider = looping("ping")
+    provider.pause = 0.01
+    rt = LocalRuntime(provider=provider, tools=TOOLS)
+    # max_tool_calls stops right after the tools of the second step, before a boundary
+    sid = await rt.create_session(limits={"max_tool_calls": 2})
+
+    task = asyncio.create_task(rt.send(sid, "loop"))
+    await wait_for(lambda: len(of_type(rt.journal.read(sid), EventType.TOOL_RESULT)) == 1)
+    await rt.steer(sid, "stop soon")
+    outcome = await task
+    assert outcome.payload["stop_reason"] == "max_tool_calls"
+    journal = rt.journal.read(sid)
+    (steer,) = of_type(journal, EventType.STEER_RECEIVED)
+    assert steer.seq < outcome.seq
+    assert_tool_calls_answered_in_order(fold_messages(journal))
+
+
+async def test_a_steer_to_a_handler_that_never_looks_is_journaled_before_the_end(demo: DemoProvider) -> None:
+    async def handler(ctx: SessionContext) -> None:
+        await asyncio.sleep(0.1)
+
+    rt = LocalRuntime(handler=handler, provider=demo)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, "go"))
+    await asyncio.sleep(0.02)
+    await rt.steer(sid, "hello?")
+    outcome = await task
+    assert types_of(rt.journal.read(sid)[-2:]) == ["STEER_RECEIVED", "INVOCATION_COMPLETED"]
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+
+
+class ClosingProvider(DemoProvider):
+    """Records whether its stream was closed (as an HTTP response must be). It keeps its
+    streams referenced, so garbage collection cannot close them behind the runtime's back."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.closed = 0
+        self.streams: list[AsyncIterator[StreamEvent]] = []
+
+    def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+        async def events() -> AsyncIterator[StreamEvent]:
+            try:
+                async for event in DemoProvider.stream(self, request):
+                    yield event
+            finally:
+                self.closed += 1
+
+        stream = events()
+        self.streams.append(stream)
+        return stream
+
+
+async def test_cancel_closes_the_providers_stream_at_once() -> None:
+    provider = ClosingProvider(delay=0, slow_delay=SLOW_TICK)
+    rt = LocalRuntime(provider=provider)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, "!slow 50"))
+    await wait_for(lambda: "tick 2" in text_so_far(rt.journal, sid))
+    await rt.cancel(sid)
+    await task
+    assert provider.closed == 1
+
+
+async def test_a_journal_failure_mid_stream_closes_the_providers_stream() -> None:
+    """The error comes from the consumer's side (the writer), not from inside the stream."""
+    journal = MemoryJournal()
+    provider = ClosingProvider(delay=0, slow_delay=SLOW_TICK)
+    runtime = Runtime(journal, provider=provider)
+    sid, invocation_id = await _runtime_session(journal, "!slow 50")
+    journal.set_fence(sid, "lease-1")
+    task = asyncio.create_task(runtime.run_invocation(sid, invocation_id, fence="lease-1"))
+    await wait_for(lambda: "tick 2" in text_so_far(journal, sid))
+    journal.set_fence(sid, "lease-2")
+    with pytest.raises(LeaseLost):
+        await task
+    assert provider.closed == 1
