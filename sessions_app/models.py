@@ -63,6 +63,14 @@ class Session(models.Model):
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # the last envelope's time
     closed_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        # Team roles (sessions_app.access): reviewers read every session, moderators
+        # also decide approval asks. Grant them to groups in the admin.
+        permissions = [
+            ("review_session", "Can read every session (team review)"),
+            ("moderate_session", "Can decide approval asks of every session (moderation)"),
+        ]
+
     def __str__(self) -> str:
         return self.title or self.id
 
