@@ -74,6 +74,11 @@ TEMPLATES = [
 ]
 
 
+# Test databases are per test process, so several test runs on one machine (or one
+# PostgreSQL server) never destroy each other's database.
+TEST_DB_SUFFIX = os.environ.get("SECTR_TEST_DB_SUFFIX") or str(os.getpid())
+
+
 def database_config(url: str) -> dict[str, Any]:
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -89,9 +94,10 @@ def database_config(url: str) -> dict[str, Any]:
             "transaction_mode": "IMMEDIATE",
             "timeout": 20,
         }
-        config["TEST"] = {"NAME": str(VAR_DIR / "test-sectr.sqlite3")}
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test-sectr-{TEST_DB_SUFFIX}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
         config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": int(os.environ.get("SECTR_DB_POOL_MAX", "20"))}}
+        config["TEST"] = {"NAME": f"test_{config['NAME']}_{TEST_DB_SUFFIX}"}
     return config
 
 
@@ -114,6 +120,21 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# The cache holds the API's per-token rate-limit counters: shared through Redis when
+# there is one (every server process counts against the same budget), else per process.
+CACHES: dict[str, dict[str, Any]] = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": os.environ.get("SECTR_CHANNEL_PREFIX", "sectr"),
+        }
+        if REDIS_URL
+        else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
+    )
+}
+SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
