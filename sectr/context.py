@@ -39,6 +39,9 @@ log = logging.getLogger("sectr.context")
 T = TypeVar("T")
 
 CANCELLED_TOOL_CONTENT = "tool call interrupted by cancellation"
+#: The result of a tool call still unanswered when its run failed or ended.
+FAILED_TOOL_CONTENT = "tool call not run: the run failed"
+ENDED_TOOL_CONTENT = "tool call not run: the run ended"
 #: Provider errors are retried this many times within one model step.
 PROVIDER_ATTEMPTS = 3
 PROVIDER_BACKOFF_SECONDS = 0.5
@@ -451,6 +454,13 @@ class SessionContext:
                 self.turns += 1
                 return stream.turn
             except ProviderError as exc:
+                if exc.retryable and stream.turn.tool_calls and not stream.ended:
+                    # Every tool call a provider yields is complete: keep the step rather
+                    # than stitch a "please continue" between the calls and their results.
+                    log.warning("provider error after tool calls (keeping the step): %s", exc)
+                    await stream.end("tool_calls")
+                    self.turns += 1
+                    return stream.turn
                 if exc.retryable and stream.started and not stream.ended:
                     # The partial message stays; the SESSION_ERROR closes it and the fold
                     # asks the model to continue it (rule 8), in this step's next attempt

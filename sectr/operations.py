@@ -228,12 +228,22 @@ def retry_events(state: SessionState) -> tuple[str, list[NewEvent]]:
 def recover_events(
     state: SessionState, crashed_invocation_id: str, error: str = "worker lost"
 ) -> tuple[str, list[NewEvent]]:
-    """SESSION_ERROR (closing any open message) + a `recover` invocation that continues it."""
+    """SESSION_ERROR (closing any open message) + a `recover` invocation that continues it.
+
+    An open message that already holds tool calls is ended first (MESSAGE_END with
+    finish_reason "tool_calls"), so the SESSION_ERROR does not stitch a "please continue"
+    between those calls and the results the recovering run gives them.
+    """
     invocation_id = new_id("inv")
+    events: list[NewEvent] = []
     error_payload: dict[str, Any] = {"error": error, "retryable": True}
-    if state.open_message_id:
+    if state.open_message_id and state.open_message_tool_calls:
+        end = {"message_id": state.open_message_id, "finish_reason": "tool_calls"}
+        events.append(NewEvent(EventType.MESSAGE_END, end, crashed_invocation_id))
+    elif state.open_message_id:
         error_payload["message_id"] = state.open_message_id
     return invocation_id, [
+        *events,
         NewEvent(EventType.SESSION_ERROR, error_payload, crashed_invocation_id),
         NewEvent(EventType.INVOCATION_STARTED, {"reason": recover_reason(crashed_invocation_id)}, invocation_id),
     ]

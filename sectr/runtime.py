@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from sectr.compaction import auto_compact
-from sectr.context import CANCELLED_TOOL_CONTENT, SessionContext
+from sectr.context import CANCELLED_TOOL_CONTENT, ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT, SessionContext
 from sectr.control import RunControl
 from sectr.errors import (
     ApprovalDenied,
@@ -182,6 +182,10 @@ class Runtime:
         note: str | None = None,
     ) -> Envelope:
         events = await self._close_open_message(ctx, "error" if type is EventType.INVOCATION_FAILED else "stop")
+        if type is EventType.INVOCATION_FAILED:
+            events.extend(self._orphan_results(ctx, FAILED_TOOL_CONTENT))
+        elif type is EventType.INVOCATION_COMPLETED:
+            events.extend(self._orphan_results(ctx, ENDED_TOOL_CONTENT))
         events.extend(before or [])
         if type is EventType.INVOCATION_COMPLETED:
             # Always the full usage shape (input and output tokens), even for a run
@@ -202,21 +206,21 @@ class Runtime:
     async def _finish_failed(self, ctx: SessionContext, error: str, *, retryable: bool) -> Envelope:
         return await self._finish(ctx, EventType.INVOCATION_FAILED, {"error": error, "retryable": retryable})
 
+    @staticmethod
+    def _orphan_results(ctx: SessionContext, content: str) -> list[NewEvent]:
+        """Error results for the tool calls nobody answered, so that the history the next
+        run folds is valid (every tool call followed by its result) whatever comes next."""
+        return [
+            ctx.writer.event(
+                EventType.TOOL_RESULT,
+                {"tool_call_id": call["id"], "name": call["function"]["name"], "content": content, "is_error": True},
+            )
+            for call in open_tool_calls(ctx.messages)
+        ]
+
     async def _finish_cancelled(self, ctx: SessionContext) -> Envelope:
         events = await self._close_open_message(ctx, "cancelled")
-        # Orphaned tool calls get an error result so the next turn's history is valid.
-        for call in open_tool_calls(ctx.messages):
-            events.append(
-                ctx.writer.event(
-                    EventType.TOOL_RESULT,
-                    {
-                        "tool_call_id": call["id"],
-                        "name": call["function"]["name"],
-                        "content": CANCELLED_TOOL_CONTENT,
-                        "is_error": True,
-                    },
-                )
-            )
+        events.extend(self._orphan_results(ctx, CANCELLED_TOOL_CONTENT))
         payload: dict[str, Any] = {}
         if ctx.control.cancelled_by:
             payload["by"] = ctx.control.cancelled_by

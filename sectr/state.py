@@ -42,6 +42,7 @@ class SessionState:
     last_error: dict[str, Any] | None = None  # {"error", "retryable", "invocation_id"} while failed
     open_message_id: str | None = None  # started, not ended (a crash leaves it open)
     open_message_model: str | None = None
+    open_message_tool_calls: int = 0  # TOOL_CALLs of the open message (a crash may leave some)
     pending_ask: dict[str, Any] | None = None
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     grants: list[str] = field(default_factory=list)  # tool names with an allow_always grant
@@ -153,6 +154,7 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
     elif t is EventType.MESSAGE_START:
         state.open_message_id = p.get("message_id")
         state.open_message_model = p.get("model")
+        state.open_message_tool_calls = 0
         state.turns += 1
     elif t is EventType.MESSAGE_END:
         model = p.get("model") or state.open_message_model or state.model
@@ -162,6 +164,8 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
             state.usage[model] = add_usage(state.usage.get(model, {}), p["usage"])
     elif t is EventType.TOOL_CALL:
         state.tool_calls += 1
+        if state.open_message_id is not None and p.get("message_id") == state.open_message_id:
+            state.open_message_tool_calls += 1
         if p.get("name") in NOTE_TOOLS:
             state.note_calls[p["tool_call_id"]] = {"name": p["name"], "arguments": p.get("arguments", "")}
     elif t is EventType.TOOL_RESULT:

@@ -12,11 +12,11 @@ import pytest
 
 from sectr import LocalRuntime, SessionContext, tool
 from sectr.agent import LIMIT_CONTENT, default_handler
-from sectr.context import CANCELLED_TOOL_CONTENT
+from sectr.context import CANCELLED_TOOL_CONTENT, ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT
 from sectr.errors import AskNotPending, LeaseLost, ProviderError, RetryIneligible, SessionBusy, StaleRunControl
 from sectr.events import EventType
 from sectr.fold import PLEASE_CONTINUE, fold_messages
-from sectr.journal import MemoryJournal
+from sectr.journal import MemoryJournal, NewEvent
 from sectr.operations import created_event, message_events, recover_events
 from sectr.providers.base import CompletionRequest, Finish, ReasoningDelta, StreamEvent, TextDelta, ToolCallDelta
 from sectr.providers.demo import DemoProvider
@@ -842,3 +842,90 @@ async def test_a_journal_failure_mid_stream_closes_the_providers_stream() -> Non
     with pytest.raises(LeaseLost):
         await task
     assert provider.closed == 1
+
+
+async def test_recover_with_an_open_message_holding_tool_calls_answers_them_in_order(demo: DemoProvider) -> None:
+    journal = MemoryJournal()
+    sid, invocation_id = await _runtime_session(journal, "!tool ping {}")
+    # the worker journaled the model's tool call and died before the message ended
+    await journal.append(
+        sid,
+        [
+            NewEvent(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant"}, invocation_id),
+            NewEvent(
+                EventType.TOOL_CALL,
+                {"message_id": "m1", "tool_call_id": "c1", "name": "ping", "arguments": "{}"},
+                invocation_id,
+            ),
+        ],
+    )
+    rt = LocalRuntime(provider=demo, journal=journal, tools=[ping])
+    outcome = await rt.recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    envelopes = journal.read(sid)
+    assert types_of(envelopes[5:9]) == ["MESSAGE_END", "SESSION_ERROR", "INVOCATION_STARTED", "TOOL_RESULT"]
+    assert envelopes[5].payload == {"message_id": "m1", "finish_reason": "tool_calls"}
+    assert "message_id" not in envelopes[6].payload
+    messages = fold_messages(envelopes)
+    assert PLEASE_CONTINUE not in [m.get("content") for m in messages]
+    assert_tool_calls_answered_in_order(messages)
+    assert final_text(rt, sid) == "ping returned: pong"
+
+
+async def test_a_retryable_provider_error_after_a_tool_call_keeps_the_step() -> None:
+    def script(request: CompletionRequest, n: int) -> list[Any]:
+        if n == 1:
+            return [ToolCallDelta("c1", "ping", "{}"), ProviderError("stream reset", retryable=True)]
+        return say("ping said pong")
+
+    provider = ScriptedProvider(script)
+    rt = LocalRuntime(provider=provider, tools=TOOLS)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    journal = rt.journal.read(sid)
+    assert of_type(journal, EventType.SESSION_ERROR) == []
+    assert of_type(journal, EventType.MESSAGE_END)[0].payload["finish_reason"] == "tool_calls"
+    assert [r.payload["content"] for r in of_type(journal, EventType.TOOL_RESULT)] == ["pong"]
+    assert_tool_calls_answered_in_order(fold_messages(journal))
+    assert final_text(rt, sid) == "ping said pong"
+
+
+async def test_a_permanent_provider_error_after_a_tool_call_answers_the_orphan() -> None:
+    def script(request: CompletionRequest, n: int) -> list[Any]:
+        if n == 1:
+            return [ToolCallDelta("c1", "ping", "{}"), ProviderError("content filter", retryable=False)]
+        return say("fine")
+
+    rt = LocalRuntime(provider=ScriptedProvider(script), tools=TOOLS)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    assert outcome.type is EventType.INVOCATION_FAILED
+    journal = rt.journal.read(sid)
+    assert types_of(journal[-3:]) == ["MESSAGE_END", "TOOL_RESULT", "INVOCATION_FAILED"]
+    assert journal[-2].payload == {
+        "tool_call_id": "c1",
+        "name": "ping",
+        "content": FAILED_TOOL_CONTENT,
+        "is_error": True,
+    }
+    await rt.send(sid, "again")
+    assert_tool_calls_answered_in_order(messages_of(rt, sid))
+
+
+async def test_a_handler_that_ends_or_fails_with_open_tool_calls_gets_them_answered(demo: DemoProvider) -> None:
+    async def handler(ctx: SessionContext) -> None:
+        async with ctx.message() as m:
+            await m.tool_call(f"c_{ctx.invocation_id}", "ping", "{}")
+        if ctx.input["content"] == "fail":
+            raise RuntimeError("handler bug")
+
+    rt = LocalRuntime(handler=handler, provider=demo, tools=TOOLS)
+    sid = await rt.create_session()
+    ended = await rt.send(sid, "end")
+    assert ended.type is EventType.INVOCATION_COMPLETED
+    failed = await rt.send(sid, "fail")
+    assert failed.type is EventType.INVOCATION_FAILED
+    contents = [r.payload["content"] for r in of_type(rt.journal.read(sid), EventType.TOOL_RESULT)]
+    assert contents == [ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT]
+    assert_tool_calls_answered_in_order(messages_of(rt, sid))
