@@ -1,5 +1,12 @@
-"""Websocket routes (consumers arrive with the web chat)."""
+"""Websocket routes: a session's live chat, and the live approval queue."""
 
 from typing import Any
 
-websocket_urlpatterns: list[Any] = []
+from django.urls import path
+
+from sessions_app.consumers import ApprovalsConsumer, ChatConsumer
+
+websocket_urlpatterns: list[Any] = [
+    path("ws/sessions/<str:session_id>/", ChatConsumer.as_asgi()),
+    path("ws/approvals/", ApprovalsConsumer.as_asgi()),
+]
