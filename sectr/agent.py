@@ -54,4 +54,6 @@ async def default_handler(ctx: SessionContext) -> None:
         # the model is called again, so the run answers it.
         if await ctx.step_boundary():
             continue
+        if turn.finish_reason == "length" and ctx.limit_reached() == "budget":
+            ctx.stop_reason = "budget"  # the answer was cut short by the run's budget
         return

@@ -401,10 +401,14 @@ class SessionContext:
         return True
 
     def _request_metadata(self) -> dict[str, Any]:
+        """{"steer": text} when the newest model-visible turn is a steer. Invocation starts
+        that add no message (retry, recover, approval) do not hide it."""
         for env in reversed(self.transcript):
             if env.type is EventType.STEER_RECEIVED:
                 return {"steer": env.payload.get("text", "")}
-            if env.type in (EventType.MESSAGE_START, EventType.INVOCATION_STARTED):
+            if env.type is EventType.MESSAGE_START:
+                return {}
+            if env.type is EventType.INVOCATION_STARTED and env.payload.get("reason", {}).get("kind") == "user_message":
                 return {}
         return {}
 
@@ -433,6 +437,7 @@ class SessionContext:
                 messages=list(messages if messages is not None else self.messages),
                 tools=schemas,
                 reasoning_effort=self.state.reasoning_effort,
+                max_output_tokens=self._output_budget(),
                 metadata=self._request_metadata(),
             )
             stream = MessageStream(self, model)
@@ -488,9 +493,21 @@ class SessionContext:
         if tool_limit is not None:
             return tool_limit
         budget = limits.get("max_run_tokens")
-        if budget and sum(v for k, v in self.run_usage.items() if k in ("input_tokens", "output_tokens")) >= budget:
+        if budget and self.run_tokens() >= budget:
             return "budget"
         return None
+
+    def run_tokens(self) -> int:
+        """Tokens this run has used so far (input + output), what max_run_tokens limits."""
+        return sum(v for k, v in self.run_usage.items() if k in ("input_tokens", "output_tokens"))
+
+    def _output_budget(self) -> int | None:
+        """The most output tokens the next model step may use: what is left of the run's
+        budget (max_run_tokens), so that a single long step cannot overrun it."""
+        budget = self.limits.get("max_run_tokens")
+        if not budget:
+            return None
+        return max(budget - self.run_tokens(), 1)
 
     def tool_limit_reached(self) -> str | None:
         """`max_tool_calls` or `max_consecutive_failures` when reached: no more tool runs.

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -114,7 +115,13 @@ class Runtime:
         LeaseLost propagates: a fenced worker writes nothing more and another worker
         owns the run.
         """
-        ctx = await self.build_context(session_id, invocation_id, control=control, fence=fence)
+        try:
+            ctx = await self.build_context(session_id, invocation_id, control=control, fence=fence)
+        except (LeaseLost, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # Fail the invocation rather than leave the session `running` for ever.
+            return await self._fail_unbuildable(session_id, invocation_id, fence, exc)
         ctx.loop = asyncio.get_running_loop()
         handler_task = asyncio.ensure_future(self._call_handler(ctx))
         cancel_task = asyncio.ensure_future(ctx.control.wait_cancelled())
@@ -153,6 +160,15 @@ class Runtime:
         if not ctx.control.cancelled and ctx.control.has_steer() and not open_tool_calls(ctx.messages):
             await ctx.step_boundary()
         return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+
+    async def _fail_unbuildable(self, session_id: str, invocation_id: str, fence: Any, exc: Exception) -> Envelope:
+        state = await self.journal.state(session_id)
+        if state.current_invocation_id != invocation_id:
+            raise exc  # not an invocation this session is running: nothing to fail
+        log.exception("cannot start %s", invocation_id)
+        writer = InvocationWriter(self.journal, session_id, invocation_id, fence=fence)
+        payload = {"error": f"{type(exc).__name__}: {exc}", "retryable": False}
+        return await writer.emit(EventType.INVOCATION_FAILED, payload)
 
     async def _call_handler(self, ctx: SessionContext) -> None:
         if inspect.iscoroutinefunction(self.handler):
@@ -197,9 +213,11 @@ class Runtime:
 
     async def _finish_suspended(self, ctx: SessionContext, ask: ApprovalRequired) -> Envelope:
         ask_id = new_id("ask")
+        # A handler may ask about anything (request_approval): store plain JSON.
+        arguments = json.loads(json.dumps(ask.arguments, default=str))
         requested = ctx.writer.event(
             EventType.APPROVAL_REQUESTED,
-            {"ask_id": ask_id, "tool_call_id": ask.tool_call_id, "name": ask.name, "arguments": ask.arguments},
+            {"ask_id": ask_id, "tool_call_id": ask.tool_call_id, "name": ask.name, "arguments": arguments},
         )
         return await self._finish(ctx, EventType.INVOCATION_SUSPENDED, {"ask_id": ask_id}, before=[requested])
 

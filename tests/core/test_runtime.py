@@ -929,3 +929,56 @@ async def test_a_handler_that_ends_or_fails_with_open_tool_calls_gets_them_answe
     contents = [r.payload["content"] for r in of_type(rt.journal.read(sid), EventType.TOOL_RESULT)]
     assert contents == [ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT]
     assert_tool_calls_answered_in_order(messages_of(rt, sid))
+
+
+async def test_the_budget_caps_a_single_long_step(rt: LocalRuntime) -> None:
+    sid = await rt.create_session(limits={"max_run_tokens": 30})
+    outcome = await rt.send(sid, "!long 100")
+    assert outcome.payload["stop_reason"] == "budget"
+    (end,) = of_type(rt.journal.read(sid), EventType.MESSAGE_END)
+    assert end.payload["finish_reason"] == "length"
+    assert end.payload["usage"]["output_tokens"] <= 30
+    # without a budget the same prompt runs to its end
+    free = await rt.create_session()
+    assert (await rt.send(free, "!long 100")).payload["stop_reason"] == "end_turn"
+
+
+async def test_a_retried_steer_step_still_answers_the_steer() -> None:
+    never = (10**6, ProviderError("unused", retryable=True))
+    provider = FlakyDemo([never] + [(0, ProviderError("503", retryable=True))] * 3)
+    rt = LocalRuntime(provider=provider)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, "!slow 6"))
+    await wait_for(lambda: "tick 2" in text_so_far(rt.journal, sid))
+    await rt.steer(sid, "turn around")
+    failed = await task
+    assert failed.type is EventType.INVOCATION_FAILED and failed.payload["retryable"] is True
+    await rt.retry(sid)
+    assert final_text(rt, sid) == "Steer received: turn around"
+
+
+async def test_approval_arguments_are_stored_as_json(demo: DemoProvider) -> None:
+    from datetime import UTC, datetime
+
+    async def handler(ctx: SessionContext) -> None:
+        ctx.request_approval("schedule", {"at": datetime(2030, 1, 2, tzinfo=UTC), "tags": ("a", "b")})
+
+    rt = LocalRuntime(handler=handler, provider=demo)
+    sid = await rt.create_session()
+    await rt.send(sid, "go")
+    (requested,) = of_type(rt.journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert requested.payload["arguments"] == {"at": "2030-01-02 00:00:00+00:00", "tags": ["a", "b"]}
+    assert json.loads(requested.to_json())["payload"]["arguments"]["tags"] == ["a", "b"]
+
+
+async def test_an_invocation_that_cannot_start_fails_instead_of_hanging() -> None:
+    class NoModels(DemoProvider):
+        def model_info(self, model: str) -> Any:
+            raise KeyError(model)
+
+    rt = LocalRuntime(provider=NoModels(delay=0))
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "hello")
+    assert outcome.type is EventType.INVOCATION_FAILED
+    assert outcome.payload == {"error": "KeyError: 'demo'", "retryable": False}
+    assert (await rt.state(sid)).status == "failed"
