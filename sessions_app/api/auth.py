@@ -1,0 +1,88 @@
+"""Bearer-token authentication and per-token rate limits for the API.
+
+``Authorization: Bearer <token>``; tokens are stored hashed (sessions_app.models.ApiToken)
+and created with ``manage.py sectr_token`` (sessions_app.token_actions). Every request
+counts against its token's budget, ``SECTR_API_RATE_LIMIT`` requests per window
+(setting or environment, ``"600/60"``: 600 requests a minute), kept in Django's cache
+(Redis when REDIS_URL is set, so all server processes share it). Past the budget the
+API answers 429 with ``Retry-After``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core.cache import cache
+from django.http import HttpRequest
+
+from sessions_app.api.errors import ApiError
+from sessions_app.models import ApiToken
+
+DEFAULT_RATE_LIMIT = "600/60"
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="sectr"'}
+
+
+def bearer_token(request: HttpRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    scheme, _, credentials = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+async def authenticate(request: HttpRequest) -> ApiToken:
+    """The request's live token; 401 when it is missing, unknown, revoked or its user inactive."""
+    raw = bearer_token(request)
+    if raw is None:
+        raise ApiError(
+            "an API token is required: Authorization: Bearer <token>",
+            code="unauthenticated",
+            status=401,
+            headers=CHALLENGE,
+        )
+    token = await sync_to_async(ApiToken.authenticate)(raw)
+    if token is None:
+        raise ApiError("the API token is invalid or revoked", code="invalid_token", status=401, headers=CHALLENGE)
+    return token
+
+
+def rate_limit() -> tuple[int, int]:
+    """(requests, window seconds); 0 requests = no limit."""
+    raw = str(
+        getattr(settings, "SECTR_API_RATE_LIMIT", "")
+        or os.environ.get("SECTR_API_RATE_LIMIT", "")
+        or DEFAULT_RATE_LIMIT
+    )
+    count, _, window = raw.partition("/")
+    try:
+        return max(int(count), 0), max(int(window or 60), 1)
+    except ValueError:
+        return 600, 60
+
+
+async def check_rate_limit(token: ApiToken) -> None:
+    """Count one request of `token` in the current fixed window; 429 past its budget."""
+    limit, window = rate_limit()
+    if not limit:
+        return
+    now = time.time()
+    bucket = int(now // window)
+    key = f"sectr:api-rate:{token.pk}:{bucket}"
+    # add() only creates a missing key, incr() is atomic on Redis (and under LocMem's lock).
+    await cache.aadd(key, 0, timeout=window + 1)
+    try:
+        count = await cache.aincr(key)
+    except ValueError:  # expired between add and incr
+        await cache.aset(key, 1, timeout=window + 1)
+        count = 1
+    if count > limit:
+        retry_after = max(int((bucket + 1) * window - now) + 1, 1)
+        raise ApiError(
+            f"rate limit: {limit} requests per {window} s for this token",
+            code="rate_limited",
+            status=429,
+            headers={"Retry-After": str(retry_after)},
+        )

@@ -1,0 +1,34 @@
+"""The API's error bodies: always ``{"error": {"code", "message"}}`` with a fitting status."""
+
+from __future__ import annotations
+
+import logging
+
+from django.http import JsonResponse
+
+from sectr.errors import SectrError
+
+log = logging.getLogger("sectr.api")
+
+
+class ApiError(SectrError):
+    """A refusal of the HTTP layer itself (authentication, rate limit, body, routing)."""
+
+    def __init__(self, message: str, *, code: str, status: int, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message, code=code, status=status)
+        self.headers = headers or {}
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JsonResponse:
+    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def exception_response(exc: Exception) -> JsonResponse:
+    """The response for an exception a view let escape (SectrError or anything else)."""
+    if isinstance(exc, SectrError):
+        return error_response(exc.status, exc.code, exc.message, getattr(exc, "headers", None))
+    log.exception("API view failed", exc_info=exc)
+    return error_response(500, "internal_error", "the server failed to handle this request")

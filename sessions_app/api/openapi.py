@@ -1,0 +1,367 @@
+"""The OpenAPI 3.1 document of ``/api/v1/``, generated from the route table.
+
+Paths and methods come from sessions_app.api.urls.ROUTES (the same table the URL
+patterns are made from), so the document cannot drift from the endpoints; the schemas
+below describe the bodies the views accept and the dicts sessions_app.snapshots,
+sessions_app.sdk_events and the views return.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from typing import Any
+
+import sectr
+from sessions_app.media import AUDIO_FORMATS, PROMPT_MAX_PARTS
+from sessions_app.sdk_events import EVENT_KINDS
+
+PREFIX = "/api/v1/"
+_CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+def openapi_path(django_path: str) -> str:
+    """``sessions/<str:session_id>`` -> ``/api/v1/sessions/{session_id}``."""
+    return PREFIX + _CONVERTER.sub(r"{\1}", django_path)
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
+OBJECT = {"type": "object"}
+DATETIME = {"type": "string", "format": "date-time"}
+MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
+VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
+REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
+STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
+RUN_STATUS = {
+    "type": "string",
+    "enum": ["pending", "queued", "running", "suspended", "completed", "failed", "cancelled"],
+}
+
+
+def _object(properties: dict[str, Any], required: tuple[str, ...] = (), *, closed: bool = True) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+USAGE = _object(
+    {key: INTEGER for key in ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")},
+    ("input_tokens", "output_tokens"),
+    closed=False,
+)
+LIMITS = _object(
+    {
+        key: {"type": "integer", "minimum": 0}
+        for key in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens")
+    }
+)
+
+SCHEMAS: dict[str, Any] = {
+    "Error": _object({"error": _object({"code": STRING, "message": STRING}, ("code", "message"))}, ("error",)),
+    "Usage": USAGE,
+    "Limits": LIMITS,
+    "Ask": _object(
+        {
+            "ask_id": STRING,
+            "tool_call_id": nullable(STRING),
+            "name": STRING,
+            "arguments": OBJECT,
+            "seq": INTEGER,
+            "invocation_id": STRING,
+        },
+        closed=False,
+    ),
+    "Snapshot": _object(
+        {
+            "id": STRING,
+            "state": STATE,
+            "mode": MODE,
+            "title": nullable(STRING),
+            "resolved_model": _object(
+                {
+                    "provider_id": STRING,
+                    "model_id": STRING,
+                    "context_window": INTEGER,
+                    "reasoning_effort": nullable(REASONING_EFFORT),
+                }
+            ),
+            "limits": ref("Limits"),
+            "turns": INTEGER,
+            "tool_calls": INTEGER,
+            "token_usage": _object(
+                {"total": ref("Usage"), "by_model": {"type": "object", "additionalProperties": ref("Usage")}}
+            ),
+            "media": _object({"image": BOOLEAN, "audio": BOOLEAN}),
+            "placement": nullable(
+                _object(
+                    {
+                        "run_id": STRING,
+                        "run_status": STRING,
+                        "worker": nullable(STRING),
+                        "lease_expires_at": nullable(DATETIME),
+                        "heartbeat_at": nullable(DATETIME),
+                    }
+                )
+            ),
+            "pending_ask": nullable(ref("Ask")),
+            "created_at": nullable(DATETIME),
+            "updated_at": nullable(DATETIME),
+            "owner": STRING,
+            "last_seq": INTEGER,
+            "closed": BOOLEAN,
+            "forked_from": nullable(_object({"session_id": STRING, "seq": INTEGER}, closed=False)),
+            "notes": {"type": "object", "additionalProperties": STRING},
+            "last_error": nullable(STRING),
+            "stop_reason": nullable(STRING),
+        },
+        (
+            "id",
+            "state",
+            "mode",
+            "title",
+            "resolved_model",
+            "limits",
+            "turns",
+            "tool_calls",
+            "token_usage",
+            "media",
+            "pending_ask",
+            "owner",
+        ),
+    ),
+    "SessionList": _object(
+        {
+            "sessions": {"type": "array", "items": ref("Snapshot")},
+            "count": INTEGER,
+            "limit": INTEGER,
+            "offset": INTEGER,
+            "next_offset": nullable(INTEGER),
+        },
+        ("sessions", "count", "next_offset"),
+    ),
+    "TranscriptMessage": _object(
+        {
+            "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
+            "text": nullable(STRING),
+            "reasoning": nullable(STRING),
+            "tool_calls": {"type": "array", "items": _object({"id": STRING, "name": STRING, "arguments": STRING})},
+            "tool_result": nullable(_object({"tool_call_id": STRING, "content": nullable(STRING)})),
+            "parts": nullable({"type": "array", "items": OBJECT}),
+        },
+        ("role", "text", "tool_calls", "tool_result", "parts"),
+    ),
+    "Transcript": _object(
+        {
+            "session_id": STRING,
+            "messages": {"type": "array", "items": ref("TranscriptMessage")},
+            "complete": BOOLEAN,
+            "last_seq": INTEGER,
+        },
+        ("messages", "complete"),
+    ),
+    "RunResult": _object(
+        {"stop": STRING, "text": STRING, "usage": ref("Usage"), "error": nullable(STRING), "ask": ref("Ask")},
+        ("stop", "text", "usage", "error"),
+    ),
+    "Run": _object(
+        {
+            "run_id": STRING,
+            "session_id": STRING,
+            "status": RUN_STATUS,
+            "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
+            "stop_reason": nullable(STRING),
+            "usage": OBJECT,
+            "error": nullable(STRING),
+            "invocation_ids": {"type": "array", "items": STRING},
+            "start_seq": nullable(INTEGER),
+            "created_at": DATETIME,
+            "started_at": nullable(DATETIME),
+            "finished_at": nullable(DATETIME),
+            "events_url": STRING,
+            "result": nullable(ref("RunResult")),
+        },
+        ("run_id", "session_id", "status", "events_url"),
+    ),
+    "Event": _object(
+        {
+            "kind": {"type": "string", "enum": list(EVENT_KINDS)},
+            "run_id": STRING,
+            "seq": nullable(INTEGER),
+            "text": nullable(STRING),
+            "payload": OBJECT,
+        },
+        ("kind", "run_id", "seq", "payload"),
+    ),
+    "Compacted": _object({"compacted": BOOLEAN}, ("compacted",)),
+    "CreateSession": _object(
+        {
+            "title": {"type": "string", "minLength": 1, "maxLength": 120},
+            "mode": MODE,
+            "model": STRING,
+            "limits": ref("Limits"),
+            "reasoning_effort": REASONING_EFFORT,
+        }
+    ),
+    "Fork": _object(
+        {
+            "title": STRING,
+            "model": STRING,
+            "reasoning_effort": REASONING_EFFORT,
+            "at_seq": {"type": "integer", "minimum": 1},
+        }
+    ),
+    "Rename": _object({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
+    "SetMode": _object({"mode": MODE}, ("mode",)),
+    "SetModel": _object({"model": STRING, "reasoning_effort": REASONING_EFFORT}, ("model",)),
+    "TextPart": _object({"type": {"const": "text"}, "text": STRING}, ("type", "text")),
+    "ImagePart": _object(
+        {
+            "type": {"const": "image_url"},
+            "image_url": _object(
+                {
+                    "url": {
+                        "type": "string",
+                        "description": "data:<image type>;base64,... (an upload) or an https URL",
+                    },
+                    "detail": {"type": "string", "enum": ["auto", "low", "high"]},
+                },
+                ("url",),
+            ),
+            "mime_type": STRING,
+        },
+        ("type", "image_url"),
+    ),
+    "AudioPart": _object(
+        {
+            "type": {"const": "input_audio"},
+            "input_audio": _object(
+                {
+                    "data": {"type": "string", "contentEncoding": "base64"},
+                    "format": {"type": "string", "enum": list(AUDIO_FORMATS)},
+                },
+                ("data", "format"),
+            ),
+        },
+        ("type", "input_audio"),
+    ),
+    "StartRun": _object(
+        {
+            "content": {
+                "anyOf": [
+                    {"type": "string", "minLength": 1},
+                    {
+                        "type": "array",
+                        "minItems": 1,
+                        "maxItems": PROMPT_MAX_PARTS,
+                        "items": {"oneOf": [ref("TextPart"), ref("ImagePart"), ref("AudioPart")]},
+                    },
+                ]
+            },
+            "queue": BOOLEAN,
+        },
+        ("content",),
+    ),
+    "Steer": _object({"text": {"type": "string", "minLength": 1}}, ("text",)),
+    "Decide": _object({"verdict": VERDICT, "note": STRING}, ("verdict",)),
+}
+
+ERROR_DESCRIPTIONS = {
+    400: "Invalid input: malformed JSON, wrong types, a bad media part (capability, mime_type, size, url, prompt)",
+    401: "Missing, invalid or revoked token",
+    403: "The caller may read but not do this",
+    404: "No such object (or not the caller's)",
+    405: "Method not allowed",
+    409: "Conflict: session_busy, awaiting_approval, ask_not_pending, stale_run_control, failed_step_retry_ineligible",
+    412: "Not at a turn boundary",
+    413: "Body too large",
+    429: "Rate limited (see Retry-After)",
+}
+
+
+def _error(status: int) -> dict[str, Any]:
+    return {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": ref("Error")}}}
+
+
+def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
+    params: list[dict[str, Any]] = [
+        {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
+    ]
+    for name in operation.query:
+        params.append({"name": name, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
+    if operation.streaming:
+        params.append(
+            {
+                "name": "Last-Event-ID",
+                "in": "header",
+                "required": False,
+                "schema": STRING,
+                "description": "resume after this seq",
+            }
+        )
+    doc: dict[str, Any] = {"operationId": operation.operation_id, "summary": operation.summary}
+    if params:
+        doc["parameters"] = params
+    if operation.request is not None:
+        doc["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(operation.request)}}}
+    if operation.streaming:
+        success: dict[str, Any] = {
+            "description": "SSE: `id:` the envelope seq, `event:` the kind, `data:` an Event; ends after `result`",
+            "content": {"text/event-stream": {"schema": ref("Event")}},
+        }
+    elif operation.status == 204:
+        success = {"description": "Done"}
+    elif operation.response is None:
+        success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
+    else:
+        success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
+    responses: dict[str, Any] = {str(operation.status): success}
+    statuses = set(operation.errors) | {405}
+    if operation.auth:
+        statuses |= {401, 429}
+    else:
+        doc["security"] = []
+    for status in sorted(statuses):
+        responses[str(status)] = _error(status)
+    doc["responses"] = responses
+    return doc
+
+
+@cache
+def build_document() -> dict[str, Any]:
+    from sessions_app.api.urls import ROUTES
+
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        paths[openapi_path(route.path)] = {
+            method.lower(): _operation(route.path, method, operation) for method, operation in route.operations.items()
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Sectr API",
+            "version": sectr.__version__,
+            "description": "Durable LLM agent sessions: create, run, stream, steer, approve. See docs/api.md.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "manage.py sectr_token USERNAME"}
+            },
+            "schemas": SCHEMAS,
+        },
+    }

@@ -1,0 +1,206 @@
+"""Server-Sent Events for one run: replay from the journal, then follow it live.
+
+`GET /api/v1/runs/{run_id}/events` streams the run's SDK events (sessions_app.sdk_events):
+``id:`` is the envelope's seq, ``event:`` the kind, ``data:`` the event as JSON. A
+reconnecting client sends ``Last-Event-ID`` (or ``?after=``) and gets exactly the events
+after that seq: nothing lost, nothing twice. The stream ends after the run's ``result``.
+
+How nothing falls between replay and live: the stream joins the session's channel-layer
+group *before* it reads the journal, then handles every envelope in seq order, keeping
+a cursor (the last seq it examined). A live envelope at or below the cursor is a
+duplicate and skipped; one beyond ``cursor + 1`` means the layer dropped something (it
+delivers at most once), so the journal is read again from the cursor. When the layer is
+quiet the journal is polled every few seconds anyway (a dropped *last* message would
+otherwise leave the stream waiting), and a ``: ping`` comment goes out every 15 seconds
+so proxies keep an idle stream open.
+
+Every journal read starts at the run's first envelope, whatever the client asked for:
+the run's ``result`` (its text and usage) is computed from all its envelopes, and events
+at or below the client's cursor are simply not sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from channels.layers import get_channel_layer
+
+from sectr.events import Envelope, EventType
+from sessions_app.journal import run_in_db_thread
+from sessions_app.models import Envelope as EnvelopeRow
+from sessions_app.models import Run
+from sessions_app.publish import ENVELOPES_MESSAGE_TYPE, session_group
+from sessions_app.sdk_events import RunEvents, format_sse, result_payload, sdk_event
+
+#: Seconds of silence before a ``: ping`` comment (env SECTR_SSE_HEARTBEAT_SECONDS).
+HEARTBEAT_SECONDS = float(os.environ.get("SECTR_SSE_HEARTBEAT_SECONDS", "15"))
+POLL_SECONDS = 3.0
+READ_PAGE = 1000
+
+
+def read_envelopes(session_id: str, after_seq: int, limit: int = READ_PAGE) -> list[Envelope]:
+    """Up to `limit` of the session's envelopes after `after_seq`, in seq order (sync)."""
+    rows = (
+        EnvelopeRow.objects.filter(session_id=session_id, seq__gt=after_seq)
+        .order_by("seq")
+        .values_list("seq", "invocation_id", "type", "payload", "created_at")[:limit]
+    )
+    return [Envelope(session_id, seq, inv, EventType(kind), payload, at) for seq, inv, kind, payload, at in rows]
+
+
+def run_tracker(run: Run) -> RunEvents:
+    return RunEvents(
+        run.pk, set(run.invocation_ids or ([run.invocation_id] if run.invocation_id else [])), run.start_seq or 1
+    )
+
+
+def first_cursor(run: Run) -> int:
+    """The cursor before a run's first envelope (its prompt's title update may precede it)."""
+    return max((run.start_seq or 1) - 2, 0)
+
+
+def replay_run(run: Run) -> RunEvents:
+    """Feed a run's envelopes, as far as the journal has them, through a tracker (sync)."""
+    tracker = run_tracker(run)
+    cursor = first_cursor(run)
+    while not tracker.finished:
+        envelopes = read_envelopes(run.session_id, cursor)
+        if not envelopes:
+            break
+        tracker.feed_all(envelopes)
+        cursor = envelopes[-1].seq
+    return tracker
+
+
+class RunStream:
+    """One client's stream of one run (see the module docstring)."""
+
+    def __init__(self, run: Run, after: int) -> None:
+        self.run = run
+        self.after = after
+        self.tracker = run_tracker(run)
+        self.cursor = first_cursor(run)
+        self.layer: Any = get_channel_layer()
+        self.channel: str | None = None
+        self.group = session_group(run.session_id)
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        if self.layer is not None:
+            self.channel = await self.layer.new_channel("sectr.sse.")
+            await self.layer.group_add(self.group, self.channel)
+        try:
+            async for frame in self._frames():
+                yield frame
+        finally:
+            if self.channel is not None:
+                with contextlib.suppress(Exception):
+                    await self.layer.group_discard(self.group, self.channel)
+
+    async def _frames(self) -> AsyncIterator[bytes]:
+        last_write = time.monotonic()
+        yield b": stream of " + self.run.pk.encode() + b"\n\n"  # the headers go out at once
+        if self.run.start_seq is None:  # queued behind another run: nothing journaled yet
+            async for frame in self._wait_for_start():
+                yield frame
+            if self.run.start_seq is None:
+                return
+            self.tracker = run_tracker(self.run)
+            self.cursor = first_cursor(self.run)
+        frame = await self._catch_up()
+        if frame:
+            yield frame
+            last_write = time.monotonic()
+        while not self.tracker.finished:
+            message = await self._receive(
+                min(POLL_SECONDS, max(HEARTBEAT_SECONDS - (time.monotonic() - last_write), 0.1))
+            )
+            if message is None:
+                frame = await self._catch_up()  # the layer may have dropped the newest appends
+            else:
+                frame = await self._handle_live(message)
+            if frame:
+                yield frame
+                last_write = time.monotonic()
+            elif time.monotonic() - last_write >= HEARTBEAT_SECONDS:
+                yield b": ping\n\n"
+                last_write = time.monotonic()
+
+    async def _receive(self, wait: float) -> dict[str, Any] | None:
+        if self.channel is None:
+            await asyncio.sleep(wait)
+            return None
+        try:
+            message: dict[str, Any] = await asyncio.wait_for(self.layer.receive(self.channel), wait)
+        except TimeoutError:
+            return None
+        return message
+
+    async def _wait_for_start(self) -> AsyncIterator[bytes]:
+        """Wait until a pending run is promoted (or cancelled before it started)."""
+        last_write = time.monotonic()
+        while True:
+            run = await run_in_db_thread(Run.objects.get, pk=self.run.pk)
+            self.run = run
+            if run.start_seq is not None:
+                return
+            if run.status in Run.FINISHED_STATUSES:
+                stop = run.stop_reason or ("cancelled" if run.status == Run.CANCELLED else "error")
+                payload = result_payload(stop, "", {}, run.error or None)
+                yield format_sse(sdk_event("result", run.pk, None, payload, ""))
+                return
+            await self._receive(1.0)
+            if time.monotonic() - last_write >= HEARTBEAT_SECONDS:
+                yield b": ping\n\n"
+                last_write = time.monotonic()
+
+    def _process(self, envelopes: list[Envelope]) -> bytes:
+        """Advance the cursor over contiguous envelopes; the frames of this run's events."""
+        out: list[bytes] = []
+        for envelope in envelopes:
+            if envelope.seq != self.cursor + 1 or self.tracker.finished:
+                break
+            self.cursor = envelope.seq
+            for event in self.tracker.feed(envelope):
+                if envelope.seq > self.after:
+                    out.append(format_sse(event))
+        return b"".join(out)
+
+    async def _catch_up(self) -> bytes:
+        out: list[bytes] = []
+        while not self.tracker.finished:
+            envelopes = await run_in_db_thread(read_envelopes, self.run.session_id, self.cursor)
+            before = self.cursor
+            out.append(self._process(envelopes))
+            if not envelopes or self.cursor == before:
+                break
+        return b"".join(out)
+
+    async def _handle_live(self, message: dict[str, Any]) -> bytes:
+        if message.get("type") != ENVELOPES_MESSAGE_TYPE:
+            return b""
+        try:
+            envelopes = sorted((Envelope.from_dict(e) for e in message.get("envelopes", [])), key=lambda e: e.seq)
+        except (KeyError, TypeError, ValueError):
+            return await self._catch_up()
+        fresh = [e for e in envelopes if e.seq > self.cursor]
+        if not fresh:
+            return b""  # all seen already (replayed before this message was read)
+        if fresh[0].seq != self.cursor + 1:
+            return await self._catch_up()  # a gap: the layer dropped a message
+        return self._process(fresh)
+
+
+def parse_after(last_event_id: str | None, after: str | None) -> int:
+    """The seq to resume after: Last-Event-ID wins over ?after=; ValueError if malformed."""
+    raw = last_event_id if last_event_id not in (None, "") else after
+    if raw in (None, ""):
+        return 0
+    text = str(raw).strip()
+    if not text.isdigit() or len(text) > 12:
+        raise ValueError("Last-Event-ID / after must be a whole number (an event's seq)")
+    return int(text)

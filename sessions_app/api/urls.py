@@ -1,0 +1,247 @@
+"""The API's route table: URL patterns and the OpenAPI document are both made from ROUTES.
+
+Each Route is a Django path (under ``/api/v1/``) with one Operation per HTTP method;
+`api_view` dispatches among them (405 for any other method) and
+sessions_app.api.openapi.build_document describes exactly these. Anything else under
+``/api/v1/`` is a JSON 404.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.urls import URLPattern, path, re_path
+
+from sessions_app.api import views
+from sessions_app.api.views import RUN_BODY_LIMIT, Operation
+
+app_name = "api"
+
+
+@dataclass(frozen=True)
+class Route:
+    path: str  # Django path syntax, relative to /api/v1/
+    name: str
+    operations: dict[str, Operation]
+
+
+def op(handler: views.Handler, summary: str, **options: Any) -> Operation:
+    return Operation(handler, handler.__name__, summary, **options)
+
+
+SESSION = "sessions/<str:session_id>"
+RUN = "runs/<str:run_id>"
+
+ROUTES: tuple[Route, ...] = (
+    Route(
+        "sessions",
+        "sessions",
+        {
+            "GET": op(
+                views.list_sessions,
+                "The caller's sessions, newest first (paginated)",
+                response="SessionList",
+                query=("limit", "offset"),
+            ),
+            "POST": op(
+                views.create_session,
+                "Create a session",
+                status=201,
+                request="CreateSession",
+                response="Snapshot",
+                errors=(400,),
+            ),
+        },
+    ),
+    Route(
+        SESSION,
+        "session",
+        {
+            "GET": op(views.get_session, "A session's snapshot", response="Snapshot", errors=(404,)),
+            "DELETE": op(
+                views.delete_session,
+                "Delete a session, its journal and media (412 while a run is active)",
+                status=204,
+                errors=(403, 404, 412),
+            ),
+        },
+    ),
+    Route(
+        f"{SESSION}/transcript",
+        "session-transcript",
+        {"GET": op(views.get_transcript, "A session's transcript", response="Transcript", errors=(404,))},
+    ),
+    Route(
+        f"{SESSION}/fork",
+        "session-fork",
+        {
+            "POST": op(
+                views.fork_session,
+                "Fork a session (now, or at an earlier seq)",
+                status=201,
+                request="Fork",
+                response="Snapshot",
+                errors=(400, 404, 412),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/clear",
+        "session-clear",
+        {
+            "POST": op(
+                views.clear_session,
+                "A new empty session with the same mode, model and limits",
+                status=201,
+                response="Snapshot",
+                errors=(403, 404),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/close",
+        "session-close",
+        {
+            "POST": op(
+                views.close_session,
+                "Release the session's runtime resources (data is kept)",
+                response="Snapshot",
+                errors=(403, 404),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/compact",
+        "session-compact",
+        {
+            "POST": op(
+                views.compact_session,
+                "Compact the history at a turn boundary",
+                response="Compacted",
+                errors=(403, 404, 412),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/retry",
+        "session-retry",
+        {
+            "POST": op(
+                views.retry_session,
+                "Retry the failed step (a new run)",
+                status=202,
+                response="Run",
+                errors=(403, 404, 409),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/rename",
+        "session-rename",
+        {
+            "POST": op(
+                views.rename_session,
+                "Rename the session",
+                request="Rename",
+                response="Snapshot",
+                errors=(400, 403, 404),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/mode",
+        "session-mode",
+        {
+            "POST": op(
+                views.set_session_mode,
+                "Change the mode (not while a run is active)",
+                request="SetMode",
+                response="Snapshot",
+                errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/model",
+        "session-model",
+        {
+            "POST": op(
+                views.set_session_model,
+                "Change the model (not while a run is active)",
+                request="SetModel",
+                response="Snapshot",
+                errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/runs",
+        "session-runs",
+        {
+            "POST": op(
+                views.start_run,
+                "Start a run with a user message (409 while one is active unless queue)",
+                status=202,
+                request="StartRun",
+                response="Run",
+                body_limit=RUN_BODY_LIMIT,
+                errors=(400, 403, 404, 409, 413),
+            )
+        },
+    ),
+    Route(RUN, "run", {"GET": op(views.get_run, "A run's status and result", response="Run", errors=(404,))}),
+    Route(
+        f"{RUN}/events",
+        "run-events",
+        {
+            "GET": op(
+                views.run_events,
+                "The run's events as Server-Sent Events (replay, then live; resume with Last-Event-ID or ?after=)",
+                response="Event",
+                streaming=True,
+                query=("after",),
+                errors=(400, 404),
+            )
+        },
+    ),
+    Route(
+        f"{RUN}/cancel",
+        "run-cancel",
+        {"POST": op(views.cancel_run, "Cancel the run", status=202, response="Run", errors=(403, 404, 409))},
+    ),
+    Route(
+        f"{RUN}/steer",
+        "run-steer",
+        {
+            "POST": op(
+                views.steer_run,
+                "Steer the active run",
+                status=202,
+                request="Steer",
+                response="Run",
+                errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route(
+        "asks/<str:ask_id>",
+        "ask",
+        {
+            "POST": op(
+                views.decide_ask,
+                "Decide an approval ask; the resumed session is a new run",
+                status=202,
+                request="Decide",
+                response="Run",
+                errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route("openapi.json", "openapi", {"GET": op(views.openapi_document, "This document", response=None, auth=False)}),
+)
+
+urlpatterns: list[URLPattern] = [
+    path(route.path, views.api_view(route.operations), name=route.name) for route in ROUTES
+]
+urlpatterns.append(re_path(r"^(?P<path>.*)$", views.not_found, name="not-found"))

@@ -1,0 +1,467 @@
+"""The JSON API's views (SPEC section 7). Thin: parse, call an action, shape the answer.
+
+Every route is an async view made by `api_view` from the operations the route table
+(sessions_app.api.urls.ROUTES) gives it per HTTP method. `api_view` does what every
+operation shares, in this order: 405 for a method the route lacks, bearer-token
+authentication (401), the token's rate limit (429), the body size limit (413), JSON
+parsing (400); then the operation's handler runs, and any SectrError it raises becomes
+``{"error": {"code", "message"}}`` with the error's status. State changes go through
+sessions_app.actions (and media/token actions), called in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from sectr.errors import NotFound, ValidationFailed
+from sessions_app import actions
+from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
+from sessions_app.api.auth import authenticate, check_rate_limit
+from sessions_app.api.errors import ApiError, error_response, exception_response
+from sessions_app.api.sse import RunStream, parse_after, replay_run
+from sessions_app.media import do_post_message_with_media
+from sessions_app.models import ApiToken, Run, Session
+from sessions_app.snapshots import session_summary, snapshot, transcript
+
+KIB = 1024
+#: Bodies of most operations are small; a prompt may carry 20 MiB of media as base64.
+DEFAULT_BODY_LIMIT = 256 * KIB
+RUN_BODY_LIMIT = 32 * 1024 * KIB
+ID_MAX = 64
+
+
+@dataclass
+class ApiCall:
+    """What a handler gets: the request, the authenticated user and token, the JSON body."""
+
+    request: HttpRequest
+    token: ApiToken | None
+    body: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def user(self) -> Any:
+        return self.token.user if self.token is not None else None
+
+
+Handler = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One method of one route, as the view dispatches it and the OpenAPI document shows it."""
+
+    handler: Handler
+    operation_id: str
+    summary: str
+    status: int = 200
+    request: str | None = None  # component schema of the JSON body (None: no body)
+    response: str | None = None  # component schema of the answer (None: no content)
+    auth: bool = True
+    body_limit: int = DEFAULT_BODY_LIMIT
+    query: tuple[str, ...] = ()
+    streaming: bool = False
+    errors: tuple[int, ...] = ()
+
+
+# ---- the shared door ----
+
+
+def api_view(operations: Mapping[str, Operation]) -> Handler:
+    allowed = ", ".join(sorted(operations))
+
+    async def view(request: HttpRequest, **kwargs: Any) -> HttpResponseBase:
+        operation = operations.get(request.method or "")
+        if operation is None:
+            return error_response(
+                405, "method_not_allowed", f"{request.method} is not allowed here; use {allowed}", {"Allow": allowed}
+            )
+        try:
+            call = ApiCall(request, None)
+            if operation.auth:
+                call.token = await authenticate(request)
+                await check_rate_limit(call.token)
+            if operation.request is not None:
+                call.body = read_json_body(request, operation.body_limit)
+            elif request.method == "POST":
+                read_json_body(request, DEFAULT_BODY_LIMIT)  # optional and empty, but still JSON
+            return await operation.handler(call, **kwargs)
+        except Exception as exc:
+            return exception_response(exc)
+
+    return csrf_exempt(view)
+
+
+async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
+    return error_response(404, "not_found", f"no API route {request.path}")
+
+
+def read_json_body(request: HttpRequest, limit: int) -> dict[str, Any]:
+    """The body as a JSON object ({} when empty); 413 past `limit` bytes, 400 if not JSON."""
+    declared = request.META.get("CONTENT_LENGTH") or "0"
+    try:
+        declared_length = int(declared)
+    except ValueError:
+        raise ApiError("Content-Length is not a number", code="malformed_request", status=400) from None
+    if declared_length > limit:
+        raise ApiError(f"the body is larger than {limit} bytes", code="too_large", status=413)
+    data = request.read(limit + 1)  # not request.body: its own cap (DATA_UPLOAD_MAX_MEMORY_SIZE) is 2.5 MB
+    if len(data) > limit:
+        raise ApiError(f"the body is larger than {limit} bytes", code="too_large", status=413)
+    if not data.strip():
+        return {}
+    try:
+        body = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ApiError("the body is not valid JSON", code="malformed_json", status=400) from None
+    if not isinstance(body, dict):
+        raise ApiError("the body must be a JSON object", code="invalid_body", status=400)
+    check_text(body)
+    return body
+
+
+def check_text(value: Any) -> None:
+    """Refuse strings no database can store: NUL characters and lone surrogates
+    (JSON escapes like \\u0000 and \\ud800 decode to them)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            strings = [item]
+        elif isinstance(item, dict):
+            strings = [key for key in item if isinstance(key, str)]
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+            continue
+        else:
+            continue
+        for text in strings:
+            if "\x00" in text:
+                raise ApiError("strings must not contain NUL characters", code="invalid_unicode", status=400)
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ApiError(
+                    "strings must be valid Unicode (no lone surrogates)", code="invalid_unicode", status=400
+                ) from None
+
+
+def _refuse_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+# ---- body and query fields ----
+
+
+def check_fields(body: dict[str, Any], *allowed: str) -> None:
+    unknown = sorted(set(body) - set(allowed))
+    if unknown:
+        raise ValidationFailed(f"unknown field(s): {', '.join(unknown)[:200]}", code="invalid_body")
+
+
+def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """`body[key]` if present and not null; 400 `invalid_<key>` if it has the wrong type."""
+    value = body.get(key)
+    if value is None:
+        return None
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool) and bool not in kinds:
+        raise ValidationFailed(f"{key} has the wrong type", code=f"invalid_{key}")
+    if not isinstance(value, kinds):
+        names = " or ".join(k.__name__.replace("str", "string").replace("int", "integer") for k in kinds)
+        raise ValidationFailed(f"{key} must be a {names}", code=f"invalid_{key}")
+    return value
+
+
+def required(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    value = optional(body, key, kind)
+    if value is None:
+        raise ValidationFailed(f"{key} is required", code=f"invalid_{key}")
+    return value
+
+
+def query_int(request: HttpRequest, key: str, default: int, low: int, high: int) -> int:
+    raw = request.GET.get(key)
+    if raw is None or raw == "":
+        return default
+    if not raw.isdigit() or len(raw) > 9 or not low <= int(raw) <= high:
+        raise ValidationFailed(f"{key} must be a whole number from {low} to {high}", code=f"invalid_{key}")
+    return int(raw)
+
+
+def check_id(value: str, what: str) -> str:
+    if len(value) > ID_MAX or not value.isascii():
+        raise NotFound(f"no such {what}")
+    return value
+
+
+# ---- answers ----
+
+
+def json_response(data: Any, status: int = 200) -> JsonResponse:
+    return JsonResponse(data, status=status, safe=False, json_dumps_params={"ensure_ascii": False})
+
+
+def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
+    """A run as clients see it; with its result (computed from the journal) when asked."""
+    data: dict[str, Any] = {
+        "run_id": run.pk,
+        "session_id": run.session_id,
+        "status": run.status,
+        "reason": (run.reason or {}).get("kind"),
+        "stop_reason": run.stop_reason or None,
+        "usage": run.usage or {},
+        "error": run.error or None,
+        "invocation_ids": list(run.invocation_ids or []),
+        "start_seq": run.start_seq,
+        "created_at": run.created_at.isoformat(),
+        "started_at": run.started_at.isoformat() if run.started_at else None,
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+        "events_url": f"/api/v1/runs/{run.pk}/events",
+        "result": None,
+    }
+    if with_result and run.start_seq is not None:
+        tracker = replay_run(run)
+        if tracker.finished and tracker.result is not None:
+            # The journal is the truth; the Run row may lag its terminal envelope briefly.
+            data["status"] = tracker.status
+            data["stop_reason"] = tracker.result["stop"]
+            data["usage"] = tracker.result["usage"]
+            data["error"] = tracker.result["error"]
+            data["result"] = tracker.result
+    elif with_result and run.status in Run.FINISHED_STATUSES:  # a queued message cancelled before it started
+        data["result"] = {"stop": run.stop_reason or "cancelled", "text": "", "usage": {}, "error": run.error or None}
+    return data
+
+
+def _session_for(user: Any, session_id: str, need: Need = "read") -> Session:
+    session = get_session_for_user(user, check_id(session_id, "session"), need)
+    return Session.objects.select_related("owner").get(pk=session.pk)
+
+
+def _snapshot_of(user: Any, session_id: str) -> dict[str, Any]:
+    return snapshot(_session_for(user, session_id))
+
+
+def _run_for(user: Any, run_id: str) -> Run:
+    run = Run.objects.select_related("session").filter(pk=check_id(run_id, "run")).first()
+    if run is None:
+        raise NotFound("no such run")
+    check_access(user, run.session, "read")
+    return run
+
+
+# ---- sessions ----
+
+
+async def list_sessions(call: ApiCall) -> HttpResponse:
+    limit = query_int(call.request, "limit", 50, 1, 100)
+    offset = query_int(call.request, "offset", 0, 0, 10**9)
+
+    def page() -> dict[str, Any]:
+        sessions = visible_sessions(call.user).select_related("owner").order_by("-updated_at", "-id")
+        total = sessions.count()
+        items = [session_summary(s) for s in sessions[offset : offset + limit]]
+        return {
+            "sessions": items,
+            "count": total,
+            "limit": limit,
+            "offset": offset,
+            "next_offset": offset + limit if offset + limit < total else None,
+        }
+
+    return json_response(await sync_to_async(page)())
+
+
+async def create_session(call: ApiCall) -> HttpResponse:
+    body = call.body
+    check_fields(body, "title", "mode", "model", "limits", "reasoning_effort")
+
+    def create() -> dict[str, Any]:
+        session = actions.do_create_session(
+            call.user,
+            title=optional(body, "title", str),
+            mode=optional(body, "mode", str),
+            model=optional(body, "model", str),
+            limits=optional(body, "limits", dict),
+            reasoning_effort=optional(body, "reasoning_effort", str),
+        )
+        return _snapshot_of(call.user, session.pk)
+
+    return json_response(await sync_to_async(create)(), status=201)
+
+
+async def get_session(call: ApiCall, session_id: str) -> HttpResponse:
+    return json_response(await sync_to_async(_snapshot_of)(call.user, session_id))
+
+
+async def delete_session(call: ApiCall, session_id: str) -> HttpResponse:
+    await sync_to_async(actions.do_delete)(call.user, check_id(session_id, "session"))
+    return HttpResponse(status=204)
+
+
+async def get_transcript(call: ApiCall, session_id: str) -> HttpResponse:
+    def read() -> dict[str, Any]:
+        return transcript(_session_for(call.user, session_id))
+
+    return json_response(await sync_to_async(read)())
+
+
+async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
+    body = call.body
+    check_fields(body, "title", "model", "reasoning_effort", "at_seq")
+
+    def fork() -> dict[str, Any]:
+        forked = actions.do_fork(
+            call.user,
+            check_id(session_id, "session"),
+            at_seq=optional(body, "at_seq", int),
+            title=optional(body, "title", str),
+            model=optional(body, "model", str),
+            reasoning_effort=optional(body, "reasoning_effort", str),
+        )
+        return _snapshot_of(call.user, forked.pk)
+
+    return json_response(await sync_to_async(fork)(), status=201)
+
+
+async def clear_session(call: ApiCall, session_id: str) -> HttpResponse:
+    def clear() -> dict[str, Any]:
+        cleared = actions.do_clear(call.user, check_id(session_id, "session"))
+        return _snapshot_of(call.user, cleared.pk)
+
+    return json_response(await sync_to_async(clear)(), status=201)
+
+
+async def close_session(call: ApiCall, session_id: str) -> HttpResponse:
+    def close() -> dict[str, Any]:
+        actions.do_close(call.user, check_id(session_id, "session"))
+        return _snapshot_of(call.user, session_id)
+
+    return json_response(await sync_to_async(close)())
+
+
+async def compact_session(call: ApiCall, session_id: str) -> HttpResponse:
+    compacted = await sync_to_async(actions.do_compact)(call.user, check_id(session_id, "session"))
+    return json_response({"compacted": compacted})
+
+
+async def retry_session(call: ApiCall, session_id: str) -> HttpResponse:
+    def retry() -> dict[str, Any]:
+        return run_dict(actions.do_retry(call.user, check_id(session_id, "session")))
+
+    return json_response(await sync_to_async(retry)(), status=202)
+
+
+async def rename_session(call: ApiCall, session_id: str) -> HttpResponse:
+    check_fields(call.body, "title")
+
+    def rename() -> dict[str, Any]:
+        actions.do_rename(call.user, check_id(session_id, "session"), required(call.body, "title", str))
+        return _snapshot_of(call.user, session_id)
+
+    return json_response(await sync_to_async(rename)())
+
+
+async def set_session_mode(call: ApiCall, session_id: str) -> HttpResponse:
+    check_fields(call.body, "mode")
+
+    def set_mode() -> dict[str, Any]:
+        actions.do_set_mode(call.user, check_id(session_id, "session"), required(call.body, "mode", str))
+        return _snapshot_of(call.user, session_id)
+
+    return json_response(await sync_to_async(set_mode)())
+
+
+async def set_session_model(call: ApiCall, session_id: str) -> HttpResponse:
+    check_fields(call.body, "model", "reasoning_effort")
+
+    def set_model() -> dict[str, Any]:
+        actions.do_set_model(
+            call.user,
+            check_id(session_id, "session"),
+            required(call.body, "model", str),
+            reasoning_effort=optional(call.body, "reasoning_effort", str),
+        )
+        return _snapshot_of(call.user, session_id)
+
+    return json_response(await sync_to_async(set_model)())
+
+
+# ---- runs ----
+
+
+async def start_run(call: ApiCall, session_id: str) -> HttpResponse:
+    body = call.body
+    check_fields(body, "content", "queue")
+    content = required(body, "content", (str, list))
+    queue = bool(optional(body, "queue", bool))
+
+    def start() -> dict[str, Any]:
+        run = do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
+        return run_dict(run)
+
+    return json_response(await sync_to_async(start)(), status=202)
+
+
+async def get_run(call: ApiCall, run_id: str) -> HttpResponse:
+    def read() -> dict[str, Any]:
+        return run_dict(_run_for(call.user, run_id), with_result=True)
+
+    return json_response(await sync_to_async(read)())
+
+
+async def run_events(call: ApiCall, run_id: str) -> HttpResponseBase:
+    try:
+        after = parse_after(call.request.headers.get("Last-Event-ID"), call.request.GET.get("after"))
+    except ValueError as exc:
+        raise ValidationFailed(str(exc), code="invalid_after") from None
+    run = await sync_to_async(_run_for)(call.user, run_id)
+    response = StreamingHttpResponse(RunStream(run, after).frames(), content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache, no-transform"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
+    return response
+
+
+async def cancel_run(call: ApiCall, run_id: str) -> HttpResponse:
+    def cancel() -> dict[str, Any]:
+        return run_dict(actions.do_cancel(call.user, check_id(run_id, "run")))
+
+    return json_response(await sync_to_async(cancel)(), status=202)
+
+
+async def steer_run(call: ApiCall, run_id: str) -> HttpResponse:
+    check_fields(call.body, "text")
+
+    def steer() -> dict[str, Any]:
+        return run_dict(actions.do_steer(call.user, check_id(run_id, "run"), required(call.body, "text", str)))
+
+    return json_response(await sync_to_async(steer)(), status=202)
+
+
+async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
+    check_fields(call.body, "verdict", "note")
+
+    def decide() -> dict[str, Any]:
+        run = actions.do_decide(
+            call.user,
+            check_id(ask_id, "ask"),
+            required(call.body, "verdict", str),
+            note=optional(call.body, "note", str),
+        )
+        return run_dict(run)
+
+    return json_response(await sync_to_async(decide)(), status=202)
+
+
+async def openapi_document(call: ApiCall) -> HttpResponse:
+    from sessions_app.api.openapi import build_document
+
+    return json_response(build_document())

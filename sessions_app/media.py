@@ -1,0 +1,501 @@
+"""Image and audio parts of a prompt: validation, content-addressed storage, and the
+references providers get (SPEC section 6, "Media").
+
+A prompt's content is a string or a list of OpenAI content parts:
+
+* ``{"type": "text", "text": "..."}``
+* ``{"type": "image_url", "image_url": {"url": "data:image/png;base64,...", "detail"?}}``
+  (an upload) or ``{"type": "image_url", "image_url": {"url": "https://..."}, "mime_type"?}``
+* ``{"type": "input_audio", "input_audio": {"data": "<base64>", "format": "wav"}}``
+  (an upload; formats wav, mp3, flac, ogg)
+
+Rules, each refusal a ValidationFailed (400) whose code names the reason:
+
+* ``prompt``: not a list of parts, more than 16 parts, a malformed part (unknown type,
+  missing fields, bad base64), text over 200,000 characters;
+* ``capability``: an image for a model without image input, audio for one without
+  audio input (the model registry, sectr.providers.registry, decides);
+* ``mime_type``: the declared type is not an accepted image/audio type, or the bytes
+  (sniffed from their magic numbers) are not what the part declares;
+* ``size``: a part over 10 MiB, or the parts of one prompt over 20 MiB together;
+* ``url``: a URL that is not absolute ``https``, carries credentials, or whose host is
+  (or resolves, by DNS, to) a loopback, private, link-local, shared, reserved,
+  multicast or cloud-metadata address. Audio must be uploaded (providers take audio
+  inline only).
+
+Validation writes nothing. Storing happens after every part passed: the bytes are
+stored once per sha256 (MediaBlob, a file under MEDIA_ROOT) and linked to the session
+(SessionMedia, so deleting the session deletes its media), and the journal holds a
+reference, never the bytes::
+
+    {"type": "image_url", "image_url": {"url": "sectr-media://<sha256>"}, "mime_type": "image/png", "size": 1234}
+    {"type": "input_audio", "input_audio": {"url": "sectr-media://<sha256>", "format": "wav"},
+     "mime_type": "audio/wav", "size": 5678}
+
+URL parts are journaled as the URL and are never fetched by Sectr: the provider
+receives the URL by reference and fetches it itself. The address checks are made when
+the prompt is accepted (before anything is journaled).
+
+Before a model call, `resolve_media_references(messages)` turns references back into
+what OpenAI-compatible providers take (``data:`` URLs for images, base64 ``data`` for
+audio) and strips Sectr's extra keys; `MediaResolvingProvider` wraps a provider so that
+this happens inside its `stream` (see its docstring).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import ipaddress
+import logging
+import socket
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.files.base import ContentFile
+from django.core.files.storage import default_storage
+from django.db import transaction
+
+from sectr.errors import ValidationFailed
+from sectr.providers.base import CompletionRequest, ModelInfo, Provider, StreamEvent
+from sessions_app.models import MediaBlob, Run, Session, SessionMedia
+
+log = logging.getLogger("sectr.media")
+
+MEDIA_SCHEME = "sectr-media://"
+MIB = 1024 * 1024
+PART_MAX_BYTES = 10 * MIB
+PROMPT_MAX_BYTES = 20 * MIB
+PROMPT_MAX_PARTS = 16
+TEXT_MAX_CHARS = 200_000
+URL_MAX_LENGTH = 2048
+
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac", "ogg": "audio/ogg"}
+#: Host names that name a metadata service or this machine whatever DNS says.
+BLOCKED_HOSTNAMES = frozenset(
+    {"localhost", "metadata", "metadata.google.internal", "instance-data", "metadata.azure.internal"}
+)
+BLOCKED_HOST_SUFFIXES = (".localhost", ".internal", ".local", ".localdomain")
+
+
+def refuse(reason: str, message: str) -> ValidationFailed:
+    return ValidationFailed(message, code=reason)
+
+
+# ---- sniffing ----
+
+
+def sniff_mime(data: bytes) -> str | None:
+    """The media type the bytes' magic numbers announce (the accepted types only)."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "audio/wav"
+    if data.startswith(b"fLaC"):
+        return "audio/flac"
+    if data.startswith(b"OggS"):
+        return "audio/ogg"
+    if data.startswith(b"ID3") or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0):
+        return "audio/mpeg"  # an ID3 tag, or an MPEG audio frame sync
+    return None
+
+
+# ---- URLs ----
+
+
+def _address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    if isinstance(address, ipaddress.IPv6Address):
+        mapped = address.ipv4_mapped or address.sixtofour
+        if mapped is not None and not _address_is_public(mapped):
+            return False
+        if address.teredo is not None:
+            return False
+    # is_global excludes loopback, private (RFC 1918, ULA), link-local (169.254/16, where
+    # the cloud metadata services live, and fe80::/10), shared (100.64/10, Alibaba's
+    # metadata), reserved, unspecified and documentation ranges.
+    return address.is_global and not address.is_multicast
+
+
+def check_media_url(url: Any) -> str:
+    """`url` if it may be handed to a provider; ValidationFailed(code="url") otherwise.
+
+    Resolves the host name (socket.getaddrinfo) and refuses it when any address it
+    resolves to is not public. Nothing is fetched.
+    """
+    if not isinstance(url, str) or not url or len(url) > URL_MAX_LENGTH:
+        raise refuse("url", f"a media URL is a string of at most {URL_MAX_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 32 for ch in url):
+        raise refuse("url", "a media URL must not contain spaces or control characters")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise refuse("url", "the media URL is malformed") from None
+    if parts.scheme.lower() != "https":
+        raise refuse("url", "media URLs must be absolute https URLs")
+    host = (parts.hostname or "").rstrip(".").lower()
+    if not host:
+        raise refuse("url", "the media URL has no host")
+    if parts.username is not None or parts.password is not None:
+        raise refuse("url", "media URLs must not carry credentials")
+    if host in BLOCKED_HOSTNAMES or host.endswith(BLOCKED_HOST_SUFFIXES):
+        raise refuse("url", f"media URLs must not point at {host}")
+    try:
+        literal: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        literal = None
+    if literal is not None:
+        addresses = [literal]
+    else:
+        try:
+            infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            raise refuse("url", f"the media URL's host {host} does not resolve") from None
+        addresses = []
+        for info in infos:
+            try:
+                addresses.append(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
+            except ValueError:
+                raise refuse("url", f"the media URL's host {host} resolves to an unusable address") from None
+        if not addresses:
+            raise refuse("url", f"the media URL's host {host} does not resolve")
+    for address in addresses:
+        if not _address_is_public(address):
+            raise refuse("url", "media URLs must not point at loopback, private, link-local or metadata addresses")
+    return url
+
+
+# ---- validation ----
+
+
+@dataclass(frozen=True)
+class CheckedPart:
+    """A part that passed validation: `part` as it will be journaled, or bytes to store."""
+
+    part: dict[str, Any]
+    data: bytes | None = None
+    mime_type: str | None = None
+    kind: str | None = None  # "image" or "audio" for stored media
+
+    @property
+    def size(self) -> int:
+        return len(self.data) if self.data is not None else 0
+
+
+def _decode_base64(text: Any, what: str) -> bytes:
+    if not isinstance(text, str) or not text:
+        raise refuse("prompt", f"{what} needs base64 data")
+    if len(text) * 3 // 4 > PART_MAX_BYTES + 3:  # refuse before decoding megabytes
+        raise refuse("size", f"{what} is larger than {PART_MAX_BYTES // MIB} MiB")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise refuse("prompt", f"{what} is not valid base64") from None
+    if not data:
+        raise refuse("prompt", f"{what} is empty")
+    if len(data) > PART_MAX_BYTES:
+        raise refuse("size", f"{what} is larger than {PART_MAX_BYTES // MIB} MiB")
+    return data
+
+
+def _check_bytes(data: bytes, declared: str, what: str) -> None:
+    sniffed = sniff_mime(data)
+    if sniffed != declared:
+        found = sniffed or "not a recognised image or audio format"
+        raise refuse("mime_type", f"{what} is declared {declared} but its bytes are {found}")
+
+
+def _check_image(part: dict[str, Any], info: ModelInfo, what: str) -> CheckedPart:
+    if not info.image_input:
+        raise refuse("capability", f"the model {info.model_id} does not accept images")
+    image = part.get("image_url")
+    if not isinstance(image, dict) or not isinstance(image.get("url"), str):
+        raise refuse("prompt", f"{what} needs image_url.url (a data: URL or an https URL)")
+    url: str = image["url"]
+    detail = image.get("detail")
+    if detail is not None and detail not in ("auto", "low", "high"):
+        raise refuse("prompt", f"{what}: image_url.detail is auto, low or high")
+    extra = {"detail": detail} if detail else {}
+    if url[:5].lower() == "data:":
+        header, sep, payload = url[5:].partition(",")
+        media_type, _, encoding = header.partition(";")
+        if not sep or encoding.lower() != "base64":
+            raise refuse("prompt", f"{what}: a data: URL must be data:<type>;base64,<data>")
+        declared = media_type.strip().lower()
+        if declared not in IMAGE_TYPES:
+            raise refuse("mime_type", f"{what}: images are {', '.join(IMAGE_TYPES)}, not {declared or 'untyped'}")
+        data = _decode_base64(payload, what)
+        _check_bytes(data, declared, what)
+        return CheckedPart({"type": "image_url", "image_url": extra}, data, declared, "image")
+    declared_type = part.get("mime_type")
+    if declared_type is not None and declared_type not in IMAGE_TYPES:
+        raise refuse("mime_type", f"{what}: images are {', '.join(IMAGE_TYPES)}")
+    checked = {"type": "image_url", "image_url": {"url": check_media_url(url), **extra}}
+    if declared_type:
+        checked["mime_type"] = declared_type
+    return CheckedPart(checked)
+
+
+def _check_audio(part: dict[str, Any], info: ModelInfo, what: str) -> CheckedPart:
+    if not info.audio_input:
+        raise refuse("capability", f"the model {info.model_id} does not accept audio")
+    audio = part.get("input_audio")
+    if not isinstance(audio, dict):
+        raise refuse("prompt", f"{what} needs input_audio: {{data, format}}")
+    if "url" in audio and "data" not in audio:
+        check_media_url(audio["url"])  # a bad address is named as such
+        raise refuse("url", f"{what}: audio must be uploaded as data (providers take audio inline only)")
+    audio_format = audio.get("format")
+    if not isinstance(audio_format, str) or audio_format.lower() not in AUDIO_FORMATS:
+        raise refuse("mime_type", f"{what}: audio formats are {', '.join(AUDIO_FORMATS)}")
+    audio_format = audio_format.lower()
+    declared = AUDIO_FORMATS[audio_format]
+    data = _decode_base64(audio.get("data"), what)
+    _check_bytes(data, declared, what)
+    return CheckedPart({"type": "input_audio", "input_audio": {"format": audio_format}}, data, declared, "audio")
+
+
+def validate_parts(parts: Any, info: ModelInfo) -> list[CheckedPart]:
+    """Check a prompt's parts against the rules above for the model `info`; writes nothing."""
+    if not isinstance(parts, list) or not parts:
+        raise refuse("prompt", "content must be a string or a non-empty list of parts")
+    if len(parts) > PROMPT_MAX_PARTS:
+        raise refuse("prompt", f"a prompt has at most {PROMPT_MAX_PARTS} parts, not {len(parts)}")
+    checked: list[CheckedPart] = []
+    text_chars = 0
+    for index, part in enumerate(parts):
+        what = f"part {index}"
+        if not isinstance(part, dict):
+            raise refuse("prompt", f"{what} is not an object")
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise refuse("prompt", f"{what}: a text part needs a string text")
+            text_chars += len(text)
+            checked.append(CheckedPart({"type": "text", "text": text}))
+        elif kind == "image_url":
+            checked.append(_check_image(part, info, what))
+        elif kind == "input_audio":
+            checked.append(_check_audio(part, info, what))
+        else:
+            raise refuse("prompt", f"{what}: the type must be text, image_url or input_audio")
+    if text_chars > TEXT_MAX_CHARS:
+        raise refuse("prompt", f"the prompt's text is longer than {TEXT_MAX_CHARS:,} characters")
+    if not any(p.data is not None or p.part["type"] != "text" or p.part["text"].strip() for p in checked):
+        raise refuse("prompt", "the message is empty")
+    total = sum(p.size for p in checked)
+    if total > PROMPT_MAX_BYTES:
+        raise refuse("size", f"the parts of a prompt are at most {PROMPT_MAX_BYTES // MIB} MiB together")
+    return checked
+
+
+# ---- storage ----
+
+
+def blob_path(sha256: str) -> str:
+    return f"media/{sha256[:2]}/{sha256}"
+
+
+def media_reference(sha256: str) -> str:
+    return MEDIA_SCHEME + sha256
+
+
+def _store_blob(data: bytes, mime_type: str, kind: str, created: list[str]) -> MediaBlob:
+    digest = hashlib.sha256(data).hexdigest()
+    blob = MediaBlob.objects.filter(sha256=digest).first()
+    if blob is not None:
+        return blob
+    name = blob_path(digest)
+    if not default_storage.exists(name):
+        name = default_storage.save(name, ContentFile(data))
+        created.append(name)
+    blob, _ = MediaBlob.objects.get_or_create(
+        sha256=digest, defaults={"mime_type": mime_type, "size": len(data), "kind": kind, "file": name}
+    )
+    return blob
+
+
+def store_parts(
+    session: Session, checked: Iterable[CheckedPart], created_files: list[str] | None = None
+) -> list[dict[str, Any]]:
+    """Store the uploaded bytes (once per sha256), link them to `session`, and return the
+    parts as the journal holds them. Call inside the transaction that journals them."""
+    created = created_files if created_files is not None else []
+    parts: list[dict[str, Any]] = []
+    for item in checked:
+        if item.data is None or item.mime_type is None or item.kind is None:
+            parts.append(item.part)
+            continue
+        blob = _store_blob(item.data, item.mime_type, item.kind, created)
+        SessionMedia.objects.get_or_create(session=session, blob=blob)
+        reference = media_reference(blob.sha256)
+        if item.kind == "image":
+            part = {"type": "image_url", "image_url": {"url": reference, **item.part["image_url"]}}
+        else:
+            part = {"type": "input_audio", "input_audio": {"url": reference, **item.part["input_audio"]}}
+        parts.append({**part, "mime_type": item.mime_type, "size": len(item.data)})
+    return parts
+
+
+def _forget_files(names: list[str]) -> None:
+    """Remove files written by a transaction that rolled back (unless another request's
+    committed blob uses the same content)."""
+    for name in names:
+        digest = name.rsplit("/", 1)[-1]
+        if not MediaBlob.objects.filter(sha256=digest).exists():
+            try:
+                default_storage.delete(name)
+            except OSError:
+                log.warning("could not remove orphaned media file %s", name, exc_info=True)
+
+
+def validate_and_store_parts(session: Session, parts: Any, model: str | None = None) -> list[dict[str, Any]]:
+    """Validate `parts` for `model` (default: the session's) and store their media.
+
+    Returns the parts to journal. Raises ValidationFailed (code capability, mime_type,
+    size, url or prompt) before writing anything. Call it inside the transaction that
+    journals the parts, so that a refusal further on (a busy session) stores nothing.
+    """
+    from sessions_app.snapshots import session_model_info
+
+    checked = validate_parts(parts, session_model_info(model or session.model))
+    return store_parts(session, checked)
+
+
+def do_post_message_with_media(actor: Any, session_id: str, content: Any, *, queue: bool = False) -> Run:
+    """actions.do_post_message for content that may hold media parts.
+
+    Validation comes first and writes nothing; then, in one transaction, the media are
+    stored and the message is journaled (a refusal by do_post_message, such as 409 busy,
+    rolls the media rows back and removes any file this call wrote).
+    """
+    from sessions_app.access import get_session_for_user
+    from sessions_app.actions import do_post_message
+    from sessions_app.snapshots import session_model_info
+
+    if not isinstance(content, list):
+        return do_post_message(actor, session_id, content, queue=queue)
+    session = get_session_for_user(actor, session_id, "write")
+    checked = validate_parts(content, session_model_info(session.model))
+    created: list[str] = []
+    try:
+        with transaction.atomic():
+            parts = store_parts(session, checked, created)
+            return do_post_message(actor, session_id, parts, queue=queue)
+    except BaseException:
+        _forget_files(created)
+        raise
+
+
+# ---- references -> provider input ----
+
+
+def _blob_data(sha256: str) -> tuple[str, bytes] | None:
+    blob = MediaBlob.objects.filter(sha256=sha256).first()
+    if blob is None:
+        return None
+    try:
+        with blob.file.open("rb") as handle:
+            return blob.mime_type, handle.read()
+    except OSError:
+        log.warning("media blob %s has no readable file", sha256)
+        return None
+
+
+def has_media_references(messages: Iterable[dict[str, Any]]) -> bool:
+    return any(isinstance(m.get("content"), list) and any(_is_media(p) for p in m["content"]) for m in messages)
+
+
+def _is_media(part: Any) -> bool:
+    return isinstance(part, dict) and part.get("type") in ("image_url", "input_audio")
+
+
+def resolve_media_references(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The messages as a provider takes them: `sectr-media://` references become inline
+    data (``data:`` URLs for images, base64 ``data`` for audio) and parts lose Sectr's
+    extra keys. A blob that no longer exists becomes a text part saying so.
+
+    Sync (reads the database and files): call it from a thread, e.g. through
+    sessions_app.journal.run_in_db_thread. Returns new lists; `messages` is unchanged.
+    """
+    cache: dict[str, tuple[str, bytes] | None] = {}
+
+    def load(reference: str) -> tuple[str, bytes] | None:
+        digest = reference[len(MEDIA_SCHEME) :]
+        if digest not in cache:
+            cache[digest] = _blob_data(digest)
+        return cache[digest]
+
+    def resolve(part: dict[str, Any]) -> dict[str, Any]:
+        if part.get("type") == "image_url":
+            image = dict(part.get("image_url") or {})
+            url = str(image.get("url", ""))
+            if url.startswith(MEDIA_SCHEME):
+                found = load(url)
+                if found is None:
+                    return {"type": "text", "text": "[an image that is no longer available]"}
+                image["url"] = f"data:{found[0]};base64,{base64.b64encode(found[1]).decode()}"
+            return {"type": "image_url", "image_url": image}
+        if part.get("type") == "input_audio":
+            audio = dict(part.get("input_audio") or {})
+            url = str(audio.pop("url", ""))
+            if url.startswith(MEDIA_SCHEME):
+                found = load(url)
+                if found is None:
+                    return {"type": "text", "text": "[an audio clip that is no longer available]"}
+                audio["data"] = base64.b64encode(found[1]).decode()
+            return {"type": "input_audio", "input_audio": audio}
+        return part
+
+    resolved = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list) and any(_is_media(p) for p in content):
+            message = {**message, "content": [resolve(p) if _is_media(p) else p for p in content]}
+        resolved.append(message)
+    return resolved
+
+
+class MediaResolvingProvider:
+    """A provider that hands its inner provider inline media instead of references.
+
+    Wire it where the process builds its Runtime (sessions_app.runtime_config)::
+
+        Runtime(DatabaseJournal(), handler=..., tools=...,
+                provider=MediaResolvingProvider(provider_from_env()))
+
+    Every model call (the agent's steps and compaction summaries alike) then goes
+    through `stream`, which resolves references in a database thread first. Requests
+    without media pass through untouched.
+    """
+
+    def __init__(self, inner: Provider) -> None:
+        self.inner = inner
+        self.provider_id = inner.provider_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def model_info(self, model: str) -> ModelInfo:
+        return self.inner.model_info(model)
+
+    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+        if has_media_references(request.messages):
+            from sessions_app.journal import run_in_db_thread
+
+            messages = await run_in_db_thread(resolve_media_references, request.messages)
+            request = dataclasses.replace(request, messages=messages)
+        async for event in self.inner.stream(request):
+            yield event
