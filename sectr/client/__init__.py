@@ -1,0 +1,90 @@
+"""`sectr.client`: the Python SDK for a running Sectr server (SPEC section 8).
+
+    from sectr.client import Client, SessionMode, text_part, image_part_from_path
+
+    client = Client("http://127.0.0.1:8000", token="sectr_...")
+    session = client.sessions.create(title="Demo")
+    run = session.run("hello", on_permission_ask=lambda ask: "allow_once")
+    for event in run:                      # or: result = run.result() (not both)
+        if event.kind == "message.delta":
+            print(event.text, end="")
+
+`AsyncClient` is the asyncio twin. Built on httpx; never imports Django.
+"""
+
+from sectr.client.aio import AsyncClient, AsyncRun, AsyncSession
+from sectr.client.errors import (
+    AskAlreadyResolvedError,
+    AuthenticationError,
+    InvalidRequestError,
+    InvalidStateError,
+    NotFoundError,
+    PermissionDeniedError,
+    PromptValidationError,
+    ProtocolError,
+    RateLimitError,
+    RequestCancelled,
+    SectrError,
+    SessionBusyError,
+    TransportError,
+)
+from sectr.client.models import (
+    PermissionAsk,
+    ResolvedModel,
+    RunEvent,
+    RunResult,
+    SessionMode,
+    Snapshot,
+    Transcript,
+    TranscriptMessage,
+    Verdict,
+    audio_part_from_bytes,
+    audio_part_from_path,
+    image_part_from_bytes,
+    image_part_from_path,
+    image_part_from_url,
+    text_part,
+)
+from sectr.client.protocol import Cancellation
+from sectr.client.records import RunInfo, SessionPage
+from sectr.client.sync import Client, Run, Session
+
+__all__ = [
+    "AskAlreadyResolvedError",
+    "AsyncClient",
+    "AsyncRun",
+    "AsyncSession",
+    "AuthenticationError",
+    "Cancellation",
+    "Client",
+    "InvalidRequestError",
+    "InvalidStateError",
+    "NotFoundError",
+    "PermissionAsk",
+    "PermissionDeniedError",
+    "PromptValidationError",
+    "ProtocolError",
+    "RateLimitError",
+    "RequestCancelled",
+    "ResolvedModel",
+    "Run",
+    "RunEvent",
+    "RunInfo",
+    "RunResult",
+    "SectrError",
+    "Session",
+    "SessionBusyError",
+    "SessionMode",
+    "SessionPage",
+    "Snapshot",
+    "Transcript",
+    "TranscriptMessage",
+    "TransportError",
+    "Verdict",
+    "audio_part_from_bytes",
+    "audio_part_from_path",
+    "image_part_from_bytes",
+    "image_part_from_path",
+    "image_part_from_url",
+    "text_part",
+]

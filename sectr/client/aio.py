@@ -1,0 +1,456 @@
+"""`AsyncClient`: the asyncio SDK, call for call the twin of `Client` (sectr.client.sync).
+
+Cancelling the task that awaits a call cancels it as usual; a `Cancellation` passed as
+``cancel=`` does the same from any thread and raises RequestCancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+
+from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
+from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript
+from sectr.client.protocol import (
+    API_PREFIX,
+    DEFAULT_TIMEOUT,
+    MAX_RECONNECTS,
+    Cancellation,
+    RunFollower,
+    SSEDecoder,
+    backoff,
+    base_url_from_env,
+    client_headers,
+    decode_answer,
+    run_event_from_sse,
+    stream_timeout,
+    timeout_for,
+    token_from_env,
+    transport_error,
+    verdict_value,
+)
+from sectr.client.records import RunInfo, SessionPage, fork_body, run_body, session_body
+
+#: on_permission_ask for AsyncRun: a function or coroutine function taking the ask and
+#: returning a verdict (or None to leave the ask pending).
+AsyncResponder = Callable[[PermissionAsk], Any | Awaitable[Any]]
+ACTIVE_RUN_STATUSES = ("pending", "queued", "running")
+
+
+class _StreamCut(Exception):  # noqa: N818 - internal signal
+    """The server closed a run's stream before its result."""
+
+
+class _CancelScope:
+    """Turns a Cancellation (any thread) into cancelling the current task."""
+
+    def __init__(self, cancel: Cancellation | None) -> None:
+        self.cancel = cancel
+        self._remove: Callable[[], None] | None = None
+        self._task: asyncio.Task[Any] | None = None
+
+    def __enter__(self) -> _CancelScope:
+        if self.cancel is not None:
+            self.cancel.check()
+            loop = asyncio.get_running_loop()
+            task = asyncio.current_task()
+            self._task = task
+            if task is not None:
+                self._remove = self.cancel.on_cancel(lambda: loop.call_soon_threadsafe(task.cancel))
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._remove is not None:
+            self._remove()
+        if exc_type is asyncio.CancelledError and self.cancel is not None and self.cancel.cancelled:
+            if self._task is not None:
+                self._task.uncancel()
+            raise RequestCancelled("the call was cancelled") from None
+
+
+class AsyncClient:
+    """``AsyncClient(base_url, token=...)``; use ``async with`` or `aclose()`."""
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        headers: dict[str, str] | None = None,
+        max_reconnects: int = MAX_RECONNECTS,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url_from_env(base_url)
+        self.timeout = timeout
+        self.max_reconnects = max_reconnects
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=client_headers(token_from_env(token), headers),
+            timeout=timeout,
+            transport=transport,
+        )
+        self.sessions = AsyncSessions(self)
+        self.runs = AsyncRuns(self)
+        self.asks = AsyncAsks(self)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> Any:
+        request = self._http.build_request(
+            method,
+            API_PREFIX + path,
+            json=json,
+            params=params,
+            headers=headers,
+            timeout=timeout_for(timeout, self.timeout),
+        )
+        with _CancelScope(cancel):
+            try:
+                response = await self._http.send(request)
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, f"{method} {path}") from exc
+        return decode_answer(response)
+
+    @asynccontextmanager
+    async def _event_stream(
+        self,
+        run_id: str,
+        headers: dict[str, str],
+        timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+    ) -> AsyncIterator[httpx.Response]:
+        request = self._http.build_request(
+            "GET",
+            f"{API_PREFIX}/runs/{run_id}/events",
+            headers={"Accept": "text/event-stream", **headers},
+            timeout=stream_timeout(timeout),
+        )
+        response = await self._http.send(request, stream=True)
+        try:
+            if response.status_code >= 400:
+                await response.aread()
+                decode_answer(response)
+            yield response
+        finally:
+            await response.aclose()
+
+    def session(self, session_id: str) -> AsyncSession:
+        return AsyncSession(self, session_id)
+
+
+class AsyncSessions:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def create(
+        self,
+        title: str | None = None,
+        mode: SessionMode | str | None = None,
+        model: str | None = None,
+        *,
+        limits: dict[str, int] | None = None,
+        reasoning_effort: str | None = None,
+        **options: Any,
+    ) -> AsyncSession:
+        body = session_body(title, mode, model, limits, reasoning_effort)
+        data = await self._client.request("POST", "/sessions", json=body, **options)
+        return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
+
+    async def get(self, session_id: str, **options: Any) -> AsyncSession:
+        data = await self._client.request("GET", f"/sessions/{session_id}", **options)
+        return AsyncSession(self._client, session_id, Snapshot.from_json(data))
+
+    async def list(self, *, limit: int = 50, offset: int = 0, **options: Any) -> SessionPage:
+        data = await self._client.request("GET", "/sessions", params={"limit": limit, "offset": offset}, **options)
+        return SessionPage.from_json(data)
+
+    async def fork(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        reasoning_effort: str | None = None,
+        model: str | None = None,
+        at_seq: int | None = None,
+        **options: Any,
+    ) -> AsyncSession:
+        body = fork_body(title, reasoning_effort, model, at_seq)
+        data = await self._client.request("POST", f"/sessions/{session_id}/fork", json=body, **options)
+        return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
+
+
+class AsyncSession:
+    def __init__(self, client: AsyncClient, session_id: str, snapshot: Snapshot | None = None) -> None:
+        self._client = client
+        self.id = session_id
+        self.last_snapshot = snapshot
+        self._active: AsyncRun | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncSession {self.id}>"
+
+    async def _request(self, method: str, suffix: str = "", **kwargs: Any) -> Any:
+        return await self._client.request(method, f"/sessions/{self.id}{suffix}", **kwargs)
+
+    def _snapshot(self, data: Any) -> Snapshot:
+        self.last_snapshot = Snapshot.from_json(data)
+        return self.last_snapshot
+
+    async def snapshot(self, **options: Any) -> Snapshot:
+        return self._snapshot(await self._request("GET", **options))
+
+    async def transcript(self, **options: Any) -> Transcript:
+        return Transcript.from_json(await self._request("GET", "/transcript", **options))
+
+    async def rename(self, title: str, **options: Any) -> Snapshot:
+        return self._snapshot(await self._request("POST", "/rename", json={"title": title}, **options))
+
+    async def set_mode(self, mode: SessionMode | str, **options: Any) -> Snapshot:
+        return self._snapshot(await self._request("POST", "/mode", json={"mode": str(mode)}, **options))
+
+    async def set_model(self, model: str, *, reasoning_effort: str | None = None, **options: Any) -> Snapshot:
+        body: dict[str, Any] = {"model": model}
+        if reasoning_effort is not None:
+            body["reasoning_effort"] = reasoning_effort
+        return self._snapshot(await self._request("POST", "/model", json=body, **options))
+
+    async def compact(self, **options: Any) -> bool:
+        return bool((await self._request("POST", "/compact", **options))["compacted"])
+
+    async def clear(self, **options: Any) -> AsyncSession:
+        data = await self._request("POST", "/clear", **options)
+        return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
+
+    async def fork(self, **kwargs: Any) -> AsyncSession:
+        return await self._client.sessions.fork(self.id, **kwargs)
+
+    async def close(self, **options: Any) -> Snapshot:
+        return self._snapshot(await self._request("POST", "/close", **options))
+
+    async def delete(self, **options: Any) -> None:
+        await self._request("DELETE", **options)
+
+    async def run(
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        on_permission_ask: AsyncResponder | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+        queue: bool = False,
+    ) -> AsyncRun:
+        if not queue and self._active is not None and not self._active.finished:
+            status = (await self._client.runs.get(self._active.id, timeout=timeout, headers=headers)).status
+            if status in ACTIVE_RUN_STATUSES:
+                raise SessionBusyError(f"run {self._active.id} of this session is still {status}", code="session_busy")
+        data = await self._request(
+            "POST", "/runs", json=run_body(content, queue), timeout=timeout, headers=headers, cancel=cancel
+        )
+        run = AsyncRun(
+            self._client,
+            data["run_id"],
+            on_permission_ask=on_permission_ask,
+            timeout=timeout,
+            headers=headers,
+            cancel=cancel,
+        )
+        self._active = run
+        return run
+
+    async def retry(
+        self,
+        *,
+        on_permission_ask: AsyncResponder | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> AsyncRun:
+        data = await self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel)
+        run = AsyncRun(
+            self._client,
+            data["run_id"],
+            on_permission_ask=on_permission_ask,
+            timeout=timeout,
+            headers=headers,
+            cancel=cancel,
+        )
+        self._active = run
+        return run
+
+
+class AsyncRuns:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def get(self, run_id: str, **options: Any) -> RunInfo:
+        return RunInfo.from_json(await self._client.request("GET", f"/runs/{run_id}", **options))
+
+    def attach(self, run_id: str, *, on_permission_ask: AsyncResponder | None = None, **options: Any) -> AsyncRun:
+        return AsyncRun(self._client, run_id, on_permission_ask=on_permission_ask, **options)
+
+
+class AsyncAsks:
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> AsyncRun:
+        body: dict[str, Any] = {"verdict": verdict_value(verdict)}
+        if note is not None:
+            body["note"] = note
+        data = await self._client.request("POST", f"/asks/{ask_id}", json=body, **options)
+        return AsyncRun(self._client, data["run_id"])
+
+
+class AsyncRun:
+    """The async twin of `Run`: ``async for event in run`` or ``await run.result()``, once."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        run_id: str,
+        *,
+        on_permission_ask: AsyncResponder | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> None:
+        self._client = client
+        self._follower = RunFollower(run_id)
+        self._responder = on_permission_ask
+        self._timeout = timeout
+        self._headers = dict(headers or {})
+        self._cancel = cancel
+        self._consumed: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<AsyncRun {self.id}{' finished' if self.finished else ''}>"
+
+    @property
+    def id(self) -> str:
+        return self._follower.run_id
+
+    run_id = id
+
+    @property
+    def run_ids(self) -> list[str]:
+        return list(self._follower.run_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self._follower.finished
+
+    @property
+    def pending_ask(self) -> PermissionAsk | None:
+        return self._follower.pending_ask
+
+    def __aiter__(self) -> AsyncIterator[RunEvent]:
+        self._consume("iteration")
+        return self._events()
+
+    async def result(self) -> RunResult:
+        if self._follower.result is not None and self._consumed == "result":
+            return self._follower.result
+        if self._consumed != "result":
+            self._consume("result")
+        async for _ in self._events():
+            pass
+        assert self._follower.result is not None
+        return self._follower.result
+
+    def _consume(self, how: str) -> None:
+        if self._consumed is not None:
+            raise InvalidStateError(
+                f"this run was already consumed by {self._consumed}: iterate a run or call result(), once",
+                code="run_consumed",
+            )
+        self._consumed = how
+
+    async def cancel(self, **options: Any) -> RunInfo:
+        return RunInfo.from_json(
+            await self._client.request("POST", f"/runs/{self.id}/cancel", **self._options(options))
+        )
+
+    async def steer(self, text: str, **options: Any) -> RunInfo:
+        data = await self._client.request(
+            "POST", f"/runs/{self.id}/steer", json={"text": text}, **self._options(options)
+        )
+        return RunInfo.from_json(data)
+
+    async def status(self, **options: Any) -> RunInfo:
+        return await self._client.runs.get(self.id, **self._options(options))
+
+    async def resolve_ask(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> AsyncRun:
+        resumed = await self._client.asks.resolve(ask_id, verdict, note=note, **self._options(options))
+        pending = self._follower.pending_ask
+        if not self.finished and (pending is None or pending.ask_id == ask_id):
+            self._follower.resumed(resumed.id)
+        return resumed
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        return {"timeout": self._timeout, "headers": self._headers, **options}
+
+    async def _events(self) -> AsyncGenerator[RunEvent, None]:
+        failures = 0
+        with _CancelScope(self._cancel):
+            while not self._follower.finished:
+                mark = (self._follower.run_id, self._follower.last_seq)
+                try:
+                    async for event in self._follow_stream():
+                        yield event
+                except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
+                    failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
+                    if failures > self._client.max_reconnects:
+                        raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
+                    await asyncio.sleep(backoff(failures))
+
+    async def _follow_stream(self) -> AsyncGenerator[RunEvent, None]:
+        follower = self._follower
+        headers = {**self._headers, **follower.resume_headers()}
+        async with self._client._event_stream(follower.run_id, headers, self._timeout) as response:
+            decoder = SSEDecoder()
+            async for chunk in response.aiter_bytes():
+                for sse in decoder.feed(chunk):
+                    step = follower.accept(run_event_from_sse(sse))
+                    if step.deliver is not None:
+                        yield step.deliver
+                    if not step.done:
+                        continue
+                    if step.ask is not None and step.held is not None:
+                        await self._answer(step.ask)
+                        if follower.after_ask():
+                            return
+                        yield follower.finish_awaiting(step.held)
+                    return
+        raise _StreamCut("the stream ended before the run's result")
+
+    async def _answer(self, ask: PermissionAsk) -> None:
+        if self._follower.next_run_id is not None or self._responder is None:
+            return
+        verdict = self._responder(ask)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+        if verdict is not None and self._follower.next_run_id is None:
+            await self.resolve_ask(ask.ask_id, verdict_value(verdict))

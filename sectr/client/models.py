@@ -1,0 +1,252 @@
+"""What the SDK hands back: snapshots, transcripts, run events and results, and prompt parts."""
+
+from __future__ import annotations
+
+import base64
+import mimetypes
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from sectr.client.errors import InvalidRequestError, ProtocolError
+
+
+class SessionMode(str, Enum):
+    DEFAULT = "default"
+    PLAN = "plan"
+    ACCEPT_EDITS = "accept_edits"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Verdict(str, Enum):
+    ALLOW_ONCE = "allow_once"
+    ALLOW_ALWAYS = "allow_always"
+    DENY = "deny"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+def _require(data: Any, *keys: str) -> dict[str, Any]:
+    if not isinstance(data, dict) or any(key not in data for key in keys):
+        raise ProtocolError(f"the server's answer lacks {', '.join(keys)}")
+    return data
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    provider_id: str
+    model_id: str
+    context_window: int
+    reasoning_effort: str | None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A session's state (SPEC section 6). `raw` is the whole JSON answer."""
+
+    id: str
+    state: str
+    mode: str
+    title: str | None
+    resolved_model: ResolvedModel
+    limits: dict[str, int]
+    turns: int
+    tool_calls: int
+    token_usage: dict[str, Any]
+    media: dict[str, bool]
+    placement: dict[str, Any] | None
+    pending_ask: dict[str, Any] | None
+    created_at: str | None
+    updated_at: str | None
+    owner: str
+    last_seq: int = 0
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Snapshot:
+        data = _require(data, "id", "state", "mode", "resolved_model", "token_usage", "owner")
+        try:
+            return cls(
+                id=data["id"],
+                state=data["state"],
+                mode=data["mode"],
+                title=data.get("title"),
+                resolved_model=ResolvedModel(**_require(data["resolved_model"], "provider_id", "model_id")),
+                limits=dict(data.get("limits") or {}),
+                turns=int(data.get("turns", 0)),
+                tool_calls=int(data.get("tool_calls", 0)),
+                token_usage=dict(data["token_usage"]),
+                media=dict(data.get("media") or {}),
+                placement=data.get("placement"),
+                pending_ask=data.get("pending_ask"),
+                created_at=data.get("created_at"),
+                updated_at=data.get("updated_at"),
+                owner=data["owner"],
+                last_seq=int(data.get("last_seq", 0)),
+                raw=data,
+            )
+        except (TypeError, ValueError) as exc:
+            raise ProtocolError(f"malformed snapshot: {exc}") from None
+
+    def __getitem__(self, key: str) -> Any:
+        return self.raw[key]
+
+
+@dataclass(frozen=True)
+class TranscriptMessage:
+    role: str
+    text: str | None
+    tool_calls: list[dict[str, Any]]
+    tool_result: dict[str, Any] | None
+    parts: list[dict[str, Any]] | None
+    reasoning: str | None = None
+
+
+@dataclass(frozen=True)
+class Transcript:
+    messages: list[TranscriptMessage]
+    complete: bool
+    last_seq: int = 0
+
+    @classmethod
+    def from_json(cls, data: Any) -> Transcript:
+        data = _require(data, "messages", "complete")
+        try:
+            messages = [
+                TranscriptMessage(
+                    role=m["role"],
+                    text=m.get("text"),
+                    tool_calls=list(m.get("tool_calls") or []),
+                    tool_result=m.get("tool_result"),
+                    parts=m.get("parts"),
+                    reasoning=m.get("reasoning"),
+                )
+                for m in data["messages"]
+            ]
+        except (TypeError, KeyError) as exc:
+            raise ProtocolError(f"malformed transcript: {exc}") from None
+        return cls(messages=messages, complete=bool(data["complete"]), last_seq=int(data.get("last_seq", 0)))
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One event of a run (SPEC section 8): `kind`, `text` for deltas, `payload`, `seq`."""
+
+    kind: str
+    run_id: str
+    seq: int | None
+    text: str | None
+    payload: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, data: Any) -> RunEvent:
+        data = _require(data, "kind", "run_id", "payload")
+        if not isinstance(data["payload"], dict):
+            raise ProtocolError("an event's payload must be an object")
+        seq = data.get("seq")
+        return cls(
+            data["kind"], data["run_id"], int(seq) if seq is not None else None, data.get("text"), data["payload"]
+        )
+
+
+@dataclass(frozen=True)
+class PermissionAsk:
+    """A gated tool call waiting for a verdict (a `permission.ask` event)."""
+
+    ask_id: str
+    name: str
+    arguments: dict[str, Any]
+    tool_call_id: str | None
+    run_id: str
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any], run_id: str) -> PermissionAsk:
+        _require(payload, "ask_id", "name")
+        return cls(
+            ask_id=payload["ask_id"],
+            name=payload["name"],
+            arguments=dict(payload.get("arguments") or {}),
+            tool_call_id=payload.get("tool_call_id"),
+            run_id=run_id,
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """How a run ended. A stop is a result, not an error (cancelled, limits, budget...).
+
+    `run_id` is the last run followed (a run resumed after an approval is a new run on
+    the server; `run_ids` lists them all), `usage` sums them, `text` is the answer of the
+    last one, `ask` the pending ask when `stop_reason` is ``awaiting_approval``.
+    """
+
+    run_id: str
+    text: str
+    stop_reason: str
+    usage: dict[str, int]
+    error: str | None = None
+    ask: PermissionAsk | None = None
+    run_ids: tuple[str, ...] = ()
+
+    @property
+    def awaiting_approval(self) -> bool:
+        return self.stop_reason == "awaiting_approval"
+
+
+# ---- prompt parts ----
+
+IMAGE_TYPES = {
+    ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".jpeg": "image/jpeg",
+    ".gif": "image/gif",
+    ".webp": "image/webp",
+}
+AUDIO_FORMATS = {".wav": "wav", ".mp3": "mp3", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg"}
+
+
+def text_part(text: str) -> dict[str, Any]:
+    return {"type": "text", "text": text}
+
+
+def image_part_from_bytes(data: bytes, mime_type: str, *, detail: str | None = None) -> dict[str, Any]:
+    image: dict[str, Any] = {"url": f"data:{mime_type};base64,{base64.b64encode(data).decode()}"}
+    if detail:
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
+
+
+def image_part_from_path(
+    path: str | Path, *, mime_type: str | None = None, detail: str | None = None
+) -> dict[str, Any]:
+    """An image upload part from a file (png, jpeg, gif, webp); the server checks its bytes."""
+    path = Path(path)
+    mime = mime_type or IMAGE_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0]
+    if not mime:
+        raise InvalidRequestError(f"cannot tell the image type of {path.name}; pass mime_type", code="mime_type")
+    return image_part_from_bytes(path.read_bytes(), mime, detail=detail)
+
+
+def image_part_from_url(url: str, *, detail: str | None = None) -> dict[str, Any]:
+    """An image by https URL (the provider fetches it; Sectr never does)."""
+    image: dict[str, Any] = {"url": url}
+    if detail:
+        image["detail"] = detail
+    return {"type": "image_url", "image_url": image}
+
+
+def audio_part_from_bytes(data: bytes, audio_format: str) -> dict[str, Any]:
+    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": audio_format}}
+
+
+def audio_part_from_path(path: str | Path, *, audio_format: str | None = None) -> dict[str, Any]:
+    """An audio upload part from a file (wav, mp3, flac, ogg)."""
+    path = Path(path)
+    fmt = audio_format or AUDIO_FORMATS.get(path.suffix.lower())
+    if not fmt:
+        raise InvalidRequestError(f"cannot tell the audio format of {path.name}; pass audio_format", code="mime_type")
+    return audio_part_from_bytes(path.read_bytes(), fmt)

@@ -1,0 +1,303 @@
+"""The SDK's IO-free core, shared by `Client` and `AsyncClient`: request building, answer
+decoding, the SSE decoder, and `RunFollower`, the bookkeeping of one client-side Run.
+
+Resuming a stream exactly: an SSE frame's ``id`` is the seq of the envelope it came
+from, and one envelope may give more than one event (a delta with both reasoning and
+text). After a cut the follower therefore reconnects with ``Last-Event-ID = last_seq - 1``
+and skips the events of ``last_seq`` it already delivered, so a cut between two events
+of one envelope loses nothing and repeats nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sectr.client.errors import ProtocolError, RequestCancelled, SectrError, error_from_response
+from sectr.client.models import PermissionAsk, RunEvent, RunResult
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000"
+API_PREFIX = "/api/v1"
+DEFAULT_TIMEOUT = 30.0
+#: The server sends a comment every 15 s; a stream silent for this long is reconnected.
+STREAM_READ_TIMEOUT = 45.0
+MAX_RECONNECTS = 8
+RECONNECT_BACKOFF = 0.25  # seconds, doubled per attempt in a row, capped at 5 s
+
+
+def base_url_from_env(base_url: str | None) -> str:
+    return (base_url or os.environ.get("SECTR_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+
+def token_from_env(token: str | None) -> str | None:
+    return token or os.environ.get("SECTR_TOKEN") or None
+
+
+def client_headers(token: str | None, headers: dict[str, str] | None) -> dict[str, str]:
+    out = {"Accept": "application/json", "User-Agent": "sectr-client"}
+    if token:
+        out["Authorization"] = f"Bearer {token}"
+    out.update(headers or {})
+    return out
+
+
+def timeout_for(timeout: float | httpx.Timeout | None, default: float | httpx.Timeout) -> httpx.Timeout:
+    value = default if timeout is None else timeout
+    return value if isinstance(value, httpx.Timeout) else httpx.Timeout(value)
+
+
+def stream_timeout(timeout: float | None) -> httpx.Timeout:
+    """Connect within `timeout` (default 30 s); a silent stream counts as cut after 45 s."""
+    return httpx.Timeout(timeout or DEFAULT_TIMEOUT, read=max(STREAM_READ_TIMEOUT, timeout or 0))
+
+
+def decode_answer(response: httpx.Response) -> Any:
+    """The JSON of a 2xx answer (None for 204); the typed error for any other."""
+    if response.status_code >= 400:
+        raise error_from_response(response.status_code, response.content, response.headers)
+    if response.status_code == 204 or not response.content:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        raise ProtocolError(f"the server answered {response.status_code} with a body that is not JSON") from None
+
+
+def backoff(attempt: int) -> float:
+    return float(min(RECONNECT_BACKOFF * 2 ** max(attempt - 1, 0), 5.0))
+
+
+# ---- cancellation ----
+
+
+class Cancellation:
+    """Cancels the SDK calls it is passed to (`cancel=`), from any thread.
+
+    Cancelling stops the *client's* waiting: an open request or stream is closed and the
+    call raises RequestCancelled. It does not cancel a run on the server; `run.cancel()`
+    does that.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._cancelled = False
+        self._callbacks: list[Callable[[], object]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    def cancel(self) -> None:
+        with self._lock:
+            self._cancelled = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: S110 - closing an already closed stream
+                pass
+
+    def on_cancel(self, callback: Callable[[], object]) -> Callable[[], None]:
+        """Register `callback` (called at once if already cancelled); returns an unregister."""
+        with self._lock:
+            if not self._cancelled:
+                self._callbacks.append(callback)
+
+                def remove() -> None:
+                    with self._lock:
+                        if callback in self._callbacks:
+                            self._callbacks.remove(callback)
+
+                return remove
+        callback()
+        return lambda: None
+
+    def check(self) -> None:
+        if self._cancelled:
+            raise RequestCancelled("the call was cancelled")
+
+
+# ---- Server-Sent Events ----
+
+
+@dataclass
+class ServerSentEvent:
+    event: str
+    data: str
+    id: str | None
+
+
+class SSEDecoder:
+    """An incremental text/event-stream parser (the WHATWG rules the API needs)."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event = ""
+        self._data: list[str] = []
+        self._id: str | None = None
+
+    def feed(self, chunk: bytes) -> list[ServerSentEvent]:
+        self._buffer += chunk
+        events: list[ServerSentEvent] = []
+        while b"\n" in self._buffer:
+            raw, self._buffer = self._buffer.split(b"\n", 1)
+            line = raw.rstrip(b"\r").decode("utf-8", errors="replace")
+            event = self._line(line)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def _line(self, line: str) -> ServerSentEvent | None:
+        if not line:
+            if not self._data and not self._event:
+                return None
+            event = ServerSentEvent(self._event or "message", "\n".join(self._data), self._id)
+            self._event, self._data = "", []
+            return event
+        if line.startswith(":"):
+            return None  # a comment (the server's heartbeat)
+        name, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        elif name == "id" and "\0" not in value:
+            self._id = value
+        return None
+
+
+def run_event_from_sse(sse: ServerSentEvent) -> RunEvent:
+    try:
+        data = json.loads(sse.data)
+    except ValueError:
+        raise ProtocolError(f"an SSE event's data is not JSON: {sse.data[:80]!r}") from None
+    event = RunEvent.from_json(data)
+    if event.kind != sse.event:
+        raise ProtocolError(f"an SSE event named {sse.event!r} carries a {event.kind!r} event")
+    return event
+
+
+# ---- one Run, across reconnects and approvals ----
+
+
+@dataclass
+class Step:
+    """What the IO loop does with one received event."""
+
+    deliver: RunEvent | None = None  # hand this to the user
+    ask: PermissionAsk | None = None  # the run ended on this ask: maybe ask the responder
+    held: RunEvent | None = None  # the result to deliver if nobody answers the ask
+    done: bool = False  # the stream of the current server run is over
+
+
+@dataclass
+class RunFollower:
+    """The client side of one Run (see the module docstring).
+
+    `run_id` is the server run being streamed now. When that run ends on a permission
+    ask that somebody answered through this Run (`resumed(new_run_id)`, from
+    `resolve_ask` or an `on_permission_ask` responder), the follower moves on to the
+    resumed run instead of ending: the same Run follows it.
+    """
+
+    run_id: str
+    run_ids: list[str] = field(default_factory=list)
+    last_seq: int | None = None
+    delivered_at_last_seq: int = 0  # events of last_seq handed out so far
+    skip: int = 0  # events of last_seq to drop after a reconnect
+    pending_ask: PermissionAsk | None = None
+    next_run_id: str | None = None  # the run resuming the ask, once decided
+    usage: dict[str, int] = field(default_factory=dict)
+    result: RunResult | None = None
+
+    def __post_init__(self) -> None:
+        if not self.run_ids:
+            self.run_ids = [self.run_id]
+
+    @property
+    def finished(self) -> bool:
+        return self.result is not None
+
+    def resume_headers(self) -> dict[str, str]:
+        """Headers of the next stream request: Last-Event-ID when resuming."""
+        if self.last_seq is None:
+            return {}
+        self.skip = self.delivered_at_last_seq
+        return {"Last-Event-ID": str(max(self.last_seq - 1, 0))}
+
+    def resumed(self, new_run_id: str) -> None:
+        self.next_run_id = new_run_id
+
+    def accept(self, event: RunEvent) -> Step:
+        if event.run_id != self.run_id:
+            raise ProtocolError(f"an event of run {event.run_id} in the stream of {self.run_id}")
+        if event.seq is not None:
+            if self.last_seq is not None and event.seq < self.last_seq:
+                return Step()  # replayed before the resume point: seen already
+            if event.seq == self.last_seq:
+                if self.skip > 0:
+                    self.skip -= 1
+                    return Step()
+                self.delivered_at_last_seq += 1
+            else:
+                self.last_seq, self.delivered_at_last_seq, self.skip = event.seq, 1, 0
+        if event.kind == "permission.ask":
+            self.pending_ask = PermissionAsk.from_payload(event.payload, self.run_id)
+        if event.kind != "result":
+            return Step(deliver=event)
+        payload = event.payload
+        for key, value in (payload.get("usage") or {}).items():
+            if isinstance(value, int):
+                self.usage[key] = self.usage.get(key, 0) + value
+        if payload.get("stop") == "awaiting_approval" and self.pending_ask is not None:
+            return Step(ask=self.pending_ask, held=event, done=True)
+        self._finish(event)
+        return Step(deliver=event, done=True)
+
+    def after_ask(self) -> bool:
+        """Called when the current run ended on an ask: True to follow the resumed run."""
+        if self.next_run_id is None:
+            return False
+        self.run_id = self.next_run_id
+        self.run_ids.append(self.run_id)
+        self.next_run_id = None
+        self.pending_ask = None
+        self.last_seq, self.delivered_at_last_seq, self.skip = None, 0, 0
+        return True
+
+    def finish_awaiting(self, event: RunEvent) -> RunEvent:
+        """The run ends on its ask (nobody answered through this Run): deliver the result."""
+        self._finish(event)
+        return event
+
+    def _finish(self, event: RunEvent) -> None:
+        payload = event.payload
+        try:
+            self.result = RunResult(
+                run_id=self.run_id,
+                text=str(payload.get("text") or ""),
+                stop_reason=str(payload["stop"]),
+                usage=dict(self.usage),
+                error=payload.get("error"),
+                ask=self.pending_ask if payload.get("stop") == "awaiting_approval" else None,
+                run_ids=tuple(self.run_ids),
+            )
+        except KeyError:
+            raise ProtocolError("a result event without a stop reason") from None
+
+
+def verdict_value(verdict: Any) -> str:
+    return str(getattr(verdict, "value", verdict))
+
+
+def transport_error(exc: Exception, what: str) -> SectrError:
+    from sectr.client.errors import TransportError
+
+    return TransportError(f"{what}: {type(exc).__name__}: {exc}")

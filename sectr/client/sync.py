@@ -1,0 +1,466 @@
+"""`Client`: the synchronous SDK (SPEC section 8) over httpx."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+
+from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
+from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript
+from sectr.client.protocol import (
+    API_PREFIX,
+    DEFAULT_TIMEOUT,
+    MAX_RECONNECTS,
+    Cancellation,
+    RunFollower,
+    SSEDecoder,
+    backoff,
+    base_url_from_env,
+    client_headers,
+    decode_answer,
+    run_event_from_sse,
+    stream_timeout,
+    timeout_for,
+    token_from_env,
+    transport_error,
+    verdict_value,
+)
+from sectr.client.records import RunInfo, SessionPage, fork_body, run_body, session_body
+
+#: on_permission_ask: called with the ask when a run stops on it; return a verdict
+#: ("allow_once", "allow_always", "deny") to answer it and follow the resumed run, or None.
+Responder = Callable[[PermissionAsk], Any]
+ACTIVE_RUN_STATUSES = ("pending", "queued", "running")
+
+
+class _StreamCut(Exception):  # noqa: N818 - internal signal
+    """The server closed a run's stream before its result."""
+
+
+class Client:
+    """A connection to a Sectr server: ``Client(base_url, token=...)``.
+
+    `base_url` defaults to ``$SECTR_URL`` or http://127.0.0.1:8000, `token` to
+    ``$SECTR_TOKEN``. `timeout` and `headers` apply to every request; each call can
+    override them (``timeout=``, ``headers=``) and take a ``cancel=`` Cancellation.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        headers: dict[str, str] | None = None,
+        max_reconnects: int = MAX_RECONNECTS,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url_from_env(base_url)
+        self.timeout = timeout
+        self.max_reconnects = max_reconnects
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=client_headers(token_from_env(token), headers),
+            timeout=timeout,
+            transport=transport,
+        )
+        self.sessions = Sessions(self)
+        self.runs = Runs(self)
+        self.asks = Asks(self)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- transport ----
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> Any:
+        """One API call: the decoded JSON answer, or a typed SectrError."""
+        request = self._http.build_request(
+            method,
+            API_PREFIX + path,
+            json=json,
+            params=params,
+            headers=headers,
+            timeout=timeout_for(timeout, self.timeout),
+        )
+        if cancel is not None:
+            cancel.check()
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, f"{method} {path}") from exc
+        remove = cancel.on_cancel(response.close) if cancel is not None else None
+        try:
+            response.read()
+        except Exception as exc:
+            if cancel is not None and cancel.cancelled:
+                raise RequestCancelled("the call was cancelled") from None
+            raise transport_error(exc, f"{method} {path}") from exc
+        finally:
+            response.close()
+            if remove is not None:
+                remove()
+        return decode_answer(response)
+
+    @contextmanager
+    def _event_stream(
+        self, run_id: str, headers: dict[str, str], timeout: float | None, cancel: Cancellation | None
+    ) -> Iterator[httpx.Response]:
+        request = self._http.build_request(
+            "GET",
+            f"{API_PREFIX}/runs/{run_id}/events",
+            headers={"Accept": "text/event-stream", **headers},
+            timeout=stream_timeout(timeout),
+        )
+        response = self._http.send(request, stream=True)
+        remove = cancel.on_cancel(response.close) if cancel is not None else None
+        try:
+            if response.status_code >= 400:
+                response.read()
+                decode_answer(response)
+            yield response
+        finally:
+            response.close()
+            if remove is not None:
+                remove()
+
+    def session(self, session_id: str) -> Session:
+        """A handle on a session by id, without a request (`sessions.get` checks it exists)."""
+        return Session(self, session_id)
+
+
+class Sessions:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def create(
+        self,
+        title: str | None = None,
+        mode: SessionMode | str | None = None,
+        model: str | None = None,
+        *,
+        limits: dict[str, int] | None = None,
+        reasoning_effort: str | None = None,
+        **options: Any,
+    ) -> Session:
+        data = self._client.request(
+            "POST", "/sessions", json=session_body(title, mode, model, limits, reasoning_effort), **options
+        )
+        return Session(self._client, data["id"], Snapshot.from_json(data))
+
+    def get(self, session_id: str, **options: Any) -> Session:
+        data = self._client.request("GET", f"/sessions/{session_id}", **options)
+        return Session(self._client, session_id, Snapshot.from_json(data))
+
+    def list(self, *, limit: int = 50, offset: int = 0, **options: Any) -> SessionPage:
+        data = self._client.request("GET", "/sessions", params={"limit": limit, "offset": offset}, **options)
+        return SessionPage.from_json(data)
+
+    def fork(
+        self,
+        session_id: str,
+        *,
+        title: str | None = None,
+        reasoning_effort: str | None = None,
+        model: str | None = None,
+        at_seq: int | None = None,
+        **options: Any,
+    ) -> Session:
+        body = fork_body(title, reasoning_effort, model, at_seq)
+        data = self._client.request("POST", f"/sessions/{session_id}/fork", json=body, **options)
+        return Session(self._client, data["id"], Snapshot.from_json(data))
+
+
+class Session:
+    """A handle on one session. At most one run at a time: see `run`."""
+
+    def __init__(self, client: Client, session_id: str, snapshot: Snapshot | None = None) -> None:
+        self._client = client
+        self.id = session_id
+        self.last_snapshot = snapshot
+        self._active: Run | None = None
+
+    def __repr__(self) -> str:
+        return f"<Session {self.id}>"
+
+    def _request(self, method: str, suffix: str = "", **kwargs: Any) -> Any:
+        return self._client.request(method, f"/sessions/{self.id}{suffix}", **kwargs)
+
+    def _snapshot(self, data: Any) -> Snapshot:
+        self.last_snapshot = Snapshot.from_json(data)
+        return self.last_snapshot
+
+    def snapshot(self, **options: Any) -> Snapshot:
+        return self._snapshot(self._request("GET", **options))
+
+    def transcript(self, **options: Any) -> Transcript:
+        return Transcript.from_json(self._request("GET", "/transcript", **options))
+
+    def rename(self, title: str, **options: Any) -> Snapshot:
+        return self._snapshot(self._request("POST", "/rename", json={"title": title}, **options))
+
+    def set_mode(self, mode: SessionMode | str, **options: Any) -> Snapshot:
+        return self._snapshot(self._request("POST", "/mode", json={"mode": str(mode)}, **options))
+
+    def set_model(self, model: str, *, reasoning_effort: str | None = None, **options: Any) -> Snapshot:
+        body: dict[str, Any] = {"model": model}
+        if reasoning_effort is not None:
+            body["reasoning_effort"] = reasoning_effort
+        return self._snapshot(self._request("POST", "/model", json=body, **options))
+
+    def compact(self, **options: Any) -> bool:
+        return bool(self._request("POST", "/compact", **options)["compacted"])
+
+    def clear(self, **options: Any) -> Session:
+        data = self._request("POST", "/clear", **options)
+        return Session(self._client, data["id"], Snapshot.from_json(data))
+
+    def fork(self, **kwargs: Any) -> Session:
+        return self._client.sessions.fork(self.id, **kwargs)
+
+    def close(self, **options: Any) -> Snapshot:
+        return self._snapshot(self._request("POST", "/close", **options))
+
+    def delete(self, **options: Any) -> None:
+        self._request("DELETE", **options)
+
+    def run(
+        self,
+        content: str | list[dict[str, Any]],
+        *,
+        on_permission_ask: Responder | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+        queue: bool = False,
+    ) -> Run:
+        """Start a run with a user message (a string, or parts: text_part, image_part_from_path...).
+
+        SessionBusyError while this handle's previous run (or any run of the session) is
+        still active, unless `queue`: the message then waits for its turn.
+        """
+        if not queue and self._active is not None and not self._active.finished:
+            status = self._client.runs.get(self._active.id, timeout=timeout, headers=headers).status
+            if status in ACTIVE_RUN_STATUSES:
+                raise SessionBusyError(f"run {self._active.id} of this session is still {status}", code="session_busy")
+        body = run_body(content, queue)
+        data = self._request("POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel)
+        run = Run(
+            self._client,
+            data["run_id"],
+            on_permission_ask=on_permission_ask,
+            timeout=timeout,
+            headers=headers,
+            cancel=cancel,
+        )
+        self._active = run
+        return run
+
+    def retry(
+        self,
+        *,
+        on_permission_ask: Responder | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> Run:
+        """Retry the failed step (only after a retryable failure; else InvalidStateError)."""
+        data = self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel)
+        run = Run(
+            self._client,
+            data["run_id"],
+            on_permission_ask=on_permission_ask,
+            timeout=timeout,
+            headers=headers,
+            cancel=cancel,
+        )
+        self._active = run
+        return run
+
+
+class Runs:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def get(self, run_id: str, **options: Any) -> RunInfo:
+        return RunInfo.from_json(self._client.request("GET", f"/runs/{run_id}", **options))
+
+    def attach(self, run_id: str, *, on_permission_ask: Responder | None = None, **options: Any) -> Run:
+        """A Run handle on an existing run (to stream or await it from another process)."""
+        return Run(self._client, run_id, on_permission_ask=on_permission_ask, **options)
+
+
+class Asks:
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> Run:
+        """Decide an ask; returns the resumed session's run. AskAlreadyResolvedError if decided."""
+        body: dict[str, Any] = {"verdict": verdict_value(verdict)}
+        if note is not None:
+            body["note"] = note
+        data = self._client.request("POST", f"/asks/{ask_id}", json=body, **options)
+        return Run(self._client, data["run_id"])
+
+
+class Run:
+    """One run, consumed once: iterate its events, or call `result()` (not both).
+
+    The stream reconnects by itself after a cut (from the last event it saw), and a run
+    that stops on a permission ask answered through it (`on_permission_ask` returning a
+    verdict, or `resolve_ask` while iterating) goes on with the resumed run.
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        run_id: str,
+        *,
+        on_permission_ask: Responder | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+    ) -> None:
+        self._client = client
+        self._follower = RunFollower(run_id)
+        self._responder = on_permission_ask
+        self._timeout = timeout
+        self._headers = dict(headers or {})
+        self._cancel = cancel
+        self._consumed: str | None = None
+
+    def __repr__(self) -> str:
+        return f"<Run {self.id}{' finished' if self.finished else ''}>"
+
+    @property
+    def id(self) -> str:
+        """The server run followed now (a resumed run after an approval has its own id)."""
+        return self._follower.run_id
+
+    run_id = id
+
+    @property
+    def run_ids(self) -> list[str]:
+        return list(self._follower.run_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self._follower.finished
+
+    @property
+    def pending_ask(self) -> PermissionAsk | None:
+        return self._follower.pending_ask
+
+    def __iter__(self) -> Iterator[RunEvent]:
+        self._consume("iteration")
+        return self._events()
+
+    def result(self) -> RunResult:
+        """Wait for the end; the RunResult (stop reason, text, usage, error)."""
+        if self._follower.result is not None and self._consumed == "result":
+            return self._follower.result
+        if self._consumed != "result":  # after a TransportError, calling again resumes
+            self._consume("result")
+        for _ in self._events():
+            pass
+        assert self._follower.result is not None
+        return self._follower.result
+
+    def _consume(self, how: str) -> None:
+        if self._consumed is not None:
+            raise InvalidStateError(
+                f"this run was already consumed by {self._consumed}: iterate a run or call result(), once",
+                code="run_consumed",
+            )
+        self._consumed = how
+
+    # ---- controls ----
+
+    def cancel(self, **options: Any) -> RunInfo:
+        return RunInfo.from_json(self._client.request("POST", f"/runs/{self.id}/cancel", **self._options(options)))
+
+    def steer(self, text: str, **options: Any) -> RunInfo:
+        data = self._client.request("POST", f"/runs/{self.id}/steer", json={"text": text}, **self._options(options))
+        return RunInfo.from_json(data)
+
+    def status(self, **options: Any) -> RunInfo:
+        return self._client.runs.get(self.id, **self._options(options))
+
+    def resolve_ask(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> Run:
+        """Decide an ask of this run. While this Run is consumed, it follows the resumed
+        run itself; the returned handle is for a Run whose consumption already ended."""
+        resumed = self._client.asks.resolve(ask_id, verdict, note=note, **self._options(options))
+        pending = self._follower.pending_ask
+        if not self.finished and (pending is None or pending.ask_id == ask_id):
+            self._follower.resumed(resumed.id)
+        return resumed
+
+    def _options(self, options: dict[str, Any]) -> dict[str, Any]:
+        return {"timeout": self._timeout, "headers": self._headers, **options}
+
+    # ---- the stream ----
+
+    def _events(self) -> Generator[RunEvent, None, None]:
+        failures = 0
+        while not self._follower.finished:
+            if self._cancel is not None:
+                self._cancel.check()
+            mark = (self._follower.run_id, self._follower.last_seq)
+            try:
+                yield from self._follow_stream()
+            except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
+                if self._cancel is not None and self._cancel.cancelled:
+                    raise RequestCancelled("the call was cancelled") from None
+                # Attempts in a row without a new event count towards the limit.
+                failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
+                if failures > self._client.max_reconnects:
+                    raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
+                time.sleep(backoff(failures))
+
+    def _follow_stream(self) -> Generator[RunEvent, None, None]:
+        """Stream one connection's events until the current server run is over."""
+        follower = self._follower
+        headers = {**self._headers, **follower.resume_headers()}
+        with self._client._event_stream(follower.run_id, headers, self._timeout, self._cancel) as response:
+            decoder = SSEDecoder()
+            for chunk in response.iter_bytes():
+                for sse in decoder.feed(chunk):
+                    step = follower.accept(run_event_from_sse(sse))
+                    if step.deliver is not None:
+                        yield step.deliver
+                    if not step.done:
+                        continue
+                    if step.ask is not None and step.held is not None:
+                        self._answer(step.ask)
+                        if follower.after_ask():
+                            return  # on to the resumed run
+                        yield follower.finish_awaiting(step.held)
+                    return
+        raise _StreamCut("the stream ended before the run's result")
+
+    def _answer(self, ask: PermissionAsk) -> None:
+        if self._follower.next_run_id is not None or self._responder is None:
+            return
+        verdict = self._responder(ask)
+        if verdict is not None and self._follower.next_run_id is None:
+            self.resolve_ask(ask.ask_id, verdict_value(verdict))
