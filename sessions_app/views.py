@@ -26,18 +26,18 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpRe
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget, trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 import sectr
 from sectr.errors import Forbidden, NotFound, SectrError, StaleRunControl, ValidationFailed
 from sectr.providers import default_model_from_env
-from sessions_app import access, actions
+from sessions_app import access, actions, snapshots, token_actions
 from sessions_app.chat_render import chat_context, mode_choices, model_choices
 from sessions_app.chat_view_model import ApprovalView, ChatViewModel
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.models import ApiToken, MediaBlob, Run, Session
 
 journal = DatabaseJournal()
 
@@ -427,30 +427,39 @@ def review(request: HttpRequest) -> HttpResponse:
     return render(request, "sessions_app/review.html", {"page": page, "owner": owner})
 
 
-def _forked_from(origin: dict[str, Any] | None) -> str:
-    return f"{origin.get('session_id')} at #{origin.get('seq')}" if origin else "—"
+def _when(iso: str | None) -> str:
+    return f"{iso[:19].replace('T', ' ')} UTC" if iso else "—"
 
 
-def snapshot_fields(session: Session, vm: ChatViewModel) -> list[tuple[str, Any]]:
-    """The snapshot of SPEC section 6 as (label, value) rows, from the journal's projection."""
-    state = vm.state
+def snapshot_fields(session: Session) -> list[tuple[str, Any]]:
+    """The snapshot of SPEC section 6 (sessions_app.snapshots, as the API serves it) as rows."""
+    snap = snapshots.snapshot(session)
+    model = snap["resolved_model"]
+    ask = snap["pending_ask"]
+    origin = snap.get("forked_from")
+    media = [kind for kind, accepted in snap["media"].items() if accepted]
+    placement = snap.get("placement")
     return [
-        ("id", session.pk),
-        ("owner", session.owner.get_username()),
-        ("state", state.status),
-        ("mode", state.mode),
-        ("title", state.title or ""),
-        ("model", state.model),
-        ("context window", vm.context_window),
-        ("reasoning effort", state.reasoning_effort or "provider default"),
-        ("limits", ", ".join(f"{k} {v}" for k, v in state.limits.items())),
-        ("turns", state.turns),
-        ("tool calls", state.tool_calls),
-        ("pending ask", state.pending_ask.get("name") if state.pending_ask else "none"),
-        ("forked from", _forked_from(state.forked_from)),
-        ("created", state.created_at),
-        ("updated", state.updated_at),
-        ("events", state.last_seq),
+        ("id", snap["id"]),
+        ("owner", snap["owner"]),
+        ("state", snap["state"]),
+        ("mode", snap["mode"]),
+        ("title", snap["title"] or ""),
+        ("model", f"{model['provider_id']} / {model['model_id']}"),
+        ("context window", model["context_window"]),
+        ("reasoning effort", model["reasoning_effort"] or "provider default"),
+        ("limits", ", ".join(f"{key} {value}" for key, value in snap["limits"].items())),
+        ("turns", snap["turns"]),
+        ("tool calls", snap["tool_calls"]),
+        ("media", ", ".join(media) or "none"),
+        ("pending ask", f"{ask['name']} ({ask['ask_id']})" if ask else "none"),
+        ("placement", (placement.get("worker") or "not yet claimed") if placement else "—"),
+        ("forked from", f"{origin.get('session_id')} at #{origin.get('seq')}" if origin else "—"),
+        ("stop reason", snap.get("stop_reason") or "—"),
+        ("last error", snap.get("last_error") or "—"),
+        ("created", _when(snap["created_at"])),
+        ("updated", _when(snap["updated_at"])),
+        ("events", snap.get("last_seq")),
     ]
 
 
@@ -464,7 +473,7 @@ def review_session(request: HttpRequest, session_id: str) -> HttpResponse:
         "vm": vm,
         "session": session,
         "session_id": session.pk,
-        "snapshot": snapshot_fields(session, vm),
+        "snapshot": snapshot_fields(session),
         "usage_by_model": sorted(vm.state.usage.items()),
         # Read-only: no decisions, no forks from the review page.
         "can_write": False,
@@ -472,6 +481,40 @@ def review_session(request: HttpRequest, session_id: str) -> HttpResponse:
         "can_fork": False,
     }
     return render(request, "sessions_app/review_session.html", context)
+
+
+# ---- API tokens ----
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request: HttpRequest) -> HttpResponse:
+    """The user's API tokens; POST issues one and shows its secret once (never stored)."""
+    secret: str | None = None
+    issued = None
+    error: str | None = None
+    if request.method == "POST":
+        try:
+            issued, secret = token_actions.do_issue_token(request.user, request.POST.get("name", ""))
+        except SectrError as exc:
+            error = exc.message
+    user: Any = request.user
+    listed = ApiToken.objects.filter(user=user).order_by("-created_at")
+    response = render(
+        request, "sessions_app/tokens.html", {"tokens": listed, "secret": secret, "issued": issued, "error": error}
+    )
+    # The page may hold a secret: no cache may keep it.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def revoke_token(request: HttpRequest, token_id: int) -> HttpResponse:
+    token = token_actions.do_revoke_token_by_id(request.user, token_id)
+    messages.info(request, f"Revoked {token.name} ({token.prefix}…).")
+    return redirect("tokens")
 
 
 @login_required

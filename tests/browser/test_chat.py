@@ -193,3 +193,41 @@ def test_markup_from_users_and_models_renders_inert(alice: Page) -> None:
     assert alice.locator("a[href^='javascript' i], [onerror], [onclick], #transcript script").count() == 0
     assert alice.evaluate("window.__pwned") is None
     assert dialogs == []
+
+
+def test_the_approval_queue_fills_live_and_its_decision_reaches_the_chat(alice: Page) -> None:
+    new_session(alice)
+    queue = alice.context.new_page()
+    queue.goto("/approvals/")
+    expect(queue.get_by_text("Nothing is waiting for a decision.")).to_be_visible()
+    send(alice, "note: call mom")
+    card = queue.locator("[data-role=approval]").filter(has_text="call mom")
+    expect(card).to_be_visible()  # pushed to the queue page, no reload
+    expect(queue.get_by_text("Nothing is waiting for a decision.")).to_be_hidden()
+    card.get_by_role("button", name="Always allow").click()
+    expect(card).to_contain_text("Always allowed by alice")
+    chat_card = alice.locator("[data-role=approval]").last
+    expect(chat_card).to_contain_text("Always allowed by alice")
+    expect(chat_card.get_by_role("button", name="Deny")).to_have_count(0)
+    expect(assistant(alice)).to_contain_text("write_note returned")
+    # The grant holds for the rest of the session: the next note needs no decision.
+    send(alice, "note: water plants")
+    expect(assistant(alice)).to_contain_text("saved note 'water plants'")
+    expect(alice.locator("[data-role=approval]")).to_have_count(1)
+    queue.close()
+
+
+def test_an_image_attachment_goes_with_the_message(alice: Page) -> None:
+    from tests.server.test_web import PNG
+
+    new_session(alice)
+    alice.locator("#composer input[type=file]").set_input_files(
+        {"name": "dot.png", "mimeType": "image/png", "buffer": PNG}
+    )
+    send(alice, "what is in this picture?")
+    user = alice.locator("[data-role=user]").last
+    expect(user.locator("img")).to_have_count(1)
+    # Served back to the page by the session's media view (decode() waits for the load).
+    assert user.locator("img").evaluate("img => img.decode().then(() => img.naturalWidth)") == 1
+    expect(assistant(alice)).to_contain_text("You said: what is in this picture?")
+    expect(alice.locator("[data-role=assistant] .reasoning").last).to_contain_text("I received 1 image")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
 from django.contrib.auth.models import Permission
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client
@@ -461,3 +462,92 @@ def test_review_session_shows_snapshot_usage_and_a_read_only_transcript(teammate
     assert "Snapshot" in html and "context window" in html and "Token usage" in html
     assert 'data-role="approval"' in html and "Approve once</button>" not in html
     assert "Fork from here" not in html
+
+
+# ---- attachments ----
+
+# A 1x1 transparent PNG.
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
+    "0000000d49444154789c6360000002000001e221bc330000000049454e44ae426082"
+)
+
+
+@pytest.fixture(autouse=True)
+def _media_in_tmp(settings: Any, tmp_path: Any) -> None:
+    settings.MEDIA_ROOT = str(tmp_path / "media")
+
+
+def test_an_image_attachment_is_stored_journaled_by_reference_and_shown(
+    owner_client: Client, outsider_client: Client, session: Session
+) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("dot.png", PNG, content_type="image/png")
+    response = owner_client.post(
+        f"/sessions/{session.pk}/messages", {"content": "what is this?", "attachments": [upload]}, **HTMX
+    )
+    assert response.status_code == 204, response.content
+    content = Run.objects.get(session=session).reason["input"]["content"]
+    assert content[0] == {"type": "text", "text": "what is this?"}
+    url = content[1]["image_url"]["url"]
+    assert url.startswith("sectr-media://")  # a reference, not the bytes
+    sha256 = url.removeprefix("sectr-media://")
+    html = owner_client.get(chat_url(session)).content.decode()
+    media_url = f"/sessions/{session.pk}/media/{sha256}"
+    assert f'<img src="{media_url}"' in html and "what is this?" in html
+    image = owner_client.get(media_url)
+    assert image.status_code == 200 and image["Content-Type"] == "image/png"
+    assert b"".join(image.streaming_content) == PNG
+    assert outsider_client.get(media_url).status_code == 404
+
+
+def test_an_attachment_that_is_not_media_is_refused(owner_client: Client, session: Session) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("notes.txt", b"hello", content_type="text/plain")
+    response = owner_client.post(f"/sessions/{session.pk}/messages", {"content": "x", "attachments": [upload]}, **HTMX)
+    assert response.status_code == 400 and "images and audio" in response.content.decode()
+    assert not Run.objects.filter(session=session).exists()
+
+
+def test_an_image_whose_bytes_lie_is_refused(owner_client: Client, session: Session) -> None:
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("fake.png", b"GIF89a not a png", content_type="image/png")
+    response = owner_client.post(f"/sessions/{session.pk}/messages", {"content": "x", "attachments": [upload]}, **HTMX)
+    assert response.status_code == 400
+    assert not Run.objects.filter(session=session).exists()
+
+
+# ---- API tokens ----
+
+
+def test_a_token_is_shown_once_and_stored_hashed(owner_client: Client, owner: Any) -> None:
+    from sessions_app.models import ApiToken
+
+    response = owner_client.post("/settings/tokens/", {"name": "laptop"})
+    assert response.status_code == 200 and response["Cache-Control"] == "no-store"
+    secret = re.search(r'id="new-token"[^>]*>(sectr_[^<]+)<', response.content.decode())
+    assert secret is not None
+    token = ApiToken.objects.get(user=owner)
+    assert token.name == "laptop" and secret.group(1) not in (token.token_hash, token.prefix)
+    assert ApiToken.authenticate(secret.group(1)) == token
+    listing = owner_client.get("/settings/tokens/").content.decode()
+    assert "laptop" in listing and secret.group(1) not in listing
+
+
+def test_a_token_is_revoked_by_its_owner_only(owner_client: Client, outsider_client: Client, owner: Any) -> None:
+    from sessions_app.models import ApiToken
+    from sessions_app.token_actions import do_issue_token
+
+    token, secret = do_issue_token(owner, "ci")
+    assert outsider_client.post(f"/settings/tokens/{token.pk}/revoke").status_code == 404
+    assert ApiToken.authenticate(secret) is not None
+    response = owner_client.post(f"/settings/tokens/{token.pk}/revoke")
+    assert response.status_code == 302
+    assert ApiToken.authenticate(secret) is None
+
+
+def test_tokens_page_needs_a_login(client: Client) -> None:
+    assert client.get("/settings/tokens/").status_code == 302
