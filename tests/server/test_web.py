@@ -283,6 +283,17 @@ def test_stop_cancels_the_active_run(owner_client: Client, session: Session) -> 
     assert Run.objects.get(session=session).status == Run.CANCELLED
 
 
+def test_stop_while_awaiting_withdraws_the_ask(owner_client: Client, session: Session) -> None:
+    append(session, [started("note: buy milk", inv="inv_2"), *asked()])
+    Run.objects.create(session=session, invocation_id="inv_2", invocation_ids=["inv_2"], status=Run.SUSPENDED)
+    html = owner_client.get(chat_url(session)).content.decode()
+    assert ">Stop</button>" in html and ">Steer</button>" not in html
+    assert owner_client.post(f"/sessions/{session.pk}/stop", **HTMX).status_code == 204
+    html = owner_client.get(chat_url(session)).content.decode()
+    assert 'data-status="withdrawn"' in html and "Approve once</button>" not in html
+    assert re.search(r'data-role="state"[^>]*>cancelled</span>', html)
+
+
 def test_stop_with_no_active_run_says_so(owner_client: Client, session: Session) -> None:
     response = owner_client.post(f"/sessions/{session.pk}/stop", **HTMX)
     assert response.status_code == 409 and "no run is active" in response.content.decode()
