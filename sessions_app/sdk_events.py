@@ -101,8 +101,11 @@ class RunEvents:
     status: str | None = None  # Run status at the end ("completed", "suspended", ...)
     result: dict[str, Any] | None = None
     usage: dict[str, int] = field(default_factory=dict)
-    last_text: str = ""  # the newest assistant message that has text: the run's answer
-    _message_text: dict[str, str] = field(default_factory=dict)
+    last_text: str = ""  # the run's answer: the newest assistant text (see _answer)
+    #: Text of the current answer: one assistant message, or several when a crash or a
+    #: provider error cut a message short and the next one continues it (crash stitching).
+    _answer: str = ""
+    _stitched: bool = False
     _pending_ask: dict[str, Any] | None = None
 
     def belongs(self, envelope: Envelope) -> bool:
@@ -151,7 +154,9 @@ class RunEvents:
                 return [self._event("recover_notice", env, payload)]
             return []
         if t is EventType.MESSAGE_START:
-            self._message_text[p.get("message_id", "")] = ""
+            if not self._stitched:
+                self._answer = ""
+            self._stitched = False
             return [self._event("turn.start", env, {"message_id": p.get("message_id"), "model": p.get("model")})]
         if t is EventType.MESSAGE_DELTA:
             events = []
@@ -159,9 +164,8 @@ class RunEvents:
             if p.get("reasoning"):
                 events.append(self._event("reasoning.delta", env, {"message_id": message_id}, p["reasoning"]))
             if p.get("text"):
-                text = self._message_text.get(message_id, "") + p["text"]
-                self._message_text[message_id] = text
-                self.last_text = text
+                self._answer += p["text"]
+                self.last_text = self._answer
                 events.append(self._event("message.delta", env, {"message_id": message_id}, p["text"]))
             return events
         if t is EventType.MESSAGE_END:
@@ -196,7 +200,9 @@ class RunEvents:
             return [self._event("session.title", env, {"title": p["title"], "source": p.get("title_source")})]
         if t in TERMINAL_STATUS:
             return [self._finish(env)]
-        return []  # SESSION_ERROR, SESSION_CREATED: nothing a run's reader acts on
+        if t is EventType.SESSION_ERROR and p.get("message_id"):
+            self._stitched = True  # the next message continues the one cut short
+        return []  # SESSION_ERROR, SESSION_CREATED: no event of their own
 
     def _finish(self, env: Envelope) -> dict[str, Any]:
         self.finished = True

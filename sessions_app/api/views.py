@@ -12,6 +12,7 @@ sessions_app.actions (and media/token actions), called in a thread.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ KIB = 1024
 #: Bodies of most operations are small; a prompt may carry 20 MiB of media as base64.
 DEFAULT_BODY_LIMIT = 256 * KIB
 RUN_BODY_LIMIT = 32 * 1024 * KIB
-ID_MAX = 64
+ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass
@@ -166,11 +167,14 @@ def check_fields(body: dict[str, Any], *allowed: str) -> None:
         raise ValidationFailed(f"unknown field(s): {', '.join(unknown)[:200]}", code="invalid_body")
 
 
-def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """`body[key]` if present and not null; 400 `invalid_<key>` if it has the wrong type."""
+def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], *, allow_empty: bool = False) -> Any:
+    """`body[key]` if present and not null; 400 `invalid_<key>` if it has the wrong type
+    (or is an empty string, unless `allow_empty`: "" never means "the default")."""
     value = body.get(key)
     if value is None:
         return None
+    if value == "" and not allow_empty:
+        raise ValidationFailed(f"{key} must not be empty", code=f"invalid_{key}")
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if isinstance(value, bool) and bool not in kinds:
         raise ValidationFailed(f"{key} has the wrong type", code=f"invalid_{key}")
@@ -180,8 +184,8 @@ def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> A
     return value
 
 
-def required(body: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = optional(body, key, kind)
+def required(body: dict[str, Any], key: str, kind: type | tuple[type, ...], *, allow_empty: bool = False) -> Any:
+    value = optional(body, key, kind, allow_empty=allow_empty)
     if value is None:
         raise ValidationFailed(f"{key} is required", code=f"invalid_{key}")
     return value
@@ -197,7 +201,8 @@ def query_int(request: HttpRequest, key: str, default: int, low: int, high: int)
 
 
 def check_id(value: str, what: str) -> str:
-    if len(value) > ID_MAX or not value.isascii():
+    """An id from the URL, or 404: ids are short and made of letters, digits, _ and -."""
+    if not ID_PATTERN.fullmatch(value):
         raise NotFound(f"no such {what}")
     return value
 
@@ -401,7 +406,7 @@ async def set_session_model(call: ApiCall, session_id: str) -> HttpResponse:
 async def start_run(call: ApiCall, session_id: str) -> HttpResponse:
     body = call.body
     check_fields(body, "content", "queue")
-    content = required(body, "content", (str, list))
+    content = required(body, "content", (str, list), allow_empty=True)  # an empty prompt: code "prompt"
     queue = bool(optional(body, "queue", bool))
 
     def start() -> dict[str, Any]:
