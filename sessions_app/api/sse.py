@@ -201,6 +201,6 @@ def parse_after(last_event_id: str | None, after: str | None) -> int:
     if raw in (None, ""):
         return 0
     text = str(raw).strip()
-    if not text.isdigit() or len(text) > 12:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12:
         raise ValueError("Last-Event-ID / after must be a whole number (an event's seq)")
     return int(text)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -429,6 +430,10 @@ async def run_events(call: ApiCall, run_id: str) -> HttpResponseBase:
     except ValueError as exc:
         raise ValidationFailed(str(exc), code="invalid_after") from None
     run = await sync_to_async(_run_for)(call.user, run_id)
+    # The request's thread would hold its database connection (authentication, this
+    # lookup) for as long as the stream lasts; the stream reads through the journal's
+    # threads, so give it back now (PostgreSQL's pool is small).
+    await sync_to_async(connections.close_all)()
     response = StreamingHttpResponse(RunStream(run, after).frames(), content_type="text/event-stream; charset=utf-8")
     response["Cache-Control"] = "no-cache, no-transform"
     response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come

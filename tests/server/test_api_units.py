@@ -1,0 +1,138 @@
+"""The API's pieces in-process: rate limits, token actions and the sectr_token command,
+snapshots and transcripts, and resume cursors."""
+
+from __future__ import annotations
+
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.test import Client, override_settings
+
+from sectr.errors import NotFound, ValidationFailed
+from sectr.events import EventType
+from sectr.journal import NewEvent
+from sessions_app import actions
+from sessions_app.api.sse import parse_after
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import ApiToken, Session
+from sessions_app.snapshots import snapshot, transcript
+from sessions_app.token_actions import do_issue_token, do_revoke_token
+
+LOCAL_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-units"}}
+
+
+def bearer(raw: str) -> dict[str, str]:
+    return {"HTTP_AUTHORIZATION": f"Bearer {raw}"}
+
+
+@override_settings(SECTR_API_RATE_LIMIT="3/60", CACHES=LOCAL_CACHE)
+def test_it_limits_each_token_to_its_budget(owner: Any, teammate: Any) -> None:
+    _, first = do_issue_token(owner, "a")
+    _, second = do_issue_token(teammate, "b")
+    client = Client()
+    assert [client.get("/api/v1/sessions", **bearer(first)).status_code for _ in range(3)] == [200, 200, 200]
+    refused = client.get("/api/v1/sessions", **bearer(first))
+    assert refused.status_code == 429
+    assert refused.json()["error"]["code"] == "rate_limited"
+    assert 1 <= int(refused["Retry-After"]) <= 61
+    assert client.get("/api/v1/sessions", **bearer(second)).status_code == 200, "budgets are per token"
+
+
+@override_settings(SECTR_API_RATE_LIMIT="0/60", CACHES=LOCAL_CACHE)
+def test_a_zero_budget_means_no_limit(owner: Any) -> None:
+    _, raw = do_issue_token(owner, "a")
+    client = Client()
+    assert {client.get("/api/v1/sessions", **bearer(raw)).status_code for _ in range(5)} == {200}
+
+
+# ---- tokens ----
+
+
+def test_tokens_are_issued_hashed_and_revoked_by_prefix_or_whole(owner: Any, teammate: Any) -> None:
+    token, raw = do_issue_token(owner, " laptop ")
+    assert token.name == "laptop" and raw not in token.token_hash and raw.startswith("sectr_")
+    _, other = do_issue_token(owner, "ci")
+    _, theirs = do_issue_token(teammate, "theirs")
+    with pytest.raises(ValidationFailed):
+        do_revoke_token(owner, "sectr_")  # would revoke every token: refused
+    with pytest.raises(ValidationFailed):
+        do_issue_token(owner, "")
+    assert do_revoke_token(owner, raw) == 1
+    assert ApiToken.authenticate(raw) is None and ApiToken.authenticate(other) is not None
+    with pytest.raises(NotFound):
+        do_revoke_token(owner, theirs[:12])  # another user's token is not this user's to revoke
+    assert do_revoke_token(owner, other[:12]) == 1
+    assert ApiToken.authenticate(theirs) is not None
+
+
+def test_the_command_prints_the_token_last_lists_and_revokes(owner: Any) -> None:
+    out, err = StringIO(), StringIO()
+    call_command("sectr_token", "owner", "--name", "script", stdout=out, stderr=err)
+    raw = out.getvalue().strip().splitlines()[-1]
+    assert ApiToken.authenticate(raw) is not None and "shown only once" in err.getvalue()
+    listing = StringIO()
+    call_command("sectr_token", "owner", "--list", stdout=listing)
+    assert raw[:12] in listing.getvalue() and "script" in listing.getvalue() and raw not in listing.getvalue()
+    revoked = StringIO()
+    call_command("sectr_token", "owner", "--revoke", raw[:12], stdout=revoked)
+    assert "revoked 1 token" in revoked.getvalue() and ApiToken.authenticate(raw) is None
+    with pytest.raises(CommandError):
+        call_command("sectr_token", "nobody")
+
+
+# ---- snapshots and transcripts ----
+
+
+def test_a_snapshot_has_every_field_of_the_spec(make_session: Any, owner: Any) -> None:
+    session = make_session(title="Snap")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    data = snapshot(Session.objects.get(pk=session.pk))
+    spec_fields = {
+        "id", "state", "mode", "title", "resolved_model", "limits", "turns", "tool_calls", "token_usage",
+        "media", "placement", "pending_ask", "created_at", "updated_at", "owner",
+    }  # fmt: skip
+    assert spec_fields <= set(data)
+    assert set(data["resolved_model"]) == {"provider_id", "model_id", "context_window", "reasoning_effort"}
+    assert set(data["token_usage"]["total"]) == {
+        "input_tokens",
+        "output_tokens",
+        "reasoning_tokens",
+        "cached_input_tokens",
+    }
+    assert data["state"] == "running" and data["owner"] == "owner"
+    assert data["placement"]["run_id"] == run.pk and data["placement"]["run_status"] == "queued"
+
+
+def test_a_transcript_keeps_the_history_a_compaction_summarised(make_session: Any, owner: Any) -> None:
+    session = make_session(title="History")
+    journal = DatabaseJournal()
+    start = NewEvent(
+        EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "one"}}}, "inv_1"
+    )
+    done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, "inv_1")
+    summary = {"messages": [{"role": "user", "content": "Summary: one"}], "through_seq": 3, "summary": "one"}
+    journal.append_sync(session.pk, [start, done, NewEvent(EventType.TRANSCRIPT_COMPACTED, summary)])
+    data = transcript(Session.objects.get(pk=session.pk))
+    assert data["complete"] is True and data["last_seq"] == 4
+    assert [(m["role"], m["text"]) for m in data["messages"]] == [("user", "one")]
+    fork = actions.do_fork(owner, session.pk, title="Fork")
+    forked = transcript(Session.objects.get(pk=fork.pk))
+    assert [(m["role"], m["text"]) for m in forked["messages"]] == [("user", "Summary: one")], (
+        "a fork starts from its source's fold"
+    )
+
+
+@pytest.mark.parametrize(
+    ("header", "query", "after"),
+    [(None, None, 0), ("12", None, 12), (None, "7", 7), ("12", "7", 12), ("", "3", 3), (" 5 ", None, 5)],
+)
+def test_the_resume_cursor_comes_from_last_event_id_or_after(header: str | None, query: str | None, after: int) -> None:
+    assert parse_after(header, query) == after
+
+
+@pytest.mark.parametrize("bad", ["-1", "abc", "1.5", "1e3", "9" * 13, "１２"])
+def test_a_malformed_resume_cursor_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_after(bad, None)
