@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from sectr.events import Envelope, EventType
+from sectr.events import EventType
 from sectr.fold import fold_messages
 from sectr.providers.base import ModelInfo
 from sectr.providers.registry import lookup_model
 from sectr.state import SessionState, prompt_text
-from sessions_app.models import Envelope as EnvelopeRow
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Run, Session
 
 #: A transcript reads the whole journal in one query up to this many envelopes; a longer
 #: one is read from its newest compaction on (what the model sees) and marked incomplete.
 TRANSCRIPT_MAX_ENVELOPES = 50_000
+
+journal = DatabaseJournal()
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 
@@ -123,15 +125,10 @@ def transcript(session: Session) -> dict[str, Any]:
     keeps the full history a person saw (a fork's opening compaction, which holds the
     source's conversation, is kept).
     """
-    rows = EnvelopeRow.objects.filter(session_id=session.pk)
     if session.last_seq > TRANSCRIPT_MAX_ENVELOPES:
-        rows = rows.filter(seq__gte=max(session.compaction_seq, 1))
-    envelopes = [
-        Envelope(session.pk, seq, invocation_id, EventType(kind), payload, created_at)
-        for seq, invocation_id, kind, payload, created_at in rows.order_by("seq").values_list(
-            "seq", "invocation_id", "type", "payload", "created_at"
-        )
-    ]
+        envelopes = journal.load_since_compaction_sync(session.pk)
+    else:
+        envelopes = journal.load_sync(session.pk)
     complete = bool(envelopes) and all(env.seq == i for i, env in enumerate(envelopes, start=1))
     kept = [
         env for env in envelopes if env.type is not EventType.TRANSCRIPT_COMPACTED or not env.payload.get("through_seq")

@@ -91,8 +91,8 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
                 await check_rate_limit(call.token)
             if operation.request is not None:
                 call.body = read_json_body(request, operation.body_limit)
-            elif request.method == "POST":
-                read_json_body(request, DEFAULT_BODY_LIMIT)  # optional and empty, but still JSON
+            elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
+                raise ApiError("this operation takes no body (or {})", code="invalid_body", status=400)
             return await operation.handler(call, **kwargs)
         except Exception as exc:
             return exception_response(exc)
@@ -100,6 +100,7 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
     return csrf_exempt(view)
 
 
+@csrf_exempt
 async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
     return error_response(404, "not_found", f"no API route {request.path}")
 

@@ -151,6 +151,7 @@ def test_unknown_routes_and_methods_answer_json(api: LiveApi) -> None:
     http = api.http()
     assert_error(http.get("/nope"), 404, "not_found")
     assert_error(http.get("/sessions/x/y/z"), 404, "not_found")
+    assert_error(http.post("/nope", json={}), 404, "not_found")  # JSON, not a CSRF page
     response = http.delete("/sessions")
     assert_error(response, 405, "method_not_allowed")
     assert response.headers["Allow"] == "GET, POST"

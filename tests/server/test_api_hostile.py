@@ -106,6 +106,7 @@ CASES = [
     Case("fork at a string seq", "POST", "/sessions/{S}/fork", 400, "invalid_at_seq", json={"at_seq": "3"}),
     Case("fork at seq true", "POST", "/sessions/{S}/fork", 400, "invalid_at_seq", json={"at_seq": True}),
     Case("fork at seq 1e400", "POST", "/sessions/{S}/fork", 400, "invalid_at_seq", raw=b'{"at_seq": 1e400}'),
+    Case("a body where none is taken", "POST", "/sessions/{S}/close", 400, "invalid_body", json={"force": True}),
     Case("verdict for no ask", "POST", "/asks/ask_0000", 404, "not_found", json={"verdict": "allow_once"}),
     # -- prompts --
     Case("no content", "POST", RUNS, 400, "invalid_content", json={}),
