@@ -43,7 +43,15 @@ def _start_when_reactor_runs() -> None:
         from twisted.internet import reactor
     except ImportError:  # not under Daphne
         return
-    reactor.callWhenRunning(start_embedded_worker)
+
+    def schedule() -> None:
+        # callWhenRunning fires before the asyncio loop itself runs: queue the start on
+        # that loop, where get_running_loop() works.
+        loop = getattr(reactor, "_asyncioEventloop", None)
+        if loop is not None:
+            loop.call_soon(start_embedded_worker)
+
+    reactor.callWhenRunning(schedule)
 
 
 _start_when_reactor_runs()

@@ -2,7 +2,8 @@
 
 Settings: SECTR_HANDLER (dotted path of `async def handler(ctx)`, default the default
 agent), SECTR_TOOLS (dotted paths of extra `@sectr.tool` objects). The provider comes
-from the environment (sectr.providers.provider_from_env).
+from the environment (sectr.providers.provider_from_env), wrapped so that stored media
+references reach it as inline data.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from functools import cache
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from sectr.providers import provider_from_env
 from sectr.runtime import Runtime
 from sessions_app.journal import DatabaseJournal
+from sessions_app.media import MediaResolvingProvider
 
 
 @cache
@@ -21,4 +24,7 @@ def get_runtime() -> Runtime:
     handler_path = getattr(settings, "SECTR_HANDLER", None)
     handler = import_string(handler_path) if handler_path else None
     tools = [import_string(path) for path in getattr(settings, "SECTR_TOOLS", [])]
-    return Runtime(DatabaseJournal(), handler=handler, tools=tools)
+    # The journal holds media by reference (sectr-media://sha256); the provider gets the
+    # bytes inline, resolved just before each model call.
+    provider = MediaResolvingProvider(provider_from_env())
+    return Runtime(DatabaseJournal(), handler=handler, tools=tools, provider=provider)
