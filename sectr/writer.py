@@ -40,6 +40,7 @@ class InvocationWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._write_lock = asyncio.Lock()
+        self._inflight: set[asyncio.Task[list[Envelope]]] = set()
         self.closed = False  # the terminal event is written: nothing more may be
         self.appends = 0  # journal round trips, for tests and benchmarks
 
@@ -77,6 +78,13 @@ class InvocationWriter:
             elif self._buffer:
                 # One drainer at a time: a delta arriving while we drain joins this task.
                 self._flusher = asyncio.create_task(self._drain())
+            elif self._inflight:
+                # Writes whose producer was cancelled mid-append (see _write) finish first,
+                # so whoever flushes sees everything the journal holds.
+                done, _ = await asyncio.wait(set(self._inflight))
+                for task in done:
+                    if not task.cancelled() and task.exception() is not None and self._error is None:
+                        self._error = task.exception()
             else:
                 break
         self._raise_pending_error()
@@ -91,7 +99,10 @@ class InvocationWriter:
         try:
             while self._buffer:
                 batch, self._buffer = self._buffer, []
-                await self._write(self._merge(batch))
+                # Directly, not through _write: this task is not the producer (a cancelled
+                # producer does not cancel it), and one task hop less keeps an idle
+                # stream's delta in the journal before delta() returns.
+                await self._write_now(self._merge(batch))
         except BaseException as exc:  # kept for the producer: it raises on its next call
             self._error = exc
             self._buffer.clear()
@@ -119,6 +130,15 @@ class InvocationWriter:
         return NewEvent(EventType.MESSAGE_DELTA, payload, self.invocation_id)
 
     async def _write(self, events: Sequence[NewEvent]) -> list[Envelope]:
+        # A write, once begun, is seen through even if the caller is cancelled: a database
+        # append running in a thread commits regardless, and the invocation must still
+        # learn what it wrote (its transcript: which tool calls are open, which message).
+        task = asyncio.ensure_future(self._write_now(events))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return await asyncio.shield(task)
+
+    async def _write_now(self, events: Sequence[NewEvent]) -> list[Envelope]:
         async with self._write_lock:
             self._check_open()
             envelopes = await self.journal.append(self.session_id, events, fence=self.fence)

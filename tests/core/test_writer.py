@@ -4,6 +4,8 @@ errors from background flushes, and the closed writer after the terminal event."
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -220,3 +222,55 @@ async def test_a_cancelled_producer_does_not_cut_an_in_flight_write() -> None:
         await task
     await writer.flush()  # what the runtime does before its terminal event
     assert delta_text(journal.read(sid)) == "ab"
+
+
+class ThreadedJournal(MemoryJournal):
+    """Appends like a database journal does: in a worker thread that commits whatever
+    happens to the coroutine awaiting it (a cancelled caller does not stop the write)."""
+
+    def __init__(self, latency: float, slow_types: set[EventType]) -> None:
+        super().__init__()
+        self.latency = latency
+        self.slow_types = slow_types
+        self.begun: list[EventType] = []
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        slow = any(e.type in self.slow_types for e in events)
+        self.begun.extend(e.type for e in events)
+        if not slow:
+            return self.append_now(session_id, events, fence=fence)
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[Envelope]] = loop.create_future()
+
+        def commit() -> None:
+            if not future.cancelled():
+                future.set_result(self.append_now(session_id, events, fence=fence))
+
+        def work() -> None:
+            time.sleep(self.latency)
+            loop.call_soon_threadsafe(commit)  # the commit lands even if nobody awaits it
+
+        threading.Thread(target=work, daemon=True).start()
+        return await asyncio.shield(future)
+
+
+async def test_a_write_in_flight_when_the_run_is_cancelled_is_still_seen_by_the_run() -> None:
+    """Cancel while the model's TOOL_CALL is being committed: the call lands in the journal
+    anyway, so the cancelled run must answer it (an orphan result), not lose track of it."""
+    journal = ThreadedJournal(latency=0.1, slow_types={EventType.TOOL_CALL})
+    rt = LocalRuntime(provider=DemoProvider(delay=0), journal=journal)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, "time"))
+    for _ in range(500):
+        if EventType.TOOL_CALL in journal.begun:
+            break
+        await asyncio.sleep(0.002)
+    await rt.cancel(sid)
+    outcome = await task
+    assert outcome.type is EventType.INVOCATION_CANCELLED
+    envelopes = journal.read(sid)
+    (call_env,) = of_type(envelopes, EventType.TOOL_CALL)
+    (result,) = of_type(envelopes, EventType.TOOL_RESULT)
+    assert result.payload["tool_call_id"] == call_env.payload["tool_call_id"]
+    assert call_env.seq < result.seq < outcome.seq
+    assert envelopes[-1] == outcome
