@@ -71,6 +71,15 @@ class ModelTurn:
     usage: dict[str, int] = field(default_factory=dict)
 
 
+def _copy_json(value: Any) -> Any:
+    """A deep copy of JSON-shaped data (dicts, lists, scalars), much faster than deepcopy."""
+    if isinstance(value, dict):
+        return {key: _copy_json(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copy_json(item) for item in value]
+    return value
+
+
 @asynccontextmanager
 async def _aclosing(stream: AsyncIterator[Any]) -> AsyncIterator[AsyncIterator[Any]]:
     """contextlib.aclosing for any async iterator (a Provider may return one without aclose)."""
@@ -203,12 +212,16 @@ class SessionContext:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """fold_messages(self.transcript), recomputed when the invocation journals more."""
+        """fold_messages(self.transcript), recomputed when the invocation journals more.
+
+        Each access returns a fresh copy: a handler may edit it (add a system message,
+        trim it) without changing what the next access, or the next model step, sees.
+        """
         cached = self._messages_cache
         if cached is None or cached[0] != len(self.transcript):
             cached = (len(self.transcript), fold_messages(self.transcript))
             self._messages_cache = cached
-        return cached[1]
+        return _copy_json(cached[1])
 
     @property
     def model(self) -> str:

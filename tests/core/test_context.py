@@ -607,3 +607,20 @@ async def test_a_sync_handler_that_is_cancelled_cannot_write_after_the_end(demo:
         await asyncio.sleep(0.01)
     assert after and after[0] != "wrote"
     assert rt.journal.read(sid)[-1] == outcome
+
+
+async def test_editing_ctx_messages_changes_nothing_else(demo: DemoProvider) -> None:
+    seen: dict[str, Any] = {}
+
+    async def handler(ctx: SessionContext) -> None:
+        messages = ctx.messages
+        messages[-1]["content"] = "tampered"
+        messages.insert(0, {"role": "system", "content": "be brief"})
+        seen["again"] = ctx.messages
+        await default_handler(ctx)
+
+    rt = runtime_with(handler, demo)
+    sid = await rt.create_session()
+    await rt.send(sid, "hello")
+    assert seen["again"] == [{"role": "user", "content": "hello"}]
+    assert final_text(rt, sid) == "You said: hello"
