@@ -6,13 +6,17 @@ invocation only loads and folds what came after the newest compaction.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
+from sectr.errors import ProviderError
 from sectr.events import EventType
 from sectr.providers.base import CompletionRequest, Provider, TextDelta
 
 if TYPE_CHECKING:
     from sectr.context import SessionContext
+
+log = logging.getLogger("sectr.compaction")
 
 #: Messages kept verbatim after the summary (at least; more to avoid a bad split).
 KEEP_RECENT = 4
@@ -84,7 +88,13 @@ async def auto_compact(ctx: SessionContext) -> bool:
         return False
     await ctx.writer.flush()
     through = ctx.transcript[-1].seq if ctx.transcript else 0
-    payload = await compacted_payload(ctx.provider, ctx.model, messages, through)
+    try:
+        payload = await compacted_payload(ctx.provider, ctx.model, messages, through)
+    except ProviderError as exc:
+        # Best effort: the model step goes ahead uncompacted (and meets the provider's
+        # own retry and error handling) rather than failing the run over a summary.
+        log.warning("automatic compaction skipped: the summary request failed: %s", exc)
+        return False
     if payload is None:
         return False
     await ctx.writer.emit(EventType.TRANSCRIPT_COMPACTED, payload)

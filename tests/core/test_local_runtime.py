@@ -12,7 +12,7 @@ import pytest
 import sectr
 from sectr import LocalRuntime, SessionContext, tool
 from sectr.compaction import KEEP_RECENT, SUMMARY_PREFIX, estimate_tokens, split_point
-from sectr.errors import ApprovalRequired, NotAtTurnBoundary, SessionBusy, ValidationFailed
+from sectr.errors import ApprovalRequired, NotAtTurnBoundary, ProviderError, SessionBusy, ValidationFailed
 from sectr.events import EventType
 from sectr.fold import fold_messages
 from sectr.providers import DemoProvider, OpenAIProvider
@@ -526,3 +526,17 @@ async def test_automatic_compaction_uses_the_providers_context_window() -> None:
     model_requests = [r for r in provider.requests if not r.messages[-1]["content"].startswith("Summarize")]
     assert model_requests[-1].messages[0]["content"] == SUMMARY_PREFIX + "short summary"
     assert fold_messages(rt.journal.read(sid))[0]["role"] == "system"
+
+
+async def test_a_failing_summary_request_skips_automatic_compaction_without_failing_the_run() -> None:
+    def script(request: CompletionRequest, n: int) -> list[Any]:
+        if request.messages[-1]["content"].startswith("Summarize"):
+            return [ProviderError("summaries are down", retryable=False)]
+        return say("word " * 40, tokens=usage(1, 40))
+
+    rt = LocalRuntime(provider=ScriptedProvider(script, context_window=150))
+    sid = await rt.create_session()
+    for _ in range(4):
+        outcome = await rt.send(sid, "talk")
+        assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert of_type(rt.journal.read(sid), EventType.TRANSCRIPT_COMPACTED) == []
