@@ -156,10 +156,13 @@ async def bare_group_send(n: int, duration: float, interval: float) -> list[floa
             message = await layer.receive(channel)
             latencies.append(time.time() - message["t"])
 
+    gate = asyncio.Semaphore(32)  # a bounded connection pool, like a server's
+
     async def sender(index: int) -> None:
         await asyncio.sleep(interval * index / n)  # spread the senders over one interval
         while time.monotonic() < stop:
-            await layer.group_send(f"{prefix}{index}", {"type": "bench.ping", "t": time.time()})
+            async with gate:
+                await layer.group_send(f"{prefix}{index}", {"type": "bench.ping", "t": time.time()})
             await asyncio.sleep(interval)
 
     receivers = [asyncio.ensure_future(receiver(channel)) for channel in channels]
@@ -184,7 +187,7 @@ async def measure(n: int, ticks: int, tick_ms: int, workers: int) -> dict[str, A
         "LOG_LEVEL": "ERROR",
         "SECTR_LOG_LEVEL": "WARNING",
     }
-    embedded = None if workers == 0 else False
+    embedded = workers == 0  # the server's own worker, on any database, unless workers are asked for
     with LiveSectr(env=env, embedded_worker=embedded) as live:
         for _ in range(workers):
             live.start_worker()
