@@ -106,16 +106,20 @@ class MemoryJournal:
             raise LeaseLost(f"session {session_id}: fence {fence!r} no longer holds")
         if not events:
             return []
-        # Build every envelope (and the new projection) before storing any: all or none.
-        state = session.state or SessionState(session_id=session_id)
+        # Build every envelope and the new projection before storing any: all or none.
         seq = len(session.envelopes)
         now = utcnow()
         built = []
         for event in events:
             seq += 1
-            envelope = Envelope(session_id, seq, event.invocation_id, EventType(event.type), event.payload, now)
+            built.append(Envelope(session_id, seq, event.invocation_id, EventType(event.type), event.payload, now))
+        state = session.state or SessionState(session_id=session_id)
+        if any(envelope.type is not EventType.MESSAGE_DELTA for envelope in built):
+            # A malformed payload may fail half-way through the projection: work on a copy.
+            # (Deltas only move last_seq/updated_at, which cannot fail: no copy needed.)
+            state = state.copy()
+        for envelope in built:
             state = apply_envelope(state, envelope)
-            built.append(envelope)
         for envelope in built:
             if envelope.type is EventType.TRANSCRIPT_COMPACTED:
                 session.compaction_index = envelope.seq - 1
@@ -140,5 +144,6 @@ class MemoryJournal:
         return list(session.envelopes[session.compaction_index :])
 
     async def state(self, session_id: str) -> SessionState:
+        """A copy of the projection: callers may keep or change it freely."""
         session = self._get(session_id)
-        return session.state or SessionState(session_id=session_id)
+        return session.state.copy() if session.state else SessionState(session_id=session_id)
