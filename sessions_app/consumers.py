@@ -224,6 +224,8 @@ def approval_cards(
             ask_id, change = str(envelope.payload.get("ask_id")), "new"
         elif envelope.type is EventType.INVOCATION_STARTED:
             ask_id, change = str((envelope.payload.get("reason") or {}).get("ask_id")), "decided"
+        elif envelope.type is EventType.INVOCATION_CANCELLED and envelope.payload.get("ask_id"):
+            ask_id, change = str(envelope.payload["ask_id"]), "withdrawn"
         else:
             continue
         ask = state.asks.get(ask_id)

@@ -22,8 +22,9 @@ commits:
 
 * group ``MODERATION_GROUP`` (``"sectr.moderation"``): the same message shape, with
   only the envelopes moderators care about: APPROVAL_REQUESTED (an ask is now
-  pending) and INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
-  decided). Other envelopes of that append are left out; a batch with none of them
+  pending), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
+  decided) and INVOCATION_CANCELLED naming an ``ask_id`` (a paused run was cancelled:
+  its ask is withdrawn). Other envelopes of that append are left out; a batch with none of them
   sends nothing.
 
 * group ``WORKERS_GROUP`` (``"sectr.workers"``): ``{"type": "runs.wake"}`` from
@@ -84,7 +85,8 @@ def is_moderation_envelope(envelope: Envelope) -> bool:
     if envelope.type is EventType.INVOCATION_STARTED:
         reason = envelope.payload.get("reason")
         return isinstance(reason, dict) and reason.get("kind") == "approval_decision"
-    return False
+    # Cancelling a run paused on an ask withdraws the ask (the payload names it).
+    return envelope.type is EventType.INVOCATION_CANCELLED and bool(envelope.payload.get("ask_id"))
 
 
 def envelope_messages(envelopes: Sequence[Envelope]) -> list[tuple[str, dict[str, Any]]]:

@@ -292,3 +292,18 @@ async def test_the_queue_refuses_anonymous_visitors() -> None:
     communicator, connected, code = await connect(None, "/ws/approvals/")
     assert not connected and code == 4403
     await communicator.disconnect()
+
+
+async def test_the_queue_drops_a_withdrawn_ask_live(owner: Any, session: Session) -> None:
+    from sectr.operations import cancel_awaiting_events
+
+    communicator, connected, _ = await connect(owner, "/ws/approvals/")
+    assert connected
+    await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
+    assert "ask-ask_1" in (await next_frame(communicator))["html"]
+    state = await DatabaseJournal().state(session.pk)
+    await journal(session, cancel_awaiting_events(state, "owner"))
+    html = (await next_frame(communicator))["html"]
+    assert re.search(r'id="ask-ask_1"[^>]*data-status="withdrawn"[^>]*hx-swap-oob="true"', html), html
+    assert "Approve once" not in html
+    await communicator.disconnect()
