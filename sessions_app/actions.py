@@ -121,9 +121,7 @@ def do_create_session(
 # ---- runs ----
 
 
-def do_post_message(
-    actor: Any, session_id: str, content: str | list[dict[str, Any]], *, queue: bool = False
-) -> Run:
+def do_post_message(actor: Any, session_id: str, content: str | list[dict[str, Any]], *, queue: bool = False) -> Run:
     """Start a run for a user message; 409 while a run is active unless `queue`.
 
     A queued message waits as a `pending` Run (nothing journaled) and starts when the
@@ -156,7 +154,9 @@ def check_content(content: Any) -> None:
         raise ValidationFailed("content must be a string or a non-empty list of parts", code="prompt")
     for part in content:
         if not isinstance(part, dict) or part.get("type") not in ("text", "image_url", "input_audio"):
-            raise ValidationFailed("each part must be an object with type text, image_url or input_audio", code="prompt")
+            raise ValidationFailed(
+                "each part must be an object with type text, image_url or input_audio", code="prompt"
+            )
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise ValidationFailed("a text part needs a string text", code="prompt")
 
@@ -171,7 +171,9 @@ def promote_pending_run(session_id: str) -> Run | None:
             return None
         if run.reason.get("kind") == "retry":
             if not (state.status == "failed" and state.last_error and state.last_error.get("retryable")):
-                Run.objects.filter(pk=run.pk).update(status=Run.CANCELLED, finished_at=timezone.now(), error="no longer retryable")
+                Run.objects.filter(pk=run.pk).update(
+                    status=Run.CANCELLED, finished_at=timezone.now(), error="no longer retryable"
+                )
                 return None
             invocation_id, events = operations.retry_events(state)
         else:
@@ -245,7 +247,13 @@ def do_steer(actor: Any, run_id: str, text: str) -> Run:
 
 
 def do_cancel(actor: Any, run_id: str) -> Run:
-    """Cancel a run: a worker stops it at once; a suspended run's ask is withdrawn."""
+    """Cancel a run: a worker stops it at once; a suspended run's ask is withdrawn.
+
+    A run no worker holds (pending, queued, suspended) ends here, under the session
+    lock; then the session's next queued message, if any, starts. The journal decides
+    whether the run is still going, not the Run row: a worker updates its row just
+    after it journals the run's end, and a cancel may fall in between.
+    """
     run = _active_run(run_id, actor)
     by = _username(actor)
     with _locked(run.session_id) as (session, state):
@@ -254,26 +262,40 @@ def do_cancel(actor: Any, run_id: str) -> Run:
             run.status, run.stop_reason, run.finished_at = Run.CANCELLED, "cancelled", timezone.now()
             run.save(update_fields=["status", "stop_reason", "finished_at"])
             return run
-        if run.status == Run.SUSPENDED and state.status == "awaiting" and state.pending_ask and (
-            state.pending_ask.get("invocation_id") == run.invocation_id
+        ask = state.pending_ask
+        if (
+            run.status in (Run.SUSPENDED, Run.RUNNING)
+            and state.status == "awaiting"
+            and ask is not None
+            and ask.get("invocation_id") == run.invocation_id
         ):
+            # Paused on an ask (its worker may not have recorded that on the row yet):
+            # withdraw the ask. Clearing the lease makes a late finish_run a no-op.
             journal.append_sync(session.pk, operations.cancel_awaiting_events(state, by))
-            run.status, run.stop_reason = Run.CANCELLED, "cancelled"
-            run.save(update_fields=["status", "stop_reason"])
-            return run
-        if run.status not in ACTIVE_RUN_STATUSES:
+            _end_cancelled(run)
+        elif run.status not in ACTIVE_RUN_STATUSES or state.current_invocation_id != run.invocation_id:
             raise StaleRunControl("the run has already ended")
-        run.cancel_requested = True
-        run.save(update_fields=["cancel_requested"])
-        if run.status == Run.QUEUED and run.lease_token is None:
+        elif run.status == Run.QUEUED and run.lease_token is None:
             # No worker holds it yet: end it here, under the lock, so no worker starts it.
-            journal.append_sync(
-                session.pk, [NewEvent(EventType.INVOCATION_CANCELLED, {"by": by} if by else {}, run.invocation_id)]
-            )
-            run.status, run.stop_reason, run.finished_at = Run.CANCELLED, "cancelled", timezone.now()
-            run.save(update_fields=["status", "stop_reason", "finished_at"])
-    notify_run_control(run.pk)
+            payload = {"by": by} if by else {}
+            journal.append_sync(session.pk, [NewEvent(EventType.INVOCATION_CANCELLED, payload, run.invocation_id)])
+            run.cancel_requested = True
+            _end_cancelled(run)
+        else:
+            run.cancel_requested = True
+            run.save(update_fields=["cancel_requested"])
+            notify_run_control(run.pk)
+            return run
+    # No worker will finish this run, so nobody else would start the next message.
+    promote_pending_run(run.session_id)
     return run
+
+
+def _end_cancelled(run: Run) -> None:
+    run.status, run.stop_reason = Run.CANCELLED, "cancelled"
+    run.finished_at = run.finished_at or timezone.now()
+    run.lease_token, run.lease_expires_at = None, None
+    run.save()
 
 
 def notify_run_control(run_id: str) -> None:
@@ -326,8 +348,10 @@ def do_fork(
     """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`)."""
     source = get_session_for_user(actor, session_id, "read")
     state = source.projection()
-    if at_seq is not None and (not isinstance(at_seq, int) or isinstance(at_seq, bool)):
-        raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
+    if at_seq is not None and (
+        not isinstance(at_seq, int) or isinstance(at_seq, bool) or not 1 <= at_seq <= state.last_seq
+    ):
+        raise ValidationFailed(f"at_seq must be a whole number from 1 to {state.last_seq}", code="invalid_seq")
     # Load from the newest compaction at or before the fork point: O(since compaction).
     upto = state.last_seq if at_seq is None else at_seq
     compaction = (

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -32,9 +33,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sectr import operations
+from sectr.context import CANCELLED_TOOL_CONTENT
 from sectr.control import RunControl
 from sectr.errors import LeaseLost
 from sectr.events import Envelope, EventType
+from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import NewEvent
 from sectr.runtime import Runtime
 from sessions_app import actions
@@ -77,49 +80,94 @@ class Claim:
 def claim_next_run(worker_id: str, lease: float) -> Claim | None:
     """Claim the oldest runnable run: queued, or running with an expired lease.
 
-    Skips rows other workers have locked (PostgreSQL). A run whose lease expired is
-    recovered here, under the session lock, in the same transaction as the claim.
+    A run whose lease expired is recovered here, under the session lock, in the same
+    transaction as the claim. Locks are taken in the journal's order, Session row then
+    Run row, like every action: the other order deadlocks against a cancel or a steer
+    (which hold the session and wait for the run). On PostgreSQL the Run row is taken
+    with SKIP LOCKED, so two workers that picked the same candidate never wait on each
+    other for it: the loser moves on to the next one.
     """
-    for _ in range(10):  # a few stale rows may be tidied up before a real claim
-        now = timezone.now()
-        with transaction.atomic():
-            runnable = Run.objects.filter(
-                Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
-            ).order_by("created_at", "id")
-            if connection.vendor == "postgresql":
-                runnable = runnable.select_for_update(skip_locked=True, of=("self",))
-            run = runnable.first()
-            if run is None:
+    tidied: list[str] = _stranded_pending_sessions()
+    try:
+        for _ in range(3):
+            now = timezone.now()
+            candidates = list(
+                Run.objects.filter(_runnable(now)).order_by("created_at", "id").values_list("pk", "session_id")[:20]
+            )
+            if not candidates:
                 return None
-            session = Session.objects.select_for_update().get(pk=run.session_id)
-            state = session.projection()
-            if state.current_invocation_id != run.invocation_id or not state.is_active:
-                # Its invocation already ended in the journal (the worker died after the
-                # terminal append, or it was cancelled before any worker took it).
-                _finish_run_from_state(run, session)
-                continue
-            recovered = run.status == Run.RUNNING
-            token = uuid.uuid4().hex
-            if recovered:
-                if run.attempts >= run.max_attempts:
-                    _fail_exhausted(run, state)
-                    continue
-                invocation_id, events = operations.recover_events(
-                    state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
-                )
-                actions.journal.append_sync(session.pk, events)
-                run.invocation_id = invocation_id
-                run.invocation_ids = [*run.invocation_ids, invocation_id]
-            run.status = Run.RUNNING
-            run.attempts += 1
-            run.lease_owner = worker_id
-            run.lease_token = token
-            run.lease_expires_at = now + timedelta(seconds=lease)
-            run.heartbeat_at = now
-            run.started_at = run.started_at or now
-            run.save()
-            return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
-    return None
+            for run_id, session_id in candidates:
+                claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
+                if claim is not None:
+                    return claim
+        return None
+    finally:
+        # Runs ended here (their journal had ended them already, or they were lost too
+        # often, or cancelled while their worker was dead) may free a queued message.
+        for session_id in dict.fromkeys(tidied):
+            actions.promote_pending_run(session_id)
+
+
+def _stranded_pending_sessions(limit: int = 20) -> list[str]:
+    """Sessions with a queued message but no run going (its promotion was lost: a worker
+    died between recording a run's end and starting the next message)."""
+    return list(
+        Run.objects.filter(status=Run.PENDING)
+        .exclude(session__status__in=("running", "awaiting"))
+        .values_list("session_id", flat=True)
+        .distinct()[:limit]
+    )
+
+
+def _runnable(now: Any) -> Q:
+    return Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+
+
+def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
+    with transaction.atomic():
+        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        if session is None:
+            return None  # deleted meanwhile
+        now = timezone.now()
+        runnable = Run.objects.filter(_runnable(now), pk=run_id)
+        if connection.vendor == "postgresql":
+            runnable = runnable.select_for_update(skip_locked=True)
+        run = runnable.first()
+        if run is None:
+            return None  # another worker claimed it (or it ended) since we looked
+        state = session.projection()
+        if state.current_invocation_id != run.invocation_id or not state.is_active:
+            # Its invocation already ended in the journal (the worker died after the
+            # terminal append, or it was cancelled before any worker took it).
+            _finish_run_from_state(run, session)
+            tidied.append(session_id)
+            return None
+        recovered = run.status == Run.RUNNING
+        token = uuid.uuid4().hex
+        if recovered:
+            if run.cancel_requested:
+                _cancel_lost_run(run, state)
+                tidied.append(session_id)
+                return None
+            if run.attempts >= run.max_attempts:
+                _fail_exhausted(run, state)
+                tidied.append(session_id)
+                return None
+            invocation_id, events = operations.recover_events(
+                state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
+            )
+            actions.journal.append_sync(session.pk, events)
+            run.invocation_id = invocation_id
+            run.invocation_ids = [*run.invocation_ids, invocation_id]
+        run.status = Run.RUNNING
+        run.attempts += 1
+        run.lease_owner = worker_id
+        run.lease_token = token
+        run.lease_expires_at = now + timedelta(seconds=lease)
+        run.heartbeat_at = now
+        run.started_at = run.started_at or now
+        run.save()
+        return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
 
 
 def _finish_run_from_state(run: Run, session: Session) -> None:
@@ -139,11 +187,38 @@ def _fail_exhausted(run: Run, state: Any) -> None:
     events = []
     if state.open_message_id:
         events.append(
-            NewEvent(EventType.SESSION_ERROR, {"error": error, "message_id": state.open_message_id, "retryable": True}, run.invocation_id)
+            NewEvent(
+                EventType.SESSION_ERROR,
+                {"error": error, "message_id": state.open_message_id, "retryable": True},
+                run.invocation_id,
+            )
         )
     events.append(NewEvent(EventType.INVOCATION_FAILED, {"error": error, "retryable": True}, run.invocation_id))
     actions.journal.append_sync(run.session_id, events)
     run.status, run.error, run.stop_reason = Run.FAILED, error, "error"
+    run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
+    run.save()
+
+
+def _cancel_lost_run(run: Run, state: Any) -> None:
+    """End a run that was cancelled while its worker was dead, as its worker would have."""
+    invocation_id = run.invocation_id
+    events = []
+    if state.open_message_id:
+        events.append(
+            NewEvent(
+                EventType.MESSAGE_END,
+                {"message_id": state.open_message_id, "finish_reason": "cancelled"},
+                invocation_id,
+            )
+        )
+    messages = fold_messages(actions.journal.load_since_compaction_sync(run.session_id))
+    for call in open_tool_calls(messages):
+        result = {"tool_call_id": call["id"], "name": call["function"]["name"], "content": CANCELLED_TOOL_CONTENT}
+        events.append(NewEvent(EventType.TOOL_RESULT, {**result, "is_error": True}, invocation_id))
+    events.append(NewEvent(EventType.INVOCATION_CANCELLED, {}, invocation_id))
+    actions.journal.append_sync(run.session_id, events)
+    run.status, run.stop_reason = Run.CANCELLED, "cancelled"
     run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
     run.save()
 
@@ -306,10 +381,13 @@ class Worker:
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
+                # Cleared before looking, not after: a wake-up that arrives while we
+                # claim (a run committed just after our query) must not be lost for a
+                # whole poll interval.
+                self._wake.clear()
                 claimed = await self._fill()
                 if claimed:
                     continue
-                self._wake.clear()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
         finally:
@@ -317,7 +395,7 @@ class Worker:
                 _local_workers.discard(self)
             if listener is not None:
                 listener.cancel()
-            await self._drain(drain_timeout)
+            await self._drain(drain_seconds=drain_timeout)
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
@@ -335,10 +413,10 @@ class Worker:
             self.controls[claim.run_id] = DatabaseRunControl(claim)
             task = asyncio.ensure_future(self._execute(claim))
             self.tasks[claim.run_id] = task
-            task.add_done_callback(lambda _t, run_id=claim.run_id: self._forget(run_id))
+            task.add_done_callback(functools.partial(self._forget, claim.run_id))
         return claimed
 
-    def _forget(self, run_id: str) -> None:
+    def _forget(self, run_id: str, _task: object = None) -> None:
         self.tasks.pop(run_id, None)
         self.controls.pop(run_id, None)
         self.claims.pop(run_id, None)
@@ -384,8 +462,11 @@ class Worker:
                     elapsed = 0.0
                     held, cancel = await run_in_db_thread(renew_lease, claim, self.lease)
                 else:
-                    held, cancel = True, await run_in_db_thread(
-                        lambda: Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
+                    held, cancel = (
+                        True,
+                        await run_in_db_thread(
+                            lambda: Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
+                        ),
                     )
             except Exception:
                 log.warning("run %s: heartbeat failed", claim.run_id, exc_info=True)
@@ -399,19 +480,24 @@ class Worker:
             if cancel:
                 control.cancel()
 
-    async def _drain(self, timeout: float) -> None:
+    async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:
             return
         log.info("worker %s draining %s runs", self.worker_id, len(self.tasks))
-        tasks = list(self.tasks.values())
-        done, pending = await asyncio.wait(tasks, timeout=timeout)
-        for claim in list(self.claims.values()):
-            if self.tasks.get(claim.run_id) in pending:
-                await run_in_db_thread(release_lease, claim)
+        claims = {run_id: self.claims[run_id] for run_id in self.tasks if run_id in self.claims}
+        tasks = {task: run_id for run_id, task in self.tasks.items()}
+        _done, pending = await asyncio.wait(tasks, timeout=drain_seconds)
+        if not pending:
+            return
+        # Out of time: stop the runs first (so they write nothing more), then let
+        # another worker recover them at once instead of after the lease.
         for task in pending:
             task.cancel()
-        if pending:
-            await asyncio.wait(pending, timeout=5)
+        await asyncio.wait(pending, timeout=5)
+        for task in pending:
+            claim = claims.get(tasks[task])
+            if claim is not None:
+                await run_in_db_thread(release_lease, claim)
 
     # ---- channel layer (multi-process wake-ups) ----
 
@@ -442,8 +528,8 @@ class Worker:
         from channels.layers import get_channel_layer
 
         layer = get_channel_layer()
-        with contextlib.suppress(Exception):
-            await layer.group_add(group, self._channel)
+        with contextlib.suppress(Exception):  # a slow channel layer must not hold the run up
+            await asyncio.wait_for(layer.group_add(group, self._channel), 2.0)
 
     async def _group_discard(self, group: str) -> None:
         if not self.listen or not hasattr(self, "_channel"):
@@ -452,12 +538,13 @@ class Worker:
 
         layer = get_channel_layer()
         with contextlib.suppress(Exception):
-            await layer.group_discard(group, self._channel)
+            await asyncio.wait_for(layer.group_discard(group, self._channel), 2.0)
 
 
 # ---- the embedded worker (SQLite default: inside the serving process) ----
 
 _embedded: Worker | None = None
+_embedded_task: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
 
 
 def embedded_worker_enabled() -> bool:
@@ -468,10 +555,9 @@ def embedded_worker_enabled() -> bool:
 
 def start_embedded_worker() -> Worker | None:
     """Start a worker on the running event loop (the server's), once per process."""
-    global _embedded
+    global _embedded, _embedded_task
     if _embedded is not None or not embedded_worker_enabled():
         return _embedded
     _embedded = Worker(concurrency=int(os.environ.get("SECTR_WORKER_CONCURRENCY", "16")))
-    asyncio.get_running_loop().create_task(_embedded.run())
+    _embedded_task = asyncio.get_running_loop().create_task(_embedded.run())
     return _embedded
-

@@ -17,7 +17,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--concurrency", type=int, default=8, help="runs executed at once (default 8)")
-        parser.add_argument("--lease", type=float, default=None, help="lease seconds (default SECTR_LEASE_SECONDS or 6)")
+        parser.add_argument(
+            "--lease", type=float, default=None, help="lease seconds (default SECTR_LEASE_SECONDS or 6)"
+        )
         parser.add_argument("--poll", type=float, default=1.0, help="poll interval when no wake-up arrives")
         parser.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish on SIGTERM")
         parser.add_argument("--worker-id", default=None)

@@ -1,0 +1,551 @@
+"""The worker, in this process: a Worker running as an asyncio task beside the test.
+
+Runs complete; an approval ask suspends and a decision resumes; cancel and steer reach a
+running run; a fenced worker writes nothing more; two workers never run one run; a run
+whose lease expired is recovered by another worker (crash stitching); max_attempts ends
+in a retryable failure; a commit wakes an idle worker long before its poll interval.
+
+Run on SQLite (in-memory channel layer) and on PostgreSQL (Redis channel layer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from datetime import timedelta
+from typing import Any, ParamSpec, TypeVar
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from sectr.errors import LeaseLost
+from sectr.events import TERMINAL_TYPES, Envelope, EventType
+from sectr.fold import fold_messages, last_assistant_text
+from sectr.journal import NewEvent
+from sectr.providers import DemoProvider
+from sectr.runtime import Runtime
+from sessions_app import actions
+from sessions_app import worker as worker_module
+from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.models import Envelope as EnvelopeRow
+from sessions_app.models import Run, Session
+from sessions_app.worker import Worker
+
+E = EventType
+P = ParamSpec("P")
+R = TypeVar("R")
+
+TICK = 0.1  # seconds between two `!slow` ticks (SPEC section 10)
+
+
+class RecordingJournal(DatabaseJournal):
+    """The database journal, remembering the LeaseLost errors its appends raised."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lease_lost: list[tuple[str, int]] = []  # (session_id, last_seq when refused)
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        try:
+            return await super().append(session_id, events, fence=fence)
+        except LeaseLost:
+            self.lease_lost.append((session_id, await run_in_db_thread(last_seq, session_id)))
+            raise
+
+
+def make_runtime() -> Runtime:
+    return Runtime(RecordingJournal(), provider=DemoProvider(delay=0.001, slow_delay=TICK))
+
+
+async def db(func: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+    return await run_in_db_thread(func, *args, **kwargs)
+
+
+def last_seq(session_id: str) -> int:
+    return EnvelopeRow.objects.filter(session_id=session_id).count()
+
+
+def envelopes(session_id: str) -> list[Envelope]:
+    return [row.to_envelope() for row in EnvelopeRow.objects.filter(session_id=session_id).order_by("seq")]
+
+
+def types(session_id: str) -> list[str]:
+    return list(EnvelopeRow.objects.filter(session_id=session_id).order_by("seq").values_list("type", flat=True))
+
+
+def streamed_text(session_id: str) -> str:
+    return "".join(e.payload.get("text", "") for e in envelopes(session_id) if e.type is E.MESSAGE_DELTA)
+
+
+def ticks(text: str) -> list[int]:
+    return [int(n) for n in re.findall(r"tick (\d+)", text)]
+
+
+def run_of(run_id: str) -> Run:
+    return Run.objects.get(pk=run_id)
+
+
+async def wait_until(check: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll `check` (sync, run in a database thread) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = await db(check)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {getattr(check, '__name__', check)}")
+        await asyncio.sleep(interval)
+
+
+def run_in(*statuses: str) -> Callable[[str], Callable[[], Run | None]]:
+    def for_run(run_id: str) -> Callable[[], Run | None]:
+        def check() -> Run | None:
+            run = Run.objects.get(pk=run_id)
+            return run if run.status in statuses else None
+
+        return check
+
+    return for_run
+
+
+finished = run_in(Run.SUSPENDED, Run.COMPLETED, Run.FAILED, Run.CANCELLED)
+
+
+StartWorker = Callable[..., Awaitable[Worker]]
+
+
+@pytest.fixture
+async def start_worker() -> AsyncIterator[StartWorker]:
+    """Start Workers (concurrency 4, poll 0.1 s, lease 2 s) as tasks; stopped after the test."""
+    started: list[tuple[Worker, asyncio.Task[None]]] = []
+
+    async def start(**options: Any) -> Worker:
+        settings = {"concurrency": 4, "poll_interval": 0.1, "lease": 2.0, "runtime": make_runtime(), **options}
+        worker = Worker(**settings)
+        task = asyncio.ensure_future(worker.run(drain_timeout=5))
+        started.append((worker, task))
+        await asyncio.sleep(0)
+        return worker
+
+    yield start
+    for worker, _task in started:
+        worker.stop()
+    for _worker, task in started:
+        if not task.done():
+            await asyncio.wait_for(task, 15)
+
+
+async def new_session(owner: Any, **options: Any) -> Session:
+    return await db(actions.do_create_session, owner, **options)
+
+
+async def post(owner: Any, session: Session, content: str, **options: Any) -> Run:
+    return await db(actions.do_post_message, owner, session.pk, content, **options)
+
+
+def terminal_counts(session_id: str) -> dict[str, int]:
+    """How many terminal envelopes each invocation of the session has."""
+    counts: dict[str, int] = {}
+    for envelope in envelopes(session_id):
+        if envelope.type is E.INVOCATION_STARTED:
+            counts.setdefault(envelope.invocation_id or "", 0)
+        elif envelope.type in TERMINAL_TYPES:
+            counts[envelope.invocation_id or ""] = counts.get(envelope.invocation_id or "", 0) + 1
+    return counts
+
+
+# ---- runs ----
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_completes_queued_runs(owner: Any, start_worker: StartWorker) -> None:
+    await start_worker()
+    sessions = [await new_session(owner) for _ in range(3)]
+    runs = [await post(owner, s, f"hello {i}") for i, s in enumerate(sessions)]
+    for run in runs:
+        await wait_until(finished(run.pk))
+
+    for i, (session, run) in enumerate(zip(sessions, runs, strict=True)):
+        done = await db(run_of, run.pk)
+        assert (done.status, done.stop_reason, done.attempts) == (Run.COMPLETED, "end_turn", 1)
+        assert done.lease_token is None and done.finished_at is not None
+        assert done.usage == {"input_tokens": 2, "output_tokens": 4}  # "hello N" -> "You said: hello N"
+        journal = await db(envelopes, session.pk)
+        assert [e.type.value for e in journal if e.type is not E.MESSAGE_DELTA] == [
+            "SESSION_CREATED",
+            "SESSION_UPDATED",  # the first prompt titles the session
+            "INVOCATION_STARTED",
+            "MESSAGE_START",
+            "MESSAGE_END",
+            "INVOCATION_COMPLETED",
+        ]
+        assert last_assistant_text(fold_messages(journal)) == f"You said: hello {i}"
+        state = (await db(Session.objects.get, pk=session.pk)).projection()
+        assert (state.status, state.title, state.last_seq) == ("completed", f"hello {i}", len(journal))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_suspends_on_an_ask_and_a_decision_resumes_it(owner: Any, start_worker: StartWorker) -> None:
+    await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "note: hello world")
+    suspended = await wait_until(finished(run.pk))
+    assert (suspended.status, suspended.stop_reason) == (Run.SUSPENDED, "awaiting_approval")
+    state = (await db(Session.objects.get, pk=session.pk)).projection()
+    assert state.status == "awaiting" and state.pending_ask is not None
+    assert state.pending_ask["name"] == "write_note"
+
+    resumed = await db(actions.do_decide, owner, state.pending_ask["ask_id"], "allow_once")
+    done = await wait_until(finished(resumed.pk))
+    assert (done.status, done.stop_reason) == (Run.COMPLETED, "end_turn")
+    journal = await db(envelopes, session.pk)
+    started = [e for e in journal if e.type is E.INVOCATION_STARTED]
+    assert [e.payload["reason"]["kind"] for e in started] == ["user_message", "approval_decision"]
+    assert started[1].payload["reason"]["decision"] == {"approved": True, "approver": "owner", "verdict": "allow_once"}
+    result = next(e for e in journal if e.type is E.TOOL_RESULT)
+    assert result.payload["name"] == "write_note" and not result.payload.get("is_error")
+    assert last_assistant_text(fold_messages(journal)).startswith("write_note returned: ")
+    state = (await db(Session.objects.get, pk=session.pk)).projection()
+    assert state.status == "completed" and state.notes == {"hello world": "hello world"}
+    assert await db(terminal_counts, session.pk) == {run.invocation_id: 1, resumed.invocation_id: 1}
+
+
+# ---- cancel and steer reach a running run ----
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_cancels_a_running_run_within_a_second_and_keeps_its_partial_text(
+    owner: Any, start_worker: StartWorker
+) -> None:
+    await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 30")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 3)
+
+    asked = time.monotonic()
+    await db(actions.do_cancel, owner, run.pk)
+    cancelled = await wait_until(finished(run.pk), timeout=5, interval=0.01)
+    took = time.monotonic() - asked
+    assert took < 1.0, f"the cancel took {took:.2f}s"
+    assert (cancelled.status, cancelled.stop_reason) == (Run.CANCELLED, "cancelled")
+
+    journal = await db(envelopes, session.pk)
+    assert journal[-1].type is E.INVOCATION_CANCELLED
+    assert journal[-1].invocation_id == run.invocation_id
+    end = next(e for e in journal if e.type is E.MESSAGE_END)
+    assert end.payload["finish_reason"] == "cancelled"
+    partial = last_assistant_text(fold_messages(journal))
+    kept = ticks(partial)
+    assert len(kept) >= 3 and kept == list(range(1, len(kept) + 1)) and kept[-1] < 30
+    assert (await db(Session.objects.get, pk=session.pk)).status == "cancelled"
+    # Nothing more is written after the cancel.
+    await asyncio.sleep(3 * TICK)
+    assert await db(last_seq, session.pk) == len(journal)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_journals_a_steer_at_a_step_boundary_and_answers_it(owner: Any, start_worker: StartWorker) -> None:
+    await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 10")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 2)
+    await db(actions.do_steer, owner, run.pk, "answer in French")
+    done = await wait_until(finished(run.pk))
+    assert (done.status, done.stop_reason) == (Run.COMPLETED, "end_turn")
+    assert done.pending_steer == ""
+
+    journal = await db(envelopes, session.pk)
+    kinds = [e.type for e in journal if e.type is not E.MESSAGE_DELTA]
+    steer_at = kinds.index(E.STEER_RECEIVED)
+    # At the step boundary: after the slow message ended, before the next model step.
+    assert kinds[steer_at - 1] is E.MESSAGE_END and kinds[steer_at + 1] is E.MESSAGE_START
+    steer = next(e for e in journal if e.type is E.STEER_RECEIVED)
+    assert steer.payload == {"text": "answer in French", "author": "owner"}
+    messages = fold_messages(journal)
+    assert ticks(messages[-3]["content"]) == list(range(1, 11))  # the slow reply, whole
+    assert messages[-2] == {"role": "user", "content": "answer in French"}
+    assert last_assistant_text(messages) == "Steer received: answer in French"
+
+
+# ---- fencing, exclusivity, recovery ----
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_writes_nothing_more_once_its_lease_is_taken_over(owner: Any, start_worker: StartWorker) -> None:
+    worker = await start_worker()
+    journal = worker.runtime.journal
+    assert isinstance(journal, RecordingJournal)
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 30")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 2)
+
+    # Another worker takes the run over (its lease, far in the future: nobody recovers it).
+    far = timezone.now() + timedelta(minutes=5)
+    await db(lambda: Run.objects.filter(pk=run.pk).update(lease_token="taken-over", lease_expires_at=far))
+    await wait_until(lambda: journal.lease_lost, timeout=5)
+    refused_at = journal.lease_lost[0][1]
+    await wait_until(lambda: not worker.tasks, timeout=5)
+    await asyncio.sleep(5 * TICK)
+
+    assert await db(last_seq, session.pk) == refused_at  # nothing written after the refusal
+    kinds = await db(types, session.pk)
+    assert not any(kind in {t.value for t in TERMINAL_TYPES} for kind in kinds)
+    taken = await db(run_of, run.pk)
+    assert (taken.status, taken.lease_token) == (Run.RUNNING, "taken-over")  # the row is the new owner's
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_never_runs_one_run_on_two_workers(owner: Any, start_worker: StartWorker) -> None:
+    first, second = await start_worker(), await start_worker()
+    sessions = [await new_session(owner) for _ in range(20)]
+    runs = [await post(owner, s, "!slow 3") for s in sessions]
+    for run in runs:
+        await wait_until(finished(run.pk), timeout=30)
+
+    owners = set()
+    for session, run in zip(sessions, runs, strict=True):
+        done = await db(run_of, run.pk)
+        assert (done.status, done.attempts, done.invocation_ids) == (Run.COMPLETED, 1, [run.invocation_id])
+        owners.add(done.lease_owner)
+        kinds = await db(types, session.pk)
+        assert kinds.count("INVOCATION_STARTED") == 1 and "SESSION_ERROR" not in kinds
+        assert await db(terminal_counts, session.pk) == {run.invocation_id: 1}
+        assert ticks(await db(streamed_text, session.pk)) == [1, 2, 3]
+    assert owners <= {first.worker_id, second.worker_id}
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_recovers_a_run_whose_worker_stopped_answering(owner: Any, start_worker: StartWorker) -> None:
+    crashed = await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 20")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 4)
+
+    # The first worker "dies": its run task stops dead (nothing journaled, lease kept)
+    # and it claims nothing more.
+    crashed.stop()
+    crashed.tasks[run.pk].cancel()
+    await wait_until(lambda: not crashed.tasks)
+    dead_at = time.monotonic()
+    held = await db(run_of, run.pk)
+    assert held.status == Run.RUNNING and held.lease_owner == crashed.worker_id
+
+    rescuer = await start_worker()
+    done = await wait_until(finished(run.pk), timeout=15)
+    assert time.monotonic() - dead_at < 2.0 + 10 * TICK + 20 * TICK + 2.0  # lease + the rest of the stream
+    assert (done.status, done.stop_reason, done.attempts) == (Run.COMPLETED, "end_turn", 2)
+    assert done.lease_owner == rescuer.worker_id and len(done.invocation_ids) == 2
+
+    journal = await db(envelopes, session.pk)
+    error_at = next(i for i, e in enumerate(journal) if e.type is E.SESSION_ERROR)
+    error, restart = journal[error_at], journal[error_at + 1]
+    assert error.invocation_id == run.invocation_id and error.payload["retryable"] is True
+    assert error.payload["message_id"]  # it closes the message the dead worker left open
+    assert restart.type is E.INVOCATION_STARTED
+    assert restart.payload["reason"] == {"kind": "recover", "of_invocation_id": run.invocation_id}
+    assert restart.invocation_id == done.invocation_id
+    # The partial message is kept and the continuation picks up at the next tick.
+    replies = [m for m in fold_messages(journal) if m["role"] == "assistant"]
+    assert ticks("".join(m["content"] for m in replies)) == list(range(1, 21))
+    assert journal[-1].type is E.INVOCATION_COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_fails_a_run_retryably_after_max_attempts(owner: Any, start_worker: StartWorker) -> None:
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 20")
+
+    def lost_three_times() -> None:
+        # As if three workers in turn claimed the run, wrote a little and died.
+        DatabaseJournal().append_sync(
+            session.pk,
+            [
+                NewEvent(E.MESSAGE_START, {"message_id": "msg_dead", "role": "assistant"}, run.invocation_id),
+                NewEvent(E.MESSAGE_DELTA, {"message_id": "msg_dead", "text": "tick 1 "}, run.invocation_id),
+            ],
+        )
+        Run.objects.filter(pk=run.pk).update(
+            status=Run.RUNNING,
+            attempts=3,
+            lease_owner="dead-worker",
+            lease_token="dead",
+            lease_expires_at=timezone.now() - timedelta(seconds=1),
+        )
+
+    await db(lost_three_times)
+    await start_worker()
+    failed = await wait_until(finished(run.pk))
+    assert (failed.status, failed.stop_reason, failed.attempts) == (Run.FAILED, "error", 3)
+    assert failed.lease_token is None
+    journal = await db(envelopes, session.pk)
+    assert [e.type for e in journal[-2:]] == [E.SESSION_ERROR, E.INVOCATION_FAILED]
+    assert journal[-2].payload["message_id"] == "msg_dead"
+    assert journal[-1].payload["retryable"] is True and journal[-1].invocation_id == run.invocation_id
+    state = (await db(Session.objects.get, pk=session.pk)).projection()
+    assert state.status == "failed" and state.last_error is not None and state.last_error["retryable"]
+    # A person may retry it: the failure is retryable.
+    retried = await db(actions.do_retry, owner, session.pk)
+    assert (await wait_until(finished(retried.pk))).status == Run.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_starts_a_queued_run_on_commit_not_at_the_next_poll(owner: Any, start_worker: StartWorker) -> None:
+    await start_worker(poll_interval=10.0)
+    session = await new_session(owner)
+    await asyncio.sleep(0.3)  # the worker has polled once and sleeps for 10 s
+    posted = time.monotonic()
+    run = await post(owner, session, "hello")
+    await wait_until(run_in(Run.RUNNING, Run.COMPLETED)(run.pk), timeout=5, interval=0.01)
+    took = time.monotonic() - posted
+    assert took < 1.0, f"the run started {took:.2f}s after the commit"
+    assert (await wait_until(finished(run.pk), timeout=5)).status == Run.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_starts_a_queued_message_when_the_active_run_ends(owner: Any, start_worker: StartWorker) -> None:
+    await start_worker()
+    session = await new_session(owner)
+    first = await post(owner, session, "!slow 5")
+    second = await post(owner, session, "second", queue=True)
+    third = await post(owner, session, "third", queue=True)
+    assert (second.status, third.status) == (Run.PENDING, Run.PENDING)
+    for run in (first, second, third):
+        assert (await wait_until(finished(run.pk))).status == Run.COMPLETED
+    prompts = [
+        e.payload["reason"]["input"]["content"]
+        for e in await db(envelopes, session.pk)
+        if e.type is E.INVOCATION_STARTED
+    ]
+    assert prompts == ["!slow 5", "second", "third"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
+    owner: Any, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await new_session(owner)
+    posted: list[Run] = []
+    real_claim = worker_module.claim_next_run
+
+    def claim_then_post(worker_id: str, lease: float) -> Any:
+        claim = real_claim(worker_id, lease)
+        if not posted:
+            # Committed after this claim looked and found nothing: its wake-up arrives
+            # while the worker is still busy claiming.
+            posted.append(actions.do_post_message(owner, session.pk, "hello"))
+        return claim
+
+    monkeypatch.setattr(worker_module, "claim_next_run", claim_then_post)
+    await start_worker(poll_interval=10.0)
+    await wait_until(lambda: posted, timeout=5)
+    done = await wait_until(finished(posted[0].pk), timeout=5)
+    assert done.status == Run.COMPLETED
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_claims_and_cancels_side_by_side_without_deadlocks(
+    owner: Any, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
+) -> None:
+    await start_worker()
+    await start_worker()
+    sessions = [await new_session(owner) for _ in range(20)]
+
+    def post_and_cancel(session: Session) -> Run:
+        try:
+            run = actions.do_post_message(owner, session.pk, "!slow 30")
+            return actions.do_cancel(owner, run.pk)  # while the workers claim it
+        finally:
+            connection.close()
+
+    # In threads of their own: the workers' journal threads stay free for the workers.
+    runs = await asyncio.gather(*(asyncio.to_thread(post_and_cancel, s) for s in sessions))
+    for session, run in zip(sessions, runs, strict=True):
+        done = await wait_until(finished(run.pk), timeout=20)
+        assert (done.status, done.stop_reason) == (Run.CANCELLED, "cancelled")
+        assert await db(terminal_counts, session.pk) == {run.invocation_id: 1}
+    assert "claiming failed" not in caplog.text and "deadlock" not in caplog.text.lower()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_ends_a_run_cancelled_while_its_worker_was_dead(owner: Any, start_worker: StartWorker) -> None:
+    crashed = await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 20")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 2)
+    crashed.stop()
+    crashed.tasks[run.pk].cancel()
+    await wait_until(lambda: not crashed.tasks)
+
+    await db(actions.do_cancel, owner, run.pk)  # nobody answers: the flag waits on the row
+    await start_worker()
+    done = await wait_until(finished(run.pk), timeout=10)
+    assert (done.status, done.stop_reason, done.invocation_ids) == (Run.CANCELLED, "cancelled", [run.invocation_id])
+    journal = await db(envelopes, session.pk)
+    assert [e.type for e in journal[-2:]] == [E.MESSAGE_END, E.INVOCATION_CANCELLED]
+    assert journal[-2].payload["finish_reason"] == "cancelled"
+    assert {e.invocation_id for e in journal[-2:]} == {run.invocation_id}
+    assert "SESSION_ERROR" not in await db(types, session.pk)  # cancelled, not recovered
+    assert 2 <= len(ticks(last_assistant_text(fold_messages(journal)))) < 20
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_finishes_its_runs_when_stopped(owner: Any, start_worker: StartWorker) -> None:
+    worker = await start_worker()
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 5")
+    await wait_until(lambda: ticks(streamed_text(session.pk)))
+    worker.stop()
+    assert (await wait_until(finished(run.pk), timeout=5)).status == Run.COMPLETED
+    assert ticks(await db(streamed_text, session.pk)) == [1, 2, 3, 4, 5]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_hands_over_runs_it_could_not_finish_in_its_drain_time(owner: Any) -> None:
+    leaving = Worker(concurrency=4, poll_interval=0.1, lease=30.0, runtime=make_runtime())
+    task = asyncio.ensure_future(leaving.run(drain_timeout=0.3))
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 20")
+    await wait_until(lambda: ticks(streamed_text(session.pk)))
+    leaving.stop()
+    await asyncio.wait_for(task, 10)
+    released = await db(run_of, run.pk)
+    # Not finished, but its 30 s lease is released: the next worker recovers it at once.
+    assert released.status == Run.RUNNING
+    assert released.lease_expires_at is not None and released.lease_expires_at <= timezone.now()
+    written = await db(last_seq, session.pk)
+    await asyncio.sleep(3 * TICK)
+    assert await db(last_seq, session.pk) == written  # the stopped worker writes nothing more
+
+    rescuer = Worker(concurrency=4, poll_interval=0.1, lease=30.0, runtime=make_runtime())
+    rescue = asyncio.ensure_future(rescuer.run(drain_timeout=5))
+    try:
+        done = await wait_until(finished(run.pk), timeout=10)
+    finally:
+        rescuer.stop()
+        await asyncio.wait_for(rescue, 10)
+    assert (done.status, done.attempts) == (Run.COMPLETED, 2)
+    replies = [m for m in fold_messages(await db(envelopes, session.pk)) if m["role"] == "assistant"]
+    assert ticks("".join(m["content"] for m in replies)) == list(range(1, 21))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_starts_a_queued_message_whose_promotion_was_lost(owner: Any, start_worker: StartWorker) -> None:
+    session = await new_session(owner)
+    first = await post(owner, session, "first")
+    second = await post(owner, session, "second", queue=True)
+
+    def ended_without_promotion() -> None:
+        # A worker journaled the end, recorded it on the row, and died before it could
+        # start the queued message.
+        end = NewEvent(E.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, first.invocation_id)
+        DatabaseJournal().append_sync(session.pk, [end])
+        Run.objects.filter(pk=first.pk).update(status=Run.COMPLETED, finished_at=timezone.now())
+
+    await db(ended_without_promotion)
+    await start_worker()
+    done = await wait_until(finished(second.pk))
+    assert done.status == Run.COMPLETED
+    assert last_assistant_text(fold_messages(await db(envelopes, session.pk))) == "You said: second"
