@@ -558,6 +558,10 @@ def start_embedded_worker() -> Worker | None:
     global _embedded, _embedded_task
     if _embedded is not None or not embedded_worker_enabled():
         return _embedded
-    _embedded = Worker(concurrency=int(os.environ.get("SECTR_WORKER_CONCURRENCY", "16")))
-    _embedded_task = asyncio.get_running_loop().create_task(_embedded.run())
+    loop = asyncio.get_running_loop()  # first: outside a running loop, record nothing
+    # No channel-layer listener: this process's actions wake and poke it directly, and
+    # a Redis receive loop on the server's own event loop delayed browser frames by
+    # seconds (bench/live.py). Pokes from other processes reach it by polling.
+    _embedded = Worker(concurrency=int(os.environ.get("SECTR_WORKER_CONCURRENCY", "16")), listen=False)
+    _embedded_task = loop.create_task(_embedded.run())
     return _embedded
