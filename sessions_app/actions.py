@@ -283,7 +283,8 @@ def do_cancel(actor: Any, run_id: str) -> Run:
             _end_cancelled(run)
         else:
             run.cancel_requested = True
-            run.save(update_fields=["cancel_requested"])
+            run.cancel_requested_by = by or ""
+            run.save(update_fields=["cancel_requested", "cancel_requested_by"])
             notify_run_control(run.pk)
             return run
     # No worker will finish this run, so nobody else would start the next message.

@@ -216,7 +216,8 @@ def _cancel_lost_run(run: Run, state: Any) -> None:
     for call in open_tool_calls(messages):
         result = {"tool_call_id": call["id"], "name": call["function"]["name"], "content": CANCELLED_TOOL_CONTENT}
         events.append(NewEvent(EventType.TOOL_RESULT, {**result, "is_error": True}, invocation_id))
-    events.append(NewEvent(EventType.INVOCATION_CANCELLED, {}, invocation_id))
+    payload = {"by": run.cancel_requested_by} if run.cancel_requested_by else {}
+    events.append(NewEvent(EventType.INVOCATION_CANCELLED, payload, invocation_id))
     actions.journal.append_sync(run.session_id, events)
     run.status, run.stop_reason = Run.CANCELLED, "cancelled"
     run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
@@ -244,16 +245,21 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
     return updated == 1
 
 
-def renew_lease(claim: Claim, lease: float) -> tuple[bool, bool]:
-    """Extend the lease; returns (still held, cancel requested)."""
+def cancel_request(run_id: str) -> str | None:
+    """None when nobody asked to cancel the run; else who did ("" when unknown)."""
+    row = Run.objects.filter(pk=run_id, cancel_requested=True).values_list("cancel_requested_by", flat=True).first()
+    return row
+
+
+def renew_lease(claim: Claim, lease: float) -> tuple[bool, str | None]:
+    """Extend the lease; returns (still held, cancel_request(run))."""
     now = timezone.now()
     held = Run.objects.filter(pk=claim.run_id, lease_token=claim.token, status=Run.RUNNING).update(
         lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
     )
     if not held:
-        return False, False
-    cancel = Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
-    return True, cancel
+        return False, None
+    return True, cancel_request(claim.run_id)
 
 
 def release_lease(claim: Claim) -> None:
@@ -368,9 +374,9 @@ class Worker:
         control = self.controls.get(run_id)
         if claim is None or control is None:
             return
-        held, cancel = await run_in_db_thread(renew_lease, claim, self.lease)
-        if cancel or not held:
-            control.cancel()
+        held, cancel_by = await run_in_db_thread(renew_lease, claim, self.lease)
+        if cancel_by is not None or not held:
+            control.cancel(cancel_by or None)
 
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
@@ -460,14 +466,9 @@ class Worker:
             try:
                 if elapsed >= interval:
                     elapsed = 0.0
-                    held, cancel = await run_in_db_thread(renew_lease, claim, self.lease)
+                    held, cancel_by = await run_in_db_thread(renew_lease, claim, self.lease)
                 else:
-                    held, cancel = (
-                        True,
-                        await run_in_db_thread(
-                            lambda: Run.objects.filter(pk=claim.run_id, cancel_requested=True).exists()
-                        ),
-                    )
+                    held, cancel_by = True, await run_in_db_thread(cancel_request, claim.run_id)
             except Exception:
                 log.warning("run %s: heartbeat failed", claim.run_id, exc_info=True)
                 continue
@@ -477,8 +478,8 @@ class Worker:
                 if task is not None:
                     task.cancel()
                 return
-            if cancel:
-                control.cancel()
+            if cancel_by is not None:
+                control.cancel(cancel_by or None)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:

@@ -235,6 +235,7 @@ async def test_it_cancels_a_running_run_within_a_second_and_keeps_its_partial_te
     journal = await db(envelopes, session.pk)
     assert journal[-1].type is E.INVOCATION_CANCELLED
     assert journal[-1].invocation_id == run.invocation_id
+    assert journal[-1].payload.get("by") == owner.get_username()  # who stopped it is journaled
     end = next(e for e in journal if e.type is E.MESSAGE_END)
     assert end.payload["finish_reason"] == "cancelled"
     partial = last_assistant_text(fold_messages(journal))
