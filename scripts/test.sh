@@ -30,5 +30,5 @@ fi
 if [ -d tests/browser ] && ls tests/browser/test_*.py >/dev/null 2>&1; then
   echo "== browser tests (Debian's headless Chromium)"
   bash scripts/ensure_chromium.sh
-  DATABASE_URL= REDIS_URL= pytest_run -q -p no:asyncio tests/browser
+  DATABASE_URL= REDIS_URL= pytest_run -q -p no:asyncio -W ignore::pytest.PytestConfigWarning tests/browser
 fi
