@@ -37,7 +37,7 @@ from sectr.providers import default_model_from_env
 from sectr.state import SessionState
 from sessions_app.access import check_access, get_session_for_user
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.models import AskIndex, MediaBlob, Run, Session
 from sessions_app.publish import wake_workers_on_commit
 from sessions_app.runtime_config import get_runtime
 
@@ -194,10 +194,10 @@ def promote_pending_run(session_id: str) -> Run | None:
 def find_ask_session(ask_id: str) -> Session:
     if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
         raise NotFound("no such ask")
-    session = Session.objects.filter(state__asks__has_key=ask_id).first()
-    if session is None:
+    index = AskIndex.objects.select_related("session").filter(pk=ask_id).first()
+    if index is None:
         raise NotFound("no such ask")
-    return session
+    return index.session
 
 
 def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run:

@@ -291,6 +291,11 @@ class DatabaseJournal:
         ]
         self._insert(connection, envelopes)
         if session is not None:
+            asks = [e.payload["ask_id"] for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
+            if asks:
+                models.AskIndex.objects.using(self.using).bulk_create(
+                    [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
+                )
             state = session.projection()
             for envelope in envelopes:
                 apply_envelope(state, envelope)

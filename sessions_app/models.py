@@ -217,6 +217,20 @@ class Run(models.Model):
         return self.status in self.FINISHED_STATUSES or self.finished_at is not None
 
 
+class AskIndex(models.Model):
+    """Which session an approval ask belongs to (POST /asks/{ask_id} names only the ask).
+
+    Written by DatabaseJournal in the same transaction as the APPROVAL_REQUESTED it
+    indexes; the ask itself (its status, verdict, approver) lives in the journal.
+    """
+
+    ask_id = models.CharField(primary_key=True, max_length=64)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="ask_index")
+
+    def __str__(self) -> str:
+        return f"{self.ask_id} in {self.session_id}"
+
+
 class ToolGrant(models.Model):
     """A cached allow_always grant (the journal's approval decisions are the truth)."""
 

@@ -707,3 +707,29 @@ def test_it_renders_the_admin_without_showing_token_hashes(session: Session, own
         assert response.status_code == 200, url
         assert token.token_hash not in response.content.decode()
     assert client.get("/admin/sessions_app/envelope/add/").status_code == 403
+
+
+def _ask(ask_id: str) -> NewEvent:
+    return NewEvent(E.APPROVAL_REQUESTED, {"ask_id": ask_id, "tool_call_id": None, "name": "deploy", "arguments": {}})
+
+
+@pytest.mark.django_db
+def test_it_indexes_an_ask_with_its_session_in_the_same_append(session: Session, journal: DatabaseJournal) -> None:
+    from sessions_app.actions import find_ask_session
+    from sessions_app.models import AskIndex
+
+    journal.append_sync(session.id, [_ask("ask_indexed")])
+    assert AskIndex.objects.get(pk="ask_indexed").session_id == session.id
+    assert find_ask_session("ask_indexed").pk == session.id
+    with pytest.raises(NotFound):
+        find_ask_session("ask_unknown")
+
+
+@pytest.mark.django_db
+def test_it_indexes_no_ask_when_the_append_fails(session: Session, journal: DatabaseJournal) -> None:
+    from sessions_app.models import AskIndex
+
+    with pytest.raises((TypeError, ValueError)):
+        journal.append_sync(session.id, [_ask("ask_lost"), NewEvent(E.TOOL_RESULT, {"content": math.nan})])
+    assert not AskIndex.objects.filter(pk="ask_lost").exists()
+    assert seqs(session.id) == [1]
