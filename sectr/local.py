@@ -54,15 +54,16 @@ class LocalRuntime:
         limits: dict[str, int] | None = None,
         reasoning_effort: str | None = None,
     ) -> str:
-        event = operations.created_event(
-            title=operations.check_title(title) if title is not None else None,
-            mode=operations.check_mode_value(mode),
-            model=operations.check_model_value(model or default_model_from_env()),
-            limits=operations.check_limits(limits),
-            reasoning_effort=operations.check_reasoning_effort(reasoning_effort),
+        events = operations.create_events(
+            title=title,
+            mode=mode,
+            model=model,
+            limits=limits,
+            reasoning_effort=reasoning_effort,
+            default_model=default_model_from_env(),
         )
         session_id = self.journal.create()
-        await self.journal.append(session_id, [event])
+        await self.journal.append(session_id, events)
         return session_id
 
     async def _start_and_run(self, session_id: str, build: Any) -> Envelope:

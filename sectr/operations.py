@@ -99,6 +99,27 @@ def created_event(
     return NewEvent(EventType.SESSION_CREATED, payload)
 
 
+def create_events(
+    *,
+    title: Any = None,
+    mode: Any = None,
+    model: Any = None,
+    limits: Any = None,
+    reasoning_effort: Any = None,
+    default_model: str = "demo",
+) -> list[NewEvent]:
+    """Validate a new session's settings (None = default) and build its SESSION_CREATED."""
+    return [
+        created_event(
+            title=check_title(title) if title is not None else None,
+            mode=check_mode_value(mode or "default"),
+            model=check_model_value(model or default_model),
+            limits=check_limits(limits),
+            reasoning_effort=check_reasoning_effort(reasoning_effort),
+        )
+    ]
+
+
 def clear_events(state: SessionState) -> list[NewEvent]:
     """A new empty session inheriting mode, model, reasoning effort and limits."""
     return [

@@ -104,16 +104,17 @@ def do_create_session(
     limits: dict[str, int] | None = None,
     reasoning_effort: str | None = None,
 ) -> Session:
-    event = operations.created_event(
-        title=operations.check_title(title) if title is not None else None,
-        mode=operations.check_mode_value(mode or "default"),
-        model=operations.check_model_value(model or default_model_from_env()),
-        limits=operations.check_limits(limits),
-        reasoning_effort=operations.check_reasoning_effort(reasoning_effort),
+    events = operations.create_events(
+        title=title,
+        mode=mode,
+        model=model,
+        limits=limits,
+        reasoning_effort=reasoning_effort,
+        default_model=default_model_from_env(),
     )
     with transaction.atomic():
         session = Session.objects.create(owner=owner)
-        journal.append_sync(session.pk, [event])
+        journal.append_sync(session.pk, events)
     session.refresh_from_db()
     return session
 

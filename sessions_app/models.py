@@ -195,7 +195,8 @@ class Run(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True, default="")
     cancel_requested = models.BooleanField(default=False)
-    cancel_requested_by = models.CharField(max_length=150, blank=True, default="")  # journaled as INVOCATION_CANCELLED.by
+    # Who asked (journaled as INVOCATION_CANCELLED.by).
+    cancel_requested_by = models.CharField(max_length=150, blank=True, default="")
     pending_steer = models.TextField(blank=True, default="")
     steer_author = models.CharField(max_length=150, blank=True, default="")
     start_seq = models.PositiveIntegerField(null=True, blank=True)  # seq of its INVOCATION_STARTED
