@@ -32,6 +32,14 @@ class InvocationCancelled(Exception):  # noqa: N818
     """Raised at a model-step boundary when the run was cancelled."""
 
 
+class SteerArrived(Exception):  # noqa: N818
+    """A journal refused a run's INVOCATION_COMPLETED because a steer is parked for it.
+
+    The steer was accepted while the run was ending; rather than lose it, the runtime
+    calls the handler again, whose first step boundary journals and answers it.
+    """
+
+
 class LeaseLost(Exception):  # noqa: N818
     """A journal write by a worker whose lease was taken over (fenced)."""
 

@@ -24,6 +24,7 @@ from sectr.errors import (
     InvocationCancelled,
     LeaseLost,
     ProviderError,
+    SteerArrived,
 )
 from sectr.events import Envelope, EventType, add_usage, usage_dict
 from sectr.fold import fold_messages, open_tool_calls
@@ -34,6 +35,8 @@ from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
 
 log = logging.getLogger("sectr.runtime")
+#: How often one invocation may run its handler again for steers that arrive as it ends.
+MAX_STEER_ROUNDS = 5
 
 Handler = Callable[[SessionContext], Any]
 
@@ -123,6 +126,23 @@ class Runtime:
             # Fail the invocation rather than leave the session `running` for ever.
             return await self._fail_unbuildable(session_id, invocation_id, fence, exc)
         ctx.loop = asyncio.get_running_loop()
+        for _ in range(MAX_STEER_ROUNDS):
+            terminal = await self._run_handler(ctx)
+            if terminal is not None:
+                return terminal
+            try:
+                return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+            except SteerArrived:
+                # A steer was parked while the run was ending (the journal refused the
+                # end, writing nothing): run the handler again; its first step boundary
+                # journals the steer and the model answers it.
+                log.info("%s: a steer arrived while ending; answering it", invocation_id)
+                ctx.stop_reason = "end_turn"
+        return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+
+    async def _run_handler(self, ctx: SessionContext) -> Envelope | None:
+        """Run the handler once: the terminal envelope of an ending other than a normal
+        completion (suspended, cancelled, failed), or None when the handler returned."""
         handler_task = asyncio.ensure_future(self._call_handler(ctx))
         cancel_task = asyncio.ensure_future(ctx.control.wait_cancelled())
         try:
@@ -152,14 +172,14 @@ class Runtime:
         except ProviderError as exc:
             return await self._finish_failed(ctx, str(exc), retryable=exc.retryable)
         except Exception as exc:
-            log.exception("handler failed in %s", invocation_id)
+            log.exception("handler failed in %s", ctx.invocation_id)
             return await self._finish_failed(ctx, f"{type(exc).__name__}: {exc}", retryable=False)
         # A steer parked after the handler's last step boundary (a run that stopped at a
         # limit, a handler that never looks) is journaled before the end rather than lost:
         # the next run's model sees it. Never between a tool call and its result.
         if not ctx.control.cancelled and ctx.control.has_steer() and not open_tool_calls(ctx.messages):
             await ctx.step_boundary()
-        return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+        return None
 
     async def _fail_unbuildable(self, session_id: str, invocation_id: str, fence: Any, exc: Exception) -> Envelope:
         state = await self.journal.state(session_id)

@@ -48,7 +48,7 @@ from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, tran
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from sectr.errors import LeaseLost, NotFound
+from sectr.errors import LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
@@ -282,7 +282,8 @@ class DatabaseJournal:
                 raise NotFound(f"no session {session_id}")
             last_seq = session.last_seq
         if fence is not None:
-            self._check_fence(session_id, fence)
+            completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
+            self._check_fence(session_id, fence, completing=completing)
         if not prepared:
             return []
         envelopes = [
@@ -330,7 +331,7 @@ class DatabaseJournal:
         models.Session.objects.using(self.using).filter(pk=session_id).update(last_seq=last_seq + count, updated_at=now)
         return last_seq + count
 
-    def _check_fence(self, session_id: str, fence: Any) -> None:
+    def _check_fence(self, session_id: str, fence: Any, *, completing: bool = False) -> None:
         try:
             run_id, lease_token = fence
         except (TypeError, ValueError):
@@ -339,18 +340,22 @@ class DatabaseJournal:
             models.Run.objects.using(self.using)
             .select_for_update(no_key=True)
             .filter(pk=run_id)
-            .values_list("session_id", "lease_token", "status", "finished_at")
+            .values_list("session_id", "lease_token", "status", "finished_at", "pending_steer")
             .first()
         )
         if run is None:
             raise LeaseLost(f"run {run_id} does not exist")
-        run_session, token, status, finished_at = run
+        run_session, token, status, finished_at, pending_steer = run
         if run_session != session_id:
             raise LeaseLost(f"run {run_id} does not belong to session {session_id}")
         if token is None or token != lease_token:
             raise LeaseLost(f"run {run_id}: the lease was taken over")
         if status in models.Run.FINISHED_STATUSES or finished_at is not None:
             raise LeaseLost(f"run {run_id} is {status}")
+        if completing and pending_steer:
+            # do_steer parks under the same Session-then-Run locks: a steer accepted for
+            # this run is either seen here (and answered) or refused as stale after.
+            raise SteerArrived(f"run {run_id}: a steer arrived while it was ending")
 
     def _insert(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> None:
         # One multi-row INSERT through the fields' own adapters (jsonb on PostgreSQL,

@@ -550,3 +550,42 @@ async def test_it_starts_a_queued_message_whose_promotion_was_lost(owner: Any, s
     done = await wait_until(finished(second.pk))
     assert done.status == Run.COMPLETED
     assert last_assistant_text(fold_messages(await db(envelopes, session.pk))) == "You said: second"
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_steer_parked_while_the_run_ends_is_answered_not_lost(
+    owner: Any, start_worker: StartWorker
+) -> None:
+    from sectr.agent import default_handler
+    from sectr.context import SessionContext
+
+    rounds = 0
+
+    async def late_steer_handler(ctx: SessionContext) -> None:
+        # The steer lands after the handler's last step boundary, as if do_steer won the
+        # race against the run's end: the journal must refuse the end and the runtime
+        # must answer the steer.
+        nonlocal rounds
+        rounds += 1
+        await default_handler(ctx)
+        if rounds == 1:
+            await db(
+                lambda: Run.objects.filter(invocation_id=ctx.invocation_id).update(
+                    pending_steer="turn left", steer_author="owner"
+                )
+            )
+
+    runtime = Runtime(DatabaseJournal(), handler=late_steer_handler, provider=DemoProvider(delay=0))
+    await start_worker(runtime=runtime)
+    session = await new_session(owner)
+    run = await post(owner, session, "hello")
+    done = await wait_until(finished(run.pk), timeout=10)
+    assert (done.status, done.stop_reason) == (Run.COMPLETED, "end_turn")
+    assert rounds == 2
+    journal = await db(envelopes, session.pk)
+    types = [e.type for e in journal]
+    assert types.count(E.INVOCATION_COMPLETED) == 1
+    steer = next(e for e in journal if e.type is E.STEER_RECEIVED)
+    assert steer.payload == {"text": "turn left", "author": "owner"}
+    assert last_assistant_text(fold_messages(journal)) == "Steer received: turn left"
+    assert (await db(Run.objects.get, pk=run.pk)).pending_steer == ""
