@@ -357,3 +357,9 @@ async def test_the_provider_wrapper_hands_inline_media_to_the_model(stored_image
     plain = CompletionRequest(model="m", messages=[{"role": "user", "content": "no media"}])
     _ = [event async for event in provider.stream(plain)]
     assert inner.requests[-1] is plain, "requests without media pass through untouched"
+
+
+def test_the_process_runtime_hands_providers_resolved_media() -> None:
+    from sessions_app.runtime_config import get_runtime
+
+    assert isinstance(get_runtime().provider, MediaResolvingProvider)
