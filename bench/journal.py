@@ -152,6 +152,30 @@ def journal_async(alias: str, session_id: str, n: int) -> float:
     return asyncio.run(stream())
 
 
+#: Envelopes the last journal_writer run wrote (its deltas were coalesced into these).
+WRITER_ENVELOPES: list[int] = []
+
+
+def journal_writer(alias: str, session_id: str, n: int) -> float:
+    """Deltas per second streamed the way invocations stream them: through the
+    InvocationWriter, which coalesces deltas while a write is in flight."""
+    from sectr.writer import InvocationWriter
+    from sessions_app.journal import DatabaseJournal
+
+    writer = InvocationWriter(DatabaseJournal(using=alias), session_id, "inv_bench")
+
+    async def stream() -> float:
+        started = time.perf_counter()
+        for i in range(n):
+            await writer.delta("msg_bench", text=delta_payload(i)["text"])
+        await writer.flush()
+        return rate(n, time.perf_counter() - started)
+
+    figure = asyncio.run(stream())
+    WRITER_ENVELOPES.append(writer.appends)
+    return figure
+
+
 def journal_sync(alias: str, session_id: str, n: int) -> float:
     from django.db import connections
 
@@ -217,6 +241,7 @@ LABELS = {
     "append": "DatabaseJournal.append (async)",
     "append_sync": "DatabaseJournal.append_sync, no publish",
     "streams": "append, concurrent streams (total)",
+    "writer": "deltas via InvocationWriter (coalesced)",
 }
 
 
@@ -242,10 +267,14 @@ def bench_backend(label: str, alias: str, raw: Callable[[str, int], float], n: i
         figures["append_sync"].append(journal_sync(alias, sync_id, n))
         stream_ids = [make_session(alias) for _ in range(streams)]
         figures["streams"].append(journal_streams(alias, stream_ids, max(n // streams, 50)))
-        checked += [async_id, sync_id, *stream_ids]
+        writer_id = make_session(alias)
+        figures["writer"].append(journal_writer(alias, writer_id, n))
+        checked += [async_id, sync_id, *stream_ids, writer_id]
     check_gapless(alias, checked)
     connections[alias].close()
     report(f"{label}: MESSAGE_DELTA envelopes appended per second, median of {rounds} rounds of {n}", figures)
+    print(f"  (the writer's {n} deltas became {statistics.median(WRITER_ENVELOPES):.0f} envelopes, median)")
+    WRITER_ENVELOPES.clear()
 
 
 def postgres_admin_url(url: str) -> tuple[str, str]:

