@@ -195,7 +195,9 @@ async def measure(n: int, ticks: int, tick_ms: int, workers: int) -> dict[str, A
     embedded = workers == 0  # the server's own worker, on any database, unless workers are asked for
     with LiveSectr(env=env, embedded_worker=embedded) as live:
         for _ in range(workers):
-            live.start_worker()
+            # Each worker process could run every session's run: N runs stream at once
+            # (sectr_worker's own default, 8, would queue most of them).
+            live.start_worker("--concurrency", str(max(16, n)))
         live.create_user("bench", password=PASSWORD)
         sessions = create_sessions(live, n)
         sessionid, csrftoken = log_in(live.base_url, "bench")
@@ -234,6 +236,7 @@ async def measure(n: int, ticks: int, tick_ms: int, workers: int) -> dict[str, A
 
         created = delta_times(live, [c.session_id for c in clients])
         latencies: list[float] = []
+        raw: list[tuple[str, int, float, float]] = []
         frames = 0
         for client in clients:
             frames += len(client.frames)
@@ -241,7 +244,9 @@ async def measure(n: int, ticks: int, tick_ms: int, workers: int) -> dict[str, A
                 for seq in range(first, last + 1):
                     stamp = created.get((client.session_id, seq))
                     if stamp is not None:
-                        latencies.append(arrived - datetime.fromisoformat(stamp).timestamp())
+                        created_at = datetime.fromisoformat(stamp).timestamp()
+                        latencies.append(arrived - created_at)
+                        raw.append((client.session_id, seq, created_at, arrived))
         backend = "postgresql" if live.postgres else "sqlite"
     layer = "redis" if os.environ.get("REDIS_URL") else "in-memory"
     return {
@@ -257,6 +262,7 @@ async def measure(n: int, ticks: int, tick_ms: int, workers: int) -> dict[str, A
         "bare_p50": percentile(bare_latencies, 0.50) * 1000,
         "bare_p99": percentile(bare_latencies, 0.99) * 1000,
         "bare_count": len(bare_latencies),
+        "raw": raw,
     }
 
 
@@ -266,12 +272,17 @@ def main() -> None:
     parser.add_argument("--ticks", type=int, default=30, help="deltas per run (!slow N)")
     parser.add_argument("--tick-ms", type=int, default=100, help="milliseconds between a run's deltas")
     parser.add_argument("--workers", type=int, default=0, help="separate worker processes (needs Redis)")
+    parser.add_argument(
+        "--dump", default="", help="write [session, seq, created, arrived] per delta to this JSON file ({n}: N)"
+    )
     args = parser.parse_args()
     sizes = [int(size) for size in re.split(r"[,\s]+", args.sizes) if size]
     print(f"{'N':>5} {'deltas':>7} {'frames':>7} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}   "
           f"{'bare p50':>8} {'bare p99':>8}  backend")  # fmt: skip
     for n in sizes:
         result = asyncio.run(measure(n, args.ticks, args.tick_ms, args.workers))
+        if args.dump:
+            Path(args.dump.format(n=n)).write_text(json.dumps(result["raw"]))
         print(
             f"{result['n']:>5} {result['deltas']:>7} {result['frames']:>7} {result['p50']:>8.1f} "
             f"{result['p99']:>8.1f} {result['max']:>8.1f}   {result['bare_p50']:>8.2f} {result['bare_p99']:>8.2f}  "

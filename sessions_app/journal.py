@@ -352,13 +352,7 @@ class DatabaseJournal:
             run_id, lease_token = fence
         except (TypeError, ValueError):
             raise LeaseLost(f"malformed fence {fence!r}") from None
-        run = (
-            models.Run.objects.using(self.using)
-            .select_for_update(no_key=True)
-            .filter(pk=run_id)
-            .values_list("session_id", "lease_token", "status", "finished_at", "pending_steer")
-            .first()
-        )
+        run = self._lock_run_for_fence(str(run_id))
         if run is None:
             raise LeaseLost(f"run {run_id} does not exist")
         run_session, token, status, finished_at, pending_steer = run
@@ -372,6 +366,27 @@ class DatabaseJournal:
             # do_steer parks under the same Session-then-Run locks: a steer accepted for
             # this run is either seen here (and answered) or refused as stale after.
             raise SteerArrived(f"run {run_id}: a steer arrived while it was ending")
+
+    def _lock_run_for_fence(self, run_id: str) -> tuple[Any, ...] | None:
+        """(session_id, lease_token, status, finished_at, pending_steer) of the Run row,
+        locked like select_for_update(no_key=True) where the database has row locks.
+
+        Plain SQL: every fenced append (each streamed delta) runs it, and compiling the
+        equivalent queryset cost more CPU than the rest of the append (bench/live.py).
+        finished_at is only tested for None (SQLite returns it as text here).
+        """
+        connection = connections[self.using]
+        table = _qn(connection, models.Run._meta.db_table)
+        columns = ", ".join(
+            _qn(connection, name) for name in ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+        )
+        sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+        if connection.features.has_select_for_update:
+            sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [run_id])
+            row = cursor.fetchone()
+        return tuple(row) if row is not None else None
 
     def _insert(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> None:
         # One multi-row INSERT through the fields' own adapters (jsonb on PostgreSQL,

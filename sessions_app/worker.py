@@ -18,10 +18,12 @@ import asyncio
 import contextlib
 import functools
 import logging
+import operator
 import os
 import socket
 import threading
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -262,6 +264,41 @@ def renew_lease(claim: Claim, lease: float) -> tuple[bool, str | None]:
     return True, cancel_request(claim.run_id)
 
 
+def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:
+    """`renew_lease` for many runs at once: {run_id: (still held, cancel_request(run))}.
+
+    One UPDATE (when `renew`) and one SELECT for all of a worker's runs, instead of a
+    query or two per run every second (a hundred runs made a hundred queries a second,
+    each a thread hop and a pool checkout, on the worker that also journals their
+    deltas). Without `renew` only the cancel flags are read and every lease counts as
+    held, like the per-run poll between renewals.
+    """
+    if not claims:
+        return {}
+    if renew:
+        now = timezone.now()
+        owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
+        Run.objects.filter(owned, status=Run.RUNNING).update(
+            lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
+        )
+    rows = {
+        pk: (token, status, cancel_requested, cancel_by)
+        for pk, token, status, cancel_requested, cancel_by in Run.objects.filter(
+            pk__in=[c.run_id for c in claims]
+        ).values_list("pk", "lease_token", "status", "cancel_requested", "cancel_requested_by")
+    }
+    beats: dict[str, tuple[bool, str | None]] = {}
+    for claim in claims:
+        row = rows.get(claim.run_id)
+        if row is None:  # deleted with its session
+            beats[claim.run_id] = (not renew, None)
+            continue
+        token, status, cancel_requested, cancel_by = row
+        held = not renew or (token == claim.token and status == Run.RUNNING)
+        beats[claim.run_id] = (held, cancel_by if cancel_requested else None)
+    return beats
+
+
 def release_lease(claim: Claim) -> None:
     """Let another worker recover the run at once (graceful shutdown past its drain time)."""
     Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(lease_expires_at=timezone.now())
@@ -352,6 +389,8 @@ class Worker:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
         self.claims: dict[str, Claim] = {}
+        #: runs whose invocation is executing: the heartbeat renews their leases
+        self.beating: dict[str, Claim] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -384,6 +423,7 @@ class Worker:
         with _local_lock:
             _local_workers.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
+        heartbeat = asyncio.ensure_future(self._heartbeat())
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -401,7 +441,10 @@ class Worker:
                 _local_workers.discard(self)
             if listener is not None:
                 listener.cancel()
-            await self._drain(drain_seconds=drain_timeout)
+            try:
+                await self._drain(drain_seconds=drain_timeout)
+            finally:
+                heartbeat.cancel()
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
@@ -430,7 +473,7 @@ class Worker:
 
     async def _execute(self, claim: Claim) -> None:
         control = self.controls[claim.run_id]
-        heartbeat = asyncio.ensure_future(self._heartbeat(claim, control))
+        self.beating[claim.run_id] = claim
         channel_group = RUN_CONTROL_GROUP_PREFIX + claim.run_id
         await self._group_add(channel_group)
         try:
@@ -448,7 +491,7 @@ class Worker:
             log.exception("run %s: invocation crashed", claim.run_id)
             return
         finally:
-            heartbeat.cancel()
+            self.beating.pop(claim.run_id, None)
             await self._group_discard(channel_group)
         try:
             await run_in_db_thread(finish_run, claim, terminal)
@@ -456,30 +499,39 @@ class Worker:
         except Exception:
             log.exception("run %s: could not record its end", claim.run_id)
 
-    async def _heartbeat(self, claim: Claim, control: DatabaseRunControl) -> None:
+    async def _heartbeat(self) -> None:
+        """Renew the leases of the executing runs every lease/3 and look at their cancel
+        flags every second at most: one batch of queries for all of them (heartbeat_runs)."""
         interval = max(self.lease / 3, 0.2)
         cancel_poll = min(interval, 1.0)
         elapsed = 0.0
         while True:
             await asyncio.sleep(cancel_poll)
             elapsed += cancel_poll
-            try:
-                if elapsed >= interval:
-                    elapsed = 0.0
-                    held, cancel_by = await run_in_db_thread(renew_lease, claim, self.lease)
-                else:
-                    held, cancel_by = True, await run_in_db_thread(cancel_request, claim.run_id)
-            except Exception:
-                log.warning("run %s: heartbeat failed", claim.run_id, exc_info=True)
+            renew = elapsed >= interval
+            if renew:
+                elapsed = 0.0
+            claims = list(self.beating.values())
+            if not claims:
                 continue
-            if not held:
-                log.warning("run %s: lease lost; stopping it", claim.run_id)
-                task = self.tasks.get(claim.run_id)
-                if task is not None:
-                    task.cancel()
-                return
-            if cancel_by is not None:
-                control.cancel(cancel_by or None)
+            try:
+                beats = await run_in_db_thread(heartbeat_runs, claims, self.lease, renew=renew)
+            except Exception:
+                log.warning("heartbeat of %d run(s) failed", len(claims), exc_info=True)
+                continue
+            for claim in claims:
+                if self.beating.get(claim.run_id) is not claim:
+                    continue  # it ended (or is recording its end) meanwhile
+                held, cancel_by = beats.get(claim.run_id, (True, None))
+                if not held:
+                    log.warning("run %s: lease lost; stopping it", claim.run_id)
+                    task = self.tasks.get(claim.run_id)
+                    if task is not None:
+                        task.cancel()
+                    continue
+                control = self.controls.get(claim.run_id)
+                if cancel_by is not None and control is not None:
+                    control.cancel(cancel_by or None)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:
