@@ -137,9 +137,9 @@ def channel_layer() -> Any:
     daphne app would pull in Twisted's autobahn, and this process uses asyncio's)."""
     redis_url = os.environ.get("REDIS_URL", "")
     if redis_url:
-        from channels_redis.core import RedisChannelLayer
+        from channels_redis.pubsub import RedisPubSubChannelLayer  # as sectr_web.settings
 
-        return RedisChannelLayer(hosts=[redis_url], prefix=f"bench{os.getpid()}", capacity=1500, expiry=30)
+        return RedisPubSubChannelLayer(hosts=[redis_url], prefix=f"bench{os.getpid()}")
     from channels.layers import InMemoryChannelLayer
 
     return InMemoryChannelLayer()

@@ -106,13 +106,18 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
+    # Redis pub/sub, not channels_redis' list-based RedisChannelLayer: that one receives
+    # a process's messages one at a time, four Redis round trips each on the server's
+    # event loop, so a Daphne process streaming to 100 sessions (~1000 appends/s) fell
+    # seconds behind for as long as the runs lasted (bench/live.py). Pub/sub pushes them
+    # down one connection, and a group_send is one PUBLISH. Both deliver at most once;
+    # pub/sub keeps nothing for a subscriber that is not listening, which the readers
+    # already handle (a gap in seq, or the periodic resync, reads the journal).
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
-                "capacity": 1500,
-                "expiry": 30,
                 # Distinct prefixes keep separate deployments (and test servers) apart on one Redis.
                 "prefix": os.environ.get("SECTR_CHANNEL_PREFIX", "asgi"),
             },
