@@ -87,6 +87,10 @@ class RunStream:
         self.cursor = first_cursor(run)
         self.layer: Any = get_channel_layer()
         self.channel: str | None = None
+        # One receive stays pending across waits: cancelling a layer's receive on a
+        # timeout drops messages (the pub/sub layer unsubscribes the channel when its
+        # receive is cancelled), so a wait that times out leaves it running.
+        self._receiving: asyncio.Future[dict[str, Any]] | None = None
         self.group = session_group(run.session_id)
 
     async def frames(self) -> AsyncIterator[bytes]:
@@ -97,6 +101,8 @@ class RunStream:
             async for frame in self._frames():
                 yield frame
         finally:
+            if self._receiving is not None:
+                self._receiving.cancel()
             if self.channel is not None:
                 with contextlib.suppress(Exception):
                     await self.layer.group_discard(self.group, self.channel)
@@ -134,10 +140,13 @@ class RunStream:
         if self.channel is None:
             await asyncio.sleep(wait)
             return None
-        try:
-            message: dict[str, Any] = await asyncio.wait_for(self.layer.receive(self.channel), wait)
-        except TimeoutError:
+        if self._receiving is None:
+            self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+        done, _ = await asyncio.wait({self._receiving}, timeout=wait)
+        if not done:
             return None
+        receiving, self._receiving = self._receiving, None
+        message: dict[str, Any] = receiving.result()
         return message
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
