@@ -7,11 +7,14 @@ password: log them in with `client.force_login` (or use the *_client fixtures).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
+from django.db import connection
 from django.test import Client
 
 from sectr.events import EventType
@@ -106,3 +109,28 @@ def make_session(db: None, owner: Any) -> SessionFactory:
 def session(make_session: SessionFactory) -> Session:
     """One session of the owner's, titled "Test session"."""
     return make_session(title="Test session")
+
+
+def run_threads(count: int, target: Callable[[int], Any]) -> tuple[list[Any], list[BaseException]]:
+    """Run target(i) in `count` threads released together by a barrier; each thread closes
+    its own database connection. Returns (results, errors); no thread is left running."""
+    barrier = threading.Barrier(count)
+    results: list[Any] = []
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results.append(target(i))
+        except BaseException as error:  # reported by the test
+            errors.append(error)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=90)
+    assert not any(thread.is_alive() for thread in threads)
+    return results, errors

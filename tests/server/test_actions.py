@@ -10,9 +10,8 @@ Run on SQLite (in-memory channel layer) and on PostgreSQL (Redis channel layer).
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +20,6 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.core.files.base import ContentFile
-from django.db import connection
 
 from sectr.errors import (
     AskNotPending,
@@ -46,6 +44,7 @@ from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import MediaBlob, Run, Session, SessionMedia
 from sessions_app.worker import Claim, Worker, finish_run
+from tests.server.conftest import run_threads
 
 E = EventType
 RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005, slow_delay=0.02))
@@ -163,28 +162,6 @@ def fail_run(run: Run, *, retryable: bool) -> None:
         [NewEvent(E.INVOCATION_FAILED, {"error": "provider said 503", "retryable": retryable}, run.invocation_id)],
     )
     Run.objects.filter(pk=run.pk).update(status=Run.FAILED, stop_reason="error")
-
-
-def run_threads(count: int, target: Callable[[int], Any]) -> tuple[list[Any], list[BaseException]]:
-    barrier = threading.Barrier(count)
-    results: list[Any] = []
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results.append(target(i))
-        except BaseException as error:  # reported by the test
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    return results, errors
 
 
 # ---- create ----

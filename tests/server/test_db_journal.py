@@ -10,7 +10,6 @@ import asyncio
 import logging
 import math
 import threading
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -34,6 +33,7 @@ from sessions_app import publish
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
 from sessions_app.models import Envelope as EnvelopeRow
+from tests.server.conftest import run_threads
 
 E = EventType
 
@@ -44,29 +44,6 @@ def delta(text: str, message_id: str = "msg_1", invocation_id: str | None = "inv
 
 def seqs(session_id: str) -> list[int]:
     return list(EnvelopeRow.objects.filter(session_id=session_id).order_by("seq").values_list("seq", flat=True))
-
-
-def run_threads(count: int, target: Callable[[int], None]) -> list[BaseException]:
-    """Run target(i) in `count` threads started together; each closes its DB connection."""
-    barrier = threading.Barrier(count)
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            target(i)
-        except BaseException as error:  # reported by the test
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    assert not any(thread.is_alive() for thread in threads)
-    return errors
 
 
 def close_connection() -> None:
@@ -139,7 +116,7 @@ def test_it_gives_50_concurrent_appends_to_one_session_gapless_seqs(make_session
         with lock:
             got.extend(e.seq for e in envelopes)
 
-    errors = run_threads(50, append)
+    _, errors = run_threads(50, append)
     assert errors == []
     assert sorted(got) == list(range(2, 52))  # seq 1 is SESSION_CREATED
     assert seqs(session.id) == list(range(1, 52))
@@ -158,7 +135,7 @@ def test_it_keeps_each_session_gapless_under_concurrent_appends_to_many(make_ses
         for n in range(3):
             journal.append_sync(target.id, [delta(f"{i}.{n}"), delta("x")] if n % 2 else [delta(f"{i}.{n}")])
 
-    errors = run_threads(24, append)
+    _, errors = run_threads(24, append)
     assert errors == []
     for target in sessions:
         # 6 threads a session, each 1 + 2 + 1 envelopes, after SESSION_CREATED.
