@@ -247,31 +247,16 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
     return updated == 1
 
 
-def cancel_request(run_id: str) -> str | None:
-    """None when nobody asked to cancel the run; else who did ("" when unknown)."""
-    row = Run.objects.filter(pk=run_id, cancel_requested=True).values_list("cancel_requested_by", flat=True).first()
-    return row
-
-
-def renew_lease(claim: Claim, lease: float) -> tuple[bool, str | None]:
-    """Extend the lease; returns (still held, cancel_request(run))."""
-    now = timezone.now()
-    held = Run.objects.filter(pk=claim.run_id, lease_token=claim.token, status=Run.RUNNING).update(
-        lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
-    )
-    if not held:
-        return False, None
-    return True, cancel_request(claim.run_id)
-
-
 def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:
-    """`renew_lease` for many runs at once: {run_id: (still held, cancel_request(run))}.
+    """Renew leases and read cancel flags: {run_id: (still held, who asked to cancel)}.
+
+    "Who asked" is None when nobody did, else the username ("" when unknown).
 
     One UPDATE (when `renew`) and one SELECT for all of a worker's runs, instead of a
     query or two per run every second (a hundred runs made a hundred queries a second,
     each a thread hop and a pool checkout, on the worker that also journals their
     deltas). Without `renew` only the cancel flags are read and every lease counts as
-    held, like the per-run poll between renewals.
+    held (a poll between renewals).
     """
     if not claims:
         return {}
@@ -413,7 +398,8 @@ class Worker:
         control = self.controls.get(run_id)
         if claim is None or control is None:
             return
-        held, cancel_by = await run_in_db_thread(renew_lease, claim, self.lease)
+        beats = await run_in_db_thread(heartbeat_runs, [claim], self.lease, renew=True)
+        held, cancel_by = beats[claim.run_id]
         if cancel_by is not None or not held:
             control.cancel(cancel_by or None)
 
