@@ -14,6 +14,7 @@ INVOCATION_STARTED     ``approval`` (reason approval_decision), ``recover_notice
 MESSAGE_START / END    ``turn.start`` / ``turn.end`` (one model step)
 MESSAGE_DELTA          ``reasoning.delta`` and/or ``message.delta`` (``text``)
 TOOL_CALL / RESULT     ``tool.call`` / ``tool.result``
+TOOL_STARTED           nothing (it tells crash recovery a call may have taken effect)
 APPROVAL_REQUESTED     ``permission.ask``
 STEER_RECEIVED         ``steer``
 TRANSCRIPT_COMPACTED   ``compaction`` (summary and counts, not the messages)
