@@ -221,8 +221,11 @@ class AsyncSession:
     async def snapshot(self, **options: Any) -> Snapshot:
         return self._snapshot(await self._request("GET", **options))
 
-    async def transcript(self, **options: Any) -> Transcript:
-        return Transcript.from_json(await self._request("GET", "/transcript", **options))
+    async def transcript(self, view: str = "model", **options: Any) -> Transcript:
+        """What the model sees (view="model": from the newest compaction, its summary
+        first) or everything people saw (view="history")."""
+        params = {"view": view}
+        return Transcript.from_json(await self._request("GET", "/transcript", params=params, **options))
 
     async def rename(self, title: str, **options: Any) -> Snapshot:
         return self._snapshot(await self._request("POST", "/rename", json={"title": title}, **options))

@@ -213,8 +213,10 @@ class Session:
     def snapshot(self, **options: Any) -> Snapshot:
         return self._snapshot(self._request("GET", **options))
 
-    def transcript(self, **options: Any) -> Transcript:
-        return Transcript.from_json(self._request("GET", "/transcript", **options))
+    def transcript(self, view: str = "model", **options: Any) -> Transcript:
+        """What the model sees (view="model": from the newest compaction, its summary
+        first) or everything people saw (view="history")."""
+        return Transcript.from_json(self._request("GET", "/transcript", params={"view": view}, **options))
 
     def rename(self, title: str, **options: Any) -> Snapshot:
         return self._snapshot(self._request("POST", "/rename", json={"title": title}, **options))

@@ -42,6 +42,21 @@ MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
 VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
+TRANSCRIPT_VIEW = {"type": "string", "enum": ["model", "history"]}
+#: The query parameters of the operations (Operation.query names them); a value outside
+#: its schema is a 400 naming the parameter (`invalid_<name>`).
+QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
+    "limit": {"schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}},
+    "offset": {"schema": {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}},
+    "after": {
+        "schema": {"type": "integer", "minimum": 0, "maximum": 10**12 - 1},
+        "description": "resume after this seq (Last-Event-ID wins when both are sent)",
+    },
+    "view": {
+        "schema": {**TRANSCRIPT_VIEW, "default": "model"},
+        "description": "model: the conversation the model sees (from the newest compaction); history: all of it",
+    },
+}
 RUN_STATUS = {
     "type": "string",
     "enum": ["pending", "queued", "running", "suspended", "completed", "failed", "cancelled"],
@@ -166,6 +181,7 @@ SCHEMAS: dict[str, Any] = {
     "Transcript": _object(
         {
             "session_id": STRING,
+            "view": TRANSCRIPT_VIEW,
             "messages": {"type": "array", "items": ref("TranscriptMessage")},
             "complete": BOOLEAN,
             "last_seq": INTEGER,
@@ -300,7 +316,7 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        params.append({"name": name, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
+        params.append({"name": name, "in": "query", "required": False, **QUERY_PARAMETERS[name]})
     if operation.streaming:
         params.append(
             {
@@ -329,6 +345,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
+    if operation.query:
+        statuses |= {400}  # a query parameter outside its schema
     if operation.auth:
         statuses |= {401, 429}
     else:

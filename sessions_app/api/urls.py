@@ -43,6 +43,7 @@ ROUTES: tuple[Route, ...] = (
                 "The caller's sessions, newest first (paginated)",
                 response="SessionList",
                 query=("limit", "offset"),
+                errors=(400,),
             ),
             "POST": op(
                 views.create_session,
@@ -70,7 +71,16 @@ ROUTES: tuple[Route, ...] = (
     Route(
         f"{SESSION}/transcript",
         "session-transcript",
-        {"GET": op(views.get_transcript, "A session's transcript", response="Transcript", errors=(404,))},
+        {
+            "GET": op(
+                views.get_transcript,
+                "A session's transcript: what the model sees (view=model, the default: from the newest"
+                " compaction, its summary first) or the full history (view=history)",
+                response="Transcript",
+                query=("view",),
+                errors=(400, 404),
+            )
+        },
     ),
     Route(
         f"{SESSION}/fork",

@@ -30,7 +30,7 @@ from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
 from sessions_app.media import do_post_message_with_media
 from sessions_app.models import ApiToken, Run, Session
-from sessions_app.snapshots import session_summary, snapshot, transcript
+from sessions_app.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 
 KIB = 1024
 #: Bodies of most operations are small; a prompt may carry 20 MiB of media as base64.
@@ -315,8 +315,12 @@ async def delete_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 
 async def get_transcript(call: ApiCall, session_id: str) -> HttpResponse:
+    view = call.request.GET.get("view") or "model"
+    if view not in TRANSCRIPT_VIEWS:
+        raise ValidationFailed(f"view must be one of: {', '.join(TRANSCRIPT_VIEWS)}", code="invalid_view")
+
     def read() -> dict[str, Any]:
-        return transcript(_session_for(call.user, session_id))
+        return transcript(_session_for(call.user, session_id), view)
 
     return json_response(await sync_to_async(read)())
 

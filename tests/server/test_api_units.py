@@ -105,23 +105,89 @@ def test_a_snapshot_has_every_field_of_the_spec(make_session: Any, owner: Any) -
     assert data["placement"]["run_id"] == run.pk and data["placement"]["run_status"] == "queued"
 
 
-def test_a_transcript_keeps_the_history_a_compaction_summarised(make_session: Any, owner: Any) -> None:
+def _compacted_session(make_session: Any) -> Session:
     session = make_session(title="History")
     journal = DatabaseJournal()
     start = NewEvent(
         EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "one"}}}, "inv_1"
     )
     done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, "inv_1")
-    summary = {"messages": [{"role": "user", "content": "Summary: one"}], "through_seq": 3, "summary": "one"}
-    journal.append_sync(session.pk, [start, done, NewEvent(EventType.TRANSCRIPT_COMPACTED, summary)])
-    data = transcript(Session.objects.get(pk=session.pk))
-    assert data["complete"] is True and data["last_seq"] == 4
-    assert [(m["role"], m["text"]) for m in data["messages"]] == [("user", "one")]
+    summary = {
+        "messages": [{"role": "system", "content": "Summary: one"}, {"role": "user", "content": "kept"}],
+        "through_seq": 3,
+        "summary": "one",
+    }
+    again = NewEvent(
+        EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "two"}}}, "inv_2"
+    )
+    finished = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, "inv_2")
+    compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, summary)
+    journal.append_sync(session.pk, [start, done, compacted, again, finished])
+    return Session.objects.get(pk=session.pk)
+
+
+def test_the_transcript_is_what_the_model_sees_from_the_newest_compaction(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    data = transcript(session)
+    assert data["view"] == "model" and data["complete"] is True and data["last_seq"] == 6
+    assert [(m["role"], m["text"]) for m in data["messages"]] == [
+        ("system", "Summary: one"),
+        ("user", "kept"),
+        ("user", "two"),
+    ]
     fork = actions.do_fork(owner, session.pk, title="Fork")
     forked = transcript(Session.objects.get(pk=fork.pk))
-    assert [(m["role"], m["text"]) for m in forked["messages"]] == [("user", "Summary: one")], (
-        "a fork starts from its source's fold"
+    assert [m["text"] for m in forked["messages"]] == ["Summary: one", "kept", "two"], "a fork starts from its fold"
+
+
+def test_the_history_view_keeps_what_a_compaction_summarised(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    data = transcript(session, "history")
+    assert data["view"] == "history" and data["complete"] is True and data["last_seq"] == 6
+    assert [(m["role"], m["text"]) for m in data["messages"]] == [("user", "one"), ("user", "two")]
+    fork = actions.do_fork(owner, session.pk, title="Fork")
+    forked = transcript(Session.objects.get(pk=fork.pk), "history")
+    assert [m["text"] for m in forked["messages"]] == ["Summary: one", "kept", "two"], (
+        "a fork's history starts from its source's fold"
     )
+    with pytest.raises(ValueError, match="view"):
+        transcript(session, "everything")
+
+
+def test_a_long_history_is_one_consistent_read_and_complete(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions_app import snapshots
+
+    monkeypatch.setattr(snapshots, "HISTORY_CHUNK_ROWS", 100)  # many fetches from one SELECT
+    session = make_session(title="Long")
+    journal = DatabaseJournal()
+    events = []
+    for i in range(1, 601):
+        reason = {"kind": "user_message", "input": {"content": f"m{i}"}}
+        events.append(NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, f"inv_{i}"))
+        events.append(NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, f"inv_{i}"))
+    journal.append_sync(session.pk, events)
+    session = Session.objects.get(pk=session.pk)
+    data = transcript(session, "history")
+    assert data["complete"] is True and data["last_seq"] == 1201
+    assert [m["text"] for m in data["messages"]] == [f"m{i}" for i in range(1, 601)]
+    model = transcript(session)
+    assert model["complete"] is True and len(model["messages"]) == 600
+
+
+def test_the_transcript_route_takes_a_view_and_refuses_an_unknown_one(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    _, raw = do_issue_token(owner, "views")
+    client = Client()
+    url = f"/api/v1/sessions/{session.pk}/transcript"
+    default = client.get(url, **bearer(raw)).json()
+    model = client.get(url + "?view=model", **bearer(raw)).json()
+    history = client.get(url + "?view=history", **bearer(raw)).json()
+    assert default == model and model["messages"][0]["text"] == "Summary: one"
+    assert [m["text"] for m in history["messages"]] == ["one", "two"]
+    refused = client.get(url + "?view=all", **bearer(raw))
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_view"
 
 
 @pytest.mark.parametrize(
