@@ -37,7 +37,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sectr.events import Envelope, EventType, add_usage
+from sectr.events import Envelope, EventType, add_usage, usage_dict
 
 EVENT_KINDS = (
     "turn.start",
@@ -80,7 +80,8 @@ def sdk_event(
 def result_payload(
     stop: str, text: str, usage: dict[str, int], error: str | None, ask: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    payload: dict[str, Any] = {"stop": stop, "text": text, "usage": usage, "error": error}
+    # The Usage shape always (input and output tokens, zeros for a run with no model step).
+    payload: dict[str, Any] = {"stop": stop, "text": text, "usage": add_usage(usage_dict(), usage), "error": error}
     if ask is not None:
         payload["ask"] = ask
     return payload

@@ -25,8 +25,10 @@ from sectr.client.protocol import (
     SSEDecoder,
     backoff,
     base_url_from_env,
+    check_stream_answer,
     client_headers,
     decode_answer,
+    is_event_stream,
     run_event_from_sse,
     stream_timeout,
     timeout_for,
@@ -149,9 +151,9 @@ class AsyncClient:
         )
         response = await self._http.send(request, stream=True)
         try:
-            if response.status_code >= 400:
+            if not is_event_stream(response):
                 await response.aread()
-                decode_answer(response)
+                check_stream_answer(response)
             yield response
         finally:
             await response.aclose()

@@ -20,8 +20,10 @@ from sectr.client.protocol import (
     SSEDecoder,
     backoff,
     base_url_from_env,
+    check_stream_answer,
     client_headers,
     decode_answer,
+    is_event_stream,
     run_event_from_sse,
     stream_timeout,
     timeout_for,
@@ -135,9 +137,9 @@ class Client:
         response = self._http.send(request, stream=True)
         remove = cancel.on_cancel(response.close) if cancel is not None else None
         try:
-            if response.status_code >= 400:
+            if not is_event_stream(response):
                 response.read()
-                decode_answer(response)
+                check_stream_answer(response)
             yield response
         finally:
             response.close()

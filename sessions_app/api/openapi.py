@@ -199,7 +199,7 @@ SCHEMAS: dict[str, Any] = {
             "status": RUN_STATUS,
             "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
             "stop_reason": nullable(STRING),
-            "usage": OBJECT,
+            "usage": ref("Usage"),
             "error": nullable(STRING),
             "invocation_ids": {"type": "array", "items": STRING},
             "start_seq": nullable(INTEGER),

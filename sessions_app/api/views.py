@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.csrf import csrf_exempt
 
 from sectr.errors import NotFound, ValidationFailed
+from sectr.events import add_usage, usage_dict
 from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
 from sessions_app.api.auth import authenticate, check_rate_limit
@@ -224,7 +225,8 @@ def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
         "status": run.status,
         "reason": (run.reason or {}).get("kind"),
         "stop_reason": run.stop_reason or None,
-        "usage": run.usage or {},
+        # Always the Usage shape (zeros for a run that never called the model), never {}.
+        "usage": add_usage(usage_dict(), run.usage or {}),
         "error": run.error or None,
         "invocation_ids": list(run.invocation_ids or []),
         "start_seq": run.start_seq,
@@ -240,11 +242,16 @@ def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
             # The journal is the truth; the Run row may lag its terminal envelope briefly.
             data["status"] = tracker.status
             data["stop_reason"] = tracker.result["stop"]
-            data["usage"] = tracker.result["usage"]
+            data["usage"] = add_usage(usage_dict(), tracker.result["usage"])
             data["error"] = tracker.result["error"]
             data["result"] = tracker.result
     elif with_result and run.status in Run.FINISHED_STATUSES:  # a queued message cancelled before it started
-        data["result"] = {"stop": run.stop_reason or "cancelled", "text": "", "usage": {}, "error": run.error or None}
+        data["result"] = {
+            "stop": run.stop_reason or "cancelled",
+            "text": "",
+            "usage": usage_dict(),
+            "error": run.error or None,
+        }
     return data
 
 
