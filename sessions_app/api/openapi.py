@@ -34,6 +34,8 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 STRING = {"type": "string"}
+#: A string field where "" is refused (it never means "the default").
+NONEMPTY = {"type": "string", "minLength": 1}
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 OBJECT = {"type": "object"}
@@ -72,6 +74,12 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = (), *, close
     return schema
 
 
+def _request(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A request body: closed, and an optional field may also be null (the views read a
+    null as "not given", sessions_app.api.views.optional)."""
+    return _object({k: v if k in required else nullable(v) for k, v in properties.items()}, required)
+
+
 USAGE = _object(
     {key: INTEGER for key in ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")},
     ("input_tokens", "output_tokens"),
@@ -79,7 +87,7 @@ USAGE = _object(
 )
 LIMITS = _object(
     {
-        key: {"type": "integer", "minimum": 0}
+        key: {"type": "integer", "minimum": 0, "maximum": 10**9}
         for key in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens")
     }
 )
@@ -222,26 +230,26 @@ SCHEMAS: dict[str, Any] = {
         ("kind", "run_id", "seq", "payload"),
     ),
     "Compacted": _object({"compacted": BOOLEAN}, ("compacted",)),
-    "CreateSession": _object(
+    "CreateSession": _request(
         {
             "title": {"type": "string", "minLength": 1, "maxLength": 120},
             "mode": MODE,
-            "model": STRING,
+            "model": NONEMPTY,
             "limits": ref("Limits"),
             "reasoning_effort": REASONING_EFFORT,
         }
     ),
-    "Fork": _object(
+    "Fork": _request(
         {
-            "title": STRING,
-            "model": STRING,
+            "title": {"type": "string", "minLength": 1, "maxLength": 120},
+            "model": NONEMPTY,
             "reasoning_effort": REASONING_EFFORT,
             "at_seq": {"type": "integer", "minimum": 1},
         }
     ),
-    "Rename": _object({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
-    "SetMode": _object({"mode": MODE}, ("mode",)),
-    "SetModel": _object({"model": STRING, "reasoning_effort": REASONING_EFFORT}, ("model",)),
+    "Rename": _request({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
+    "SetMode": _request({"mode": MODE}, ("mode",)),
+    "SetModel": _request({"model": NONEMPTY, "reasoning_effort": REASONING_EFFORT}, ("model",)),
     "TextPart": _object({"type": {"const": "text"}, "text": STRING}, ("type", "text")),
     "ImagePart": _object(
         {
@@ -273,7 +281,7 @@ SCHEMAS: dict[str, Any] = {
         },
         ("type", "input_audio"),
     ),
-    "StartRun": _object(
+    "StartRun": _request(
         {
             "content": {
                 "anyOf": [
@@ -290,12 +298,16 @@ SCHEMAS: dict[str, Any] = {
         },
         ("content",),
     ),
-    "Steer": _object({"text": {"type": "string", "minLength": 1}}, ("text",)),
-    "Decide": _object({"verdict": VERDICT, "note": STRING}, ("verdict",)),
+    "Steer": _request({"text": {"type": "string", "minLength": 1}}, ("text",)),
+    "Decide": _request({"verdict": VERDICT, "note": NONEMPTY}, ("verdict",)),
 }
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid input: malformed JSON, wrong types, a bad media part (capability, mime_type, size, url, prompt)",
+    400: (
+        "Invalid input: malformed JSON, wrong types, an empty string, a string with NUL or a lone surrogate"
+        " (invalid_unicode), a query parameter outside its schema, a bad media part"
+        " (capability, mime_type, size, url, prompt)"
+    ),
     401: "Missing, invalid or revoked token",
     403: "The caller may read but not do this",
     404: "No such object (or not the caller's)",
@@ -323,7 +335,7 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
                 "name": "Last-Event-ID",
                 "in": "header",
                 "required": False,
-                "schema": STRING,
+                "schema": {"type": "string", "pattern": "^([ \\t]*[0-9]{1,12}[ \\t]*)?$"},
                 "description": "resume after this seq",
             }
         )
@@ -331,11 +343,33 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
     if params:
         doc["parameters"] = params
     if operation.request is not None:
-        doc["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(operation.request)}}}
+        # A body whose every field is optional may be left out (an empty body is {}).
+        body_required = bool(SCHEMAS[operation.request].get("required"))
+        doc["requestBody"] = {
+            "required": body_required,
+            "content": {"application/json": {"schema": ref(operation.request)}},
+        }
     if operation.streaming:
+        # The body is a stream of SSE frames, not one JSON document: the schema is a string;
+        # each frame's `data:` is an Event, which `itemSchema` (OpenAPI 3.2's name for the
+        # schema of one item of a sequential media type) and `x-sse-data` point at.
         success: dict[str, Any] = {
-            "description": "SSE: `id:` the envelope seq, `event:` the kind, `data:` an Event; ends after `result`",
-            "content": {"text/event-stream": {"schema": ref("Event")}},
+            "description": (
+                "Server-Sent Events: each frame is `id:` the envelope seq, `event:` the Event's kind and"
+                " `data:` the Event as JSON; comments (`: ping`) keep the connection alive; the stream"
+                " ends after the `result` event"
+            ),
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string", "description": "id/event/data frames separated by blank lines"},
+                    "itemSchema": ref("Event"),
+                    "x-sse-data": ref("Event"),
+                    "example": (
+                        'id: 7\nevent: message.delta\ndata: {"kind": "message.delta", "run_id": "run_1",'
+                        ' "seq": 7, "text": "Hi", "payload": {"message_id": "msg_1"}}\n\n'
+                    ),
+                }
+            },
         }
     elif operation.status == 204:
         success = {"description": "Done"}

@@ -179,6 +179,8 @@ def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], *, a
     if value == "" and not allow_empty:
         raise ValidationFailed(f"{key} must not be empty", code=f"invalid_{key}")
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    if int in kinds and float not in kinds and isinstance(value, float) and value.is_integer():
+        return int(value)  # 5.0 is the whole number 5 in JSON (and in JSON Schema)
     if isinstance(value, bool) and bool not in kinds:
         raise ValidationFailed(f"{key} has the wrong type", code=f"invalid_{key}")
     if not isinstance(value, kinds):
@@ -198,7 +200,7 @@ def query_int(request: HttpRequest, key: str, default: int, low: int, high: int)
     raw = request.GET.get(key)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or len(raw) > 9 or not low <= int(raw) <= high:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(high)) or not low <= int(raw) <= high:
         raise ValidationFailed(f"{key} must be a whole number from {low} to {high}", code=f"invalid_{key}")
     return int(raw)
 

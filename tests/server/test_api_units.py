@@ -202,3 +202,44 @@ def test_the_resume_cursor_comes_from_last_event_id_or_after(header: str | None,
 def test_a_malformed_resume_cursor_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_after(bad, None)
+
+
+# ---- the OpenAPI document says what the server does ----
+
+
+def test_a_cancelled_queued_run_reports_usage_with_zeros_not_an_empty_object(
+    make_session: Any, owner: Any
+) -> None:
+    session = make_session(title="Queue")
+    actions.do_post_message(owner, session.pk, "first")
+    waiting = actions.do_post_message(owner, session.pk, "second", queue=True)
+    actions.do_cancel(owner, waiting.pk)
+    _, raw = do_issue_token(owner, "usage")
+    run = Client().get(f"/api/v1/runs/{waiting.pk}", **bearer(raw)).json()
+    assert run["status"] == "cancelled"
+    assert run["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert run["result"]["usage"] == {"input_tokens": 0, "output_tokens": 0}
+
+
+def test_the_openapi_document_describes_usage_views_query_errors_and_the_event_stream() -> None:
+    from sessions_app.api.openapi import build_document
+
+    document = build_document()
+    schemas = document["components"]["schemas"]
+    assert schemas["Run"]["properties"]["usage"] == {"$ref": "#/components/schemas/Usage"}
+    assert schemas["Usage"]["required"] == ["input_tokens", "output_tokens"]
+    paths = document["paths"]
+    transcript_get = paths["/api/v1/sessions/{session_id}/transcript"]["get"]
+    (view,) = [p for p in transcript_get["parameters"] if p["in"] == "query"]
+    assert view["name"] == "view" and view["schema"]["enum"] == ["model", "history"]
+    assert "400" in transcript_get["responses"]
+    listing = paths["/api/v1/sessions"]["get"]
+    limits = {p["name"]: p["schema"] for p in listing["parameters"]}
+    assert (limits["limit"]["minimum"], limits["limit"]["maximum"]) == (1, 100)
+    assert "400" in listing["responses"]
+    stream = paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+    assert stream["schema"]["type"] == "string"
+    assert stream["itemSchema"] == {"$ref": "#/components/schemas/Event"}
+    assert "400" in paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]
+    assert paths["/api/v1/sessions"]["post"]["requestBody"]["required"] is False  # {} creates a session
+    assert paths["/api/v1/sessions/{session_id}/rename"]["post"]["requestBody"]["required"] is True
