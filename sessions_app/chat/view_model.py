@@ -663,7 +663,3 @@ class ChatViewModel:
 
     def _on_session_updated(self, envelope: Envelope) -> None:
         self.changes.settings = True
-
-
-def envelopes_after(envelopes: Iterable[Envelope], seq: int) -> list[Envelope]:
-    return [e for e in envelopes if e.seq > seq]
