@@ -14,7 +14,7 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sectr", "sessions_app")
 DJANGO_TOP_LEVEL = {"django", "channels", "channels_redis", "daphne", "asgiref", "django_htmx"}
 
