@@ -223,8 +223,9 @@ def test_a_cancelled_queued_run_reports_usage_with_zeros_not_an_empty_object(
 
 def test_the_openapi_document_describes_usage_views_query_errors_and_the_event_stream() -> None:
     from sessions_app.api.openapi import build_document
+    from sessions_app.api.urls import ROUTES
 
-    document = build_document()
+    document = build_document(ROUTES)
     schemas = document["components"]["schemas"]
     assert schemas["Run"]["properties"]["usage"] == {"$ref": "#/components/schemas/Usage"}
     assert schemas["Usage"]["required"] == ["input_tokens", "output_tokens"]

@@ -5,7 +5,7 @@ accepted): `schemathesis run --checks all`, which must exit 0.
 
 The server is a real Daphne (tests/liveserver.py) with an embedded worker, on SQLite
 or PostgreSQL as DATABASE_URL names. Examples are bounded so the test stays under a
-minute: SECTR_SCHEMATHESIS_EXAMPLES (default 8) per operation and phase, with a fixed
+minute on an idle machine: SECTR_SCHEMATHESIS_EXAMPLES (default 5) per operation and phase, with a fixed
 seed (the same cases every run; change the seed locally to explore).
 """
 
@@ -23,10 +23,11 @@ from tests.liveserver import LiveSectr
 pytestmark = pytest.mark.slow
 
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
-EXAMPLES = os.environ.get("SECTR_SCHEMATHESIS_EXAMPLES", "8")
+EXAMPLES = os.environ.get("SECTR_SCHEMATHESIS_EXAMPLES", "5")
 SEED = os.environ.get("SECTR_SCHEMATHESIS_SEED", "12")
 
 
+@pytest.mark.timeout(400)  # ~40 s idle; a loaded CI machine may take several times that
 def test_the_api_answers_as_its_openapi_document_says(tmp_path: Path) -> None:
     # No rate limit: the run would otherwise exercise mostly the 429 path.
     with LiveSectr(embedded_worker=True, env={"SECTR_API_RATE_LIMIT": "0/60"}) as live:
