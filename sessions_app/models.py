@@ -380,3 +380,47 @@ class ReviewNote(models.Model):
 
     def __str__(self) -> str:
         return f"note by {self.author_id} on {self.session_id}"
+
+
+class AuditEntry(models.Model):
+    """One row of the moderation audit: an ask, a vote, a decision (a person's, a rule's
+    or the expiry policy's) or a withdrawal, as the journal recorded it.
+
+    A projection of the journal, never a second truth: sessions_app.journal.moderation
+    writes these in the same transaction as the envelopes they reflect, and
+    `manage.py sectr_rebuild_audit` recomputes the whole table from the journal alone.
+    `seq` is the seq of the envelope the row comes from.
+    """
+
+    ASK = "ask"
+    VOTE = "vote"
+    DECISION = "decision"  # a person's verdict that resumed the run
+    RULE = "rule"  # an approval rule decided at once (approver "rule:<id>")
+    EXPIRY = "expiry"  # denied by the expiry policy (approver "policy:expired")
+    WITHDRAWN = "withdrawn"  # the paused run was cancelled
+    KIND_CHOICES = [(k, k) for k in (ASK, VOTE, DECISION, RULE, EXPIRY, WITHDRAWN)]
+    #: the kinds that end an ask with a verdict (time-to-decision counts these)
+    VERDICT_KINDS = (DECISION, RULE, EXPIRY)
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="audit_entries")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    ask_id = models.CharField(max_length=64, db_index=True)
+    actor = models.CharField(max_length=150, blank=True, default="")  # username, "rule:<id>", "policy:expired"
+    verdict = models.CharField(max_length=16, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    tool = models.CharField(max_length=100, blank=True, default="")
+    arguments = models.JSONField(default=dict, blank=True)
+    requester = models.CharField(max_length=150, blank=True, default="")  # the session's owner
+    rule = models.CharField(max_length=200, blank=True, default="")  # the approval rule that matched, if any
+    asked_at = models.DateTimeField(null=True, blank=True)
+    at = models.DateTimeField(db_index=True)  # the envelope's time
+    seconds_to_decide = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="auditentry_session_seq_uniq")]
+        indexes = [models.Index(fields=["kind", "at"], name="auditentry_kind_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.verdict} on {self.ask_id} by {self.actor}"

@@ -54,6 +54,7 @@ from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
+from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.publish import apublish, publish_on_commit
 
 #: (run_id, lease_token) of the worker that writes.
@@ -308,6 +309,8 @@ class DatabaseJournal:
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+            # The audit (and notification outbox) of asks and decisions, in this transaction.
+            record_moderation(session, envelopes, state, using=self.using)
         return envelopes
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:

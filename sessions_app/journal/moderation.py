@@ -1,0 +1,200 @@
+"""What the journal records alongside the envelopes of moderation: the audit rows.
+
+Every ask (APPROVAL_REQUESTED), vote (APPROVAL_VOTED), decision (INVOCATION_STARTED
+whose reason is ``approval_decision``: a person's verdict, an approval rule's
+``rule:<id>`` or the expiry policy's ``policy:expired``) and withdrawal
+(INVOCATION_CANCELLED naming an ``ask_id``) becomes one `AuditEntry` row.
+
+`record_moderation` runs inside DatabaseJournal's append, in the same transaction as
+the envelopes (so the audit can never disagree with a committed journal, and a rolled
+back append leaves no row); `rebuild_audit` recomputes every row from the journal alone
+(``manage.py sectr_rebuild_audit``). Both go through `audit_rows`, so they agree.
+
+This module is part of the journal layer: it imports models and the core only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, transaction
+
+from sectr.events import Envelope, EventType
+from sectr.state import SessionState
+from sessions_app import models
+
+AUDITED_TYPES = frozenset(
+    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
+    | ({EventType["APPROVAL_VOTED"]} if "APPROVAL_VOTED" in EventType.__members__ else set())
+)
+RULE_APPROVER_PREFIX = "rule:"
+EXPIRED_APPROVER = "policy:expired"
+NOTE_MAX = 2000
+
+#: (payload, asked_at) of an ask, by ask id
+AskLookup = Callable[[str], tuple[dict[str, Any], datetime | None] | None]
+
+
+def is_audited(envelope: Envelope) -> bool:
+    if envelope.type not in AUDITED_TYPES:
+        return False
+    if envelope.type is EventType.INVOCATION_STARTED:
+        reason = envelope.payload.get("reason")
+        return isinstance(reason, dict) and reason.get("kind") == "approval_decision"
+    if envelope.type is EventType.INVOCATION_CANCELLED:
+        return bool(envelope.payload.get("ask_id"))
+    return True
+
+
+def matched_rule(ask: dict[str, Any]) -> str:
+    """How an ask names the approval rule that matched it ("" for none).
+
+    The core records the rule with the ask (``rule``: the rule's id, or an object with an
+    ``id``; or ``rule_id``).
+    """
+    rule = ask.get("rule", ask.get("rule_id"))
+    if isinstance(rule, dict):
+        rule = rule.get("id", rule.get("tool"))
+    return "" if rule is None else str(rule)[:200]
+
+
+def decision_kind(approver: str) -> str:
+    if approver.startswith(RULE_APPROVER_PREFIX):
+        return models.AuditEntry.RULE
+    if approver == EXPIRED_APPROVER:
+        return models.AuditEntry.EXPIRY
+    return models.AuditEntry.DECISION
+
+
+def audit_rows(
+    session_id: str, requester: str, envelopes: Iterable[Envelope], find_ask: AskLookup
+) -> list[models.AuditEntry]:
+    """The audit rows of `envelopes` (one session's, seq ascending).
+
+    `find_ask` gives the ask payload and time of an ask journaled before this batch;
+    asks of the batch itself are found in it.
+    """
+    asks: dict[str, tuple[dict[str, Any], datetime | None]] = {}
+
+    def ask_of(ask_id: str) -> tuple[dict[str, Any], datetime | None]:
+        found = asks.get(ask_id) or find_ask(ask_id)
+        return found if found is not None else ({}, None)
+
+    rows: list[models.AuditEntry] = []
+    for envelope in envelopes:
+        if not is_audited(envelope):
+            continue
+        payload = envelope.payload
+        row = models.AuditEntry(
+            session_id=session_id, seq=envelope.seq, at=envelope.created_at, requester=requester[:150]
+        )
+        if envelope.type is EventType.APPROVAL_REQUESTED:
+            ask_id = str(payload.get("ask_id", ""))
+            asks[ask_id] = (payload, envelope.created_at)
+            row.kind, row.actor = models.AuditEntry.ASK, requester
+        elif envelope.type is EventType.INVOCATION_CANCELLED:
+            ask_id = str(payload.get("ask_id"))
+            row.kind, row.actor = models.AuditEntry.WITHDRAWN, str(payload.get("by") or "")
+        elif envelope.type is EventType.INVOCATION_STARTED:
+            reason = payload["reason"]
+            ask_id = str(reason.get("ask_id", ""))
+            decision = reason.get("decision") if isinstance(reason.get("decision"), dict) else {}
+            approver = str(decision.get("approver") or "")
+            approved = bool(decision.get("approved"))
+            row.kind, row.actor = decision_kind(approver), approver
+            row.verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
+            row.note = str(decision.get("note") or "")[:NOTE_MAX]
+        else:  # APPROVAL_VOTED
+            ask_id = str(payload.get("ask_id", ""))
+            row.kind, row.actor = models.AuditEntry.VOTE, str(payload.get("approver") or "")
+            row.verdict = str(payload.get("verdict") or "")
+            row.note = str(payload.get("note") or "")[:NOTE_MAX]
+        ask, asked_at = ask_of(ask_id)
+        row.ask_id = ask_id[:64]
+        row.tool = str(ask.get("name", ""))[:100]
+        row.arguments = ask.get("arguments") if isinstance(ask.get("arguments"), dict) else {}
+        row.rule = matched_rule(ask)
+        if not row.rule and row.kind == models.AuditEntry.RULE:
+            row.rule = row.actor[len(RULE_APPROVER_PREFIX) :]
+        row.asked_at = asked_at
+        if asked_at is not None and row.kind != models.AuditEntry.ASK:
+            row.seconds_to_decide = max(0.0, (envelope.created_at - asked_at).total_seconds())
+        rows.append(row)
+    return rows
+
+
+def _ask_from_audit(session_id: str, using: str, state: SessionState | None) -> AskLookup:
+    def find(ask_id: str) -> tuple[dict[str, Any], datetime | None] | None:
+        row = (
+            models.AuditEntry.objects.using(using)
+            .filter(session_id=session_id, ask_id=ask_id, kind=models.AuditEntry.ASK)
+            .only("tool", "arguments", "rule", "asked_at", "at")
+            .first()
+        )
+        if row is None:
+            # An ask journaled before the audit existed (rebuild_audit fills in its time).
+            ask = state.asks.get(ask_id) if state is not None else None
+            return (ask, None) if ask is not None else None
+        return {"name": row.tool, "arguments": row.arguments, "rule": row.rule or None}, row.at
+
+    return find
+
+
+def record_moderation(
+    session: models.Session,
+    envelopes: Sequence[Envelope],
+    state: SessionState | None = None,
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+) -> list[models.AuditEntry]:
+    """Write the audit rows of one append (inside its transaction, under its Session lock)."""
+    if not any(is_audited(envelope) for envelope in envelopes):
+        return []
+    requester = (
+        models.Session.objects.using(using)
+        .filter(pk=session.pk)
+        .values_list("owner__username", flat=True)
+        .first()
+        or ""
+    )
+    rows = audit_rows(session.pk, requester, envelopes, _ask_from_audit(session.pk, using, state))
+    models.AuditEntry.objects.using(using).bulk_create(rows)
+    return rows
+
+
+def rebuild_audit(*, using: str = DEFAULT_DB_ALIAS, session_ids: Iterable[str] | None = None) -> int:
+    """Recompute the audit from the journal alone (every session, or only `session_ids`).
+
+    Each session is rebuilt in its own transaction under its Session row lock, like an
+    append, so no decision slips in between the read of the journal and the write.
+    Returns how many rows were written.
+    """
+    sessions = models.Session.objects.using(using).order_by("created_at")
+    if session_ids is not None:
+        sessions = sessions.filter(pk__in=list(session_ids))
+    audited = [t.value for t in AUDITED_TYPES]
+    written = 0
+    for session_id in sessions.values_list("pk", flat=True).iterator():
+        with transaction.atomic(using=using):
+            locked = (
+                models.Session.objects.using(using)
+                .select_for_update(no_key=True)
+                .select_related("owner")
+                .filter(pk=session_id)
+                .first()
+            )
+            if locked is None:
+                continue  # deleted meanwhile
+            envelopes = [
+                row.to_envelope()
+                for row in models.Envelope.objects.using(using)
+                .filter(session_id=session_id, type__in=audited)
+                .order_by("seq")
+            ]
+            models.AuditEntry.objects.using(using).filter(session_id=session_id).delete()
+            rows = audit_rows(session_id, locked.owner.get_username(), envelopes, lambda _ask_id: None)
+            models.AuditEntry.objects.using(using).bulk_create(rows)
+            written += len(rows)
+    return written
