@@ -277,6 +277,7 @@ async def test_the_queue_gets_new_asks_of_sessions_the_user_may_decide(
     for name, user in (("owner", owner), ("outsider", outsider), ("moderator", moderator)):
         communicator, connected, _ = await connect(user, "/ws/approvals/")
         assert connected, name
+        assert await frames_until_ready(communicator) == []
         sockets[name] = communicator
     await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
     for name in ("owner", "moderator"):
@@ -299,6 +300,7 @@ async def test_the_queue_drops_a_withdrawn_ask_live(owner: Any, session: Session
 
     communicator, connected, _ = await connect(owner, "/ws/approvals/")
     assert connected
+    assert await frames_until_ready(communicator) == []
     await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
     assert "ask-ask_1" in (await next_frame(communicator))["html"]
     state = await DatabaseJournal().state(session.pk)

@@ -1,0 +1,200 @@
+"""The approval queue's view model: the pending asks a user may decide, as cards.
+
+A card is the ask (from the session's projection) with what a moderator needs to decide
+it without opening the session: who asked, in which team, the conversation just before
+the ask, its age, the approval rule that matched and the votes so far (from the audit,
+itself a projection of the journal). Oldest first. Filters: `team` (a team name),
+`tool` (a tool name) and `age` (only asks older than that).
+
+Nothing here writes; deciding goes through sessions_app.actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from sectr.fold import fold_messages
+from sessions_app import access
+from sessions_app.chat.view_model import ApprovalView
+from sessions_app.journal import get_journal
+from sessions_app.models import AuditEntry, Session
+
+#: The `Age` filter: only asks older than this.
+AGE_CHOICES: dict[str, timedelta] = {
+    "1m": timedelta(minutes=1),
+    "10m": timedelta(minutes=10),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+}
+AGE_LABELS = {"": "Any age", "1m": "Older than 1 minute", "10m": "Older than 10 minutes", "1h": "Older than 1 hour", "1d": "Older than 1 day"}
+CONTEXT_MESSAGES = 4  # the conversation shown before the ask
+CONTEXT_CHARS = 400
+
+
+@dataclass
+class QueueFilters:
+    team: str = ""
+    tool: str = ""
+    age: str = ""
+
+    @classmethod
+    def from_query(cls, query: Any) -> QueueFilters:
+        age = str(query.get("age", "") or "")
+        return cls(
+            team=str(query.get("team", "") or "")[:150],
+            tool=str(query.get("tool", "") or "")[:100],
+            age=age if age in AGE_CHOICES else "",
+        )
+
+    def as_query(self) -> dict[str, str]:
+        return {name: value for name, value in (("team", self.team), ("tool", self.tool), ("age", self.age)) if value}
+
+    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+        if self.team and card.team != self.team:
+            return False
+        if self.tool and card.name != self.tool:
+            return False
+        if self.age:
+            if card.asked_at is None:
+                return False
+            return (now or timezone.now()) - card.asked_at >= AGE_CHOICES[self.age]
+        return True
+
+
+@dataclass
+class ContextLine:
+    role: str
+    text: str
+
+
+@dataclass
+class Vote:
+    approver: str
+    verdict: str
+    note: str = ""
+
+
+@dataclass
+class QueueCard(ApprovalView):
+    team: str = ""
+    asked_at: datetime | None = None
+    rule: str = ""
+    approvals_required: int = 1
+    votes: list[Vote] = field(default_factory=list)
+    context: list[ContextLine] = field(default_factory=list)
+
+    @property
+    def asked_at_iso(self) -> str:
+        return self.asked_at.isoformat() if self.asked_at else ""
+
+
+def session_team_name(session: Session) -> str:
+    team = getattr(session, "team", None)
+    return str(getattr(team, "name", "") or "")
+
+
+def decidable_sessions(user: Any) -> QuerySet[Session]:
+    """The sessions whose asks `user` may decide (see sessions_app.access)."""
+    sessions = Session.objects.all()
+    if not access.is_moderator(user):
+        sessions = sessions.filter(owner=user)
+    return sessions
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    else:
+        text = ""
+    if not text and message.get("tool_calls"):
+        names = ", ".join(str((c.get("function") or {}).get("name", "")) for c in message["tool_calls"])
+        text = f"(calls {names})"
+    text = " ".join(text.split())
+    return text if len(text) <= CONTEXT_CHARS else text[: CONTEXT_CHARS - 1] + "…"
+
+
+def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
+    """The last few user/assistant messages before the ask (tool results left out)."""
+    envelopes = [e for e in get_journal().load_since_compaction_sync(session_id) if e.seq < ask_seq]
+    lines = [
+        ContextLine(str(m.get("role")), _message_text(m))
+        for m in fold_messages(envelopes)
+        if m.get("role") in ("user", "assistant")
+    ]
+    return [line for line in lines if line.text][-CONTEXT_MESSAGES:]
+
+
+def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = True) -> QueueCard:
+    base = ApprovalView.from_ask(ask, session.pk)
+    card = QueueCard(**{name: getattr(base, name) for name in ApprovalView.__dataclass_fields__})
+    card.session_title = session.title
+    card.owner = session.owner.get_username()
+    card.team = session_team_name(session)
+    card.approvals_required = int(ask.get("approvals_required") or 1)
+    entries = AuditEntry.objects.filter(session_id=session.pk, ask_id=card.ask_id).order_by("seq")
+    for entry in entries:
+        if entry.kind == AuditEntry.ASK:
+            card.asked_at = entry.at
+            card.rule = entry.rule
+        elif entry.kind == AuditEntry.VOTE:
+            card.votes.append(Vote(entry.actor, entry.verdict, entry.note))
+    if with_context and card.is_pending:
+        card.context = conversation_before(session.pk, card.seq)
+    return card
+
+
+def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
+    """Every pending ask `user` may decide, oldest first, narrowed by `filters`."""
+    filters = filters or QueueFilters()
+    sessions = decidable_sessions(user).filter(status="awaiting").select_related("owner")
+    if filters.team:
+        sessions = sessions.filter(Q(team__name=filters.team)) if _has_teams() else sessions.none()
+    if _has_teams():
+        sessions = sessions.select_related("team")
+    cards = []
+    now = timezone.now()
+    for session in sessions:
+        ask = session.projection().pending_ask
+        if not ask or (filters.tool and ask.get("name") != filters.tool):
+            continue
+        card = build_card(session, ask, with_context=False)
+        if filters.admits(card, now):
+            card.context = conversation_before(session.pk, card.seq)
+            cards.append(card)
+    cards.sort(key=lambda c: (c.asked_at or now, c.ask_id))
+    return cards
+
+
+def pending_count(user: Any) -> int:
+    """How many asks wait for `user` (the `Approvals` badge): awaiting sessions they may decide."""
+    if not user.is_authenticated:
+        return 0
+    return decidable_sessions(user).filter(status="awaiting").count()
+
+
+def filter_choices(user: Any) -> dict[str, list[str]]:
+    """The values the `Team` and `Tool` filters offer: those of the user's pending asks."""
+    tools = set()
+    teams = set()
+    sessions = decidable_sessions(user).filter(status="awaiting")
+    if _has_teams():
+        sessions = sessions.select_related("team")
+    for session in sessions:
+        ask = session.projection().pending_ask
+        if ask:
+            tools.add(str(ask.get("name", "")))
+            if name := session_team_name(session):
+                teams.add(name)
+    return {"teams": sorted(teams), "tools": sorted(tools)}
+
+
+def _has_teams() -> bool:
+    return any(f.name == "team" for f in Session._meta.get_fields())
