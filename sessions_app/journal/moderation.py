@@ -1,6 +1,7 @@
 """What the journal records alongside the envelopes of moderation: the audit rows.
 
-Every ask (APPROVAL_REQUESTED), vote (APPROVAL_VOTED), decision (INVOCATION_STARTED
+Every ask (APPROVAL_REQUESTED; one a rule decided at once carries its ``decision`` and
+gives a second row, the rule's), vote (APPROVAL_VOTED), decision (INVOCATION_STARTED
 whose reason is ``approval_decision``: a person's verdict, an approval rule's
 ``rule:<id>`` or the expiry policy's ``policy:expired``) and withdrawal
 (INVOCATION_CANCELLED naming an ``ask_id``) becomes one `AuditEntry` row.
@@ -22,15 +23,19 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr.events import Envelope, EventType
+from sectr.rules import EXPIRED_APPROVER
 from sectr.state import SessionState
 from sessions_app import models
 
 AUDITED_TYPES = frozenset(
-    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
-    | ({EventType["APPROVAL_VOTED"]} if "APPROVAL_VOTED" in EventType.__members__ else set())
+    {
+        EventType.APPROVAL_REQUESTED,
+        EventType.APPROVAL_VOTED,
+        EventType.INVOCATION_STARTED,
+        EventType.INVOCATION_CANCELLED,
+    }
 )
 RULE_APPROVER_PREFIX = "rule:"
-EXPIRED_APPROVER = "policy:expired"
 NOTE_MAX = 2000
 
 #: (payload, asked_at) of an ask, by ask id
@@ -83,45 +88,61 @@ def audit_rows(
         return found if found is not None else ({}, None)
 
     rows: list[models.AuditEntry] = []
+
+    def add(envelope: Envelope, ask_id: str, kind: str, actor: str, **fields: Any) -> None:
+        ask, asked_at = ask_of(ask_id)
+        row = models.AuditEntry(
+            session_id=session_id,
+            seq=envelope.seq,
+            at=envelope.created_at,
+            requester=requester[:150],
+            kind=kind,
+            actor=actor[:150],
+            ask_id=ask_id[:64],
+            tool=str(ask.get("name", ""))[:100],
+            arguments=ask.get("arguments") if isinstance(ask.get("arguments"), dict) else {},
+            rule=matched_rule(ask),
+            asked_at=asked_at,
+            **fields,
+        )
+        if not row.rule and kind == models.AuditEntry.RULE:
+            row.rule = actor[len(RULE_APPROVER_PREFIX) :]
+        if asked_at is not None and kind != models.AuditEntry.ASK:
+            row.seconds_to_decide = max(0.0, (envelope.created_at - asked_at).total_seconds())
+        rows.append(row)
+
+    def add_decision(envelope: Envelope, ask_id: str, decision: dict[str, Any]) -> None:
+        approver = str(decision.get("approver") or "")
+        approved = bool(decision.get("approved"))
+        verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
+        note = str(decision.get("note") or "")[:NOTE_MAX]
+        add(envelope, ask_id, decision_kind(approver), approver, verdict=verdict, note=note)
+
     for envelope in envelopes:
         if not is_audited(envelope):
             continue
         payload = envelope.payload
-        row = models.AuditEntry(
-            session_id=session_id, seq=envelope.seq, at=envelope.created_at, requester=requester[:150]
-        )
         if envelope.type is EventType.APPROVAL_REQUESTED:
             ask_id = str(payload.get("ask_id", ""))
             asks[ask_id] = (payload, envelope.created_at)
-            row.kind, row.actor = models.AuditEntry.ASK, requester
+            add(envelope, ask_id, models.AuditEntry.ASK, requester)
+            if isinstance(payload.get("decision"), dict):  # decided at once by a rule
+                add_decision(envelope, ask_id, payload["decision"])
         elif envelope.type is EventType.INVOCATION_CANCELLED:
-            ask_id = str(payload.get("ask_id"))
-            row.kind, row.actor = models.AuditEntry.WITHDRAWN, str(payload.get("by") or "")
+            add(envelope, str(payload.get("ask_id")), models.AuditEntry.WITHDRAWN, str(payload.get("by") or ""))
         elif envelope.type is EventType.INVOCATION_STARTED:
             reason = payload["reason"]
-            ask_id = str(reason.get("ask_id", ""))
             decision = reason.get("decision") if isinstance(reason.get("decision"), dict) else {}
-            approver = str(decision.get("approver") or "")
-            approved = bool(decision.get("approved"))
-            row.kind, row.actor = decision_kind(approver), approver
-            row.verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
-            row.note = str(decision.get("note") or "")[:NOTE_MAX]
+            add_decision(envelope, str(reason.get("ask_id", "")), decision)
         else:  # APPROVAL_VOTED
-            ask_id = str(payload.get("ask_id", ""))
-            row.kind, row.actor = models.AuditEntry.VOTE, str(payload.get("approver") or "")
-            row.verdict = str(payload.get("verdict") or "")
-            row.note = str(payload.get("note") or "")[:NOTE_MAX]
-        ask, asked_at = ask_of(ask_id)
-        row.ask_id = ask_id[:64]
-        row.tool = str(ask.get("name", ""))[:100]
-        row.arguments = ask.get("arguments") if isinstance(ask.get("arguments"), dict) else {}
-        row.rule = matched_rule(ask)
-        if not row.rule and row.kind == models.AuditEntry.RULE:
-            row.rule = row.actor[len(RULE_APPROVER_PREFIX) :]
-        row.asked_at = asked_at
-        if asked_at is not None and row.kind != models.AuditEntry.ASK:
-            row.seconds_to_decide = max(0.0, (envelope.created_at - asked_at).total_seconds())
-        rows.append(row)
+            add(
+                envelope,
+                str(payload.get("ask_id", "")),
+                models.AuditEntry.VOTE,
+                str(payload.get("approver") or ""),
+                verdict=str(payload.get("verdict") or ""),
+                note=str(payload.get("note") or "")[:NOTE_MAX],
+            )
     return rows
 
 

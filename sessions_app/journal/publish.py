@@ -22,7 +22,7 @@ commits:
 
 * group ``MODERATION_GROUP`` (``"sectr.moderation"``): the same message shape, with
   only the envelopes moderators care about: APPROVAL_REQUESTED (an ask is now
-  pending), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
+  pending), APPROVAL_VOTED (a vote towards a quorum), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
   decided) and INVOCATION_CANCELLED naming an ``ask_id`` (a paused run was cancelled:
   its ask is withdrawn). Other envelopes of that append are left out; a batch with none of them
   sends nothing.
@@ -80,7 +80,7 @@ def session_group(session_id: str) -> str:
 
 
 def is_moderation_envelope(envelope: Envelope) -> bool:
-    if envelope.type is EventType.APPROVAL_REQUESTED:
+    if envelope.type in (EventType.APPROVAL_REQUESTED, EventType.APPROVAL_VOTED):
         return True
     if envelope.type is EventType.INVOCATION_STARTED:
         reason = envelope.payload.get("reason")

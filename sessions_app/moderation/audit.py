@@ -61,11 +61,9 @@ CSV_COLUMNS = (
 
 
 def auditable_sessions(user: Any) -> QuerySet[Session]:
-    """The sessions whose audit rows `user` may read."""
-    sessions = Session.objects.all()
-    if not access.is_reviewer(user):
-        sessions = sessions.filter(owner=user)
-    return sessions
+    """The sessions whose audit rows `user` may read: their own, those of the teams where
+    they are a reviewer or moderator, every session for staff."""
+    return access.reviewable_sessions(user)
 
 
 @dataclass
@@ -134,12 +132,10 @@ def _moment(raw: str, name: str, *, end: bool) -> datetime | None:
 def audit_entries(user: Any, filters: AuditFilters | None = None) -> QuerySet[AuditEntry]:
     """The audit rows `user` may read, newest first, narrowed by `filters`."""
     filters = filters or AuditFilters()
-    entries = AuditEntry.objects.filter(session__in=auditable_sessions(user)).select_related("session")
-    if _has_teams():
-        entries = entries.select_related("session__team")
+    entries = AuditEntry.objects.filter(session__in=auditable_sessions(user)).select_related("session__team")
     entries = entries.filter(kind=filters.kind) if filters.kind else entries.filter(kind__in=DEFAULT_KINDS)
     if filters.team:
-        entries = entries.filter(session__team__name=filters.team) if _has_teams() else entries.none()
+        entries = entries.filter(session__team__name=filters.team)
     if filters.tool:
         entries = entries.filter(tool=filters.tool)
     if filters.actor:
@@ -156,8 +152,7 @@ def audit_entries(user: Any, filters: AuditFilters | None = None) -> QuerySet[Au
 
 
 def team_name(entry: AuditEntry) -> str:
-    team = getattr(entry.session, "team", None)
-    return str(getattr(team, "name", "") or "")
+    return entry.session.team.name if entry.session.team is not None else ""
 
 
 def entry_dict(entry: AuditEntry) -> dict[str, Any]:
@@ -232,16 +227,12 @@ def time_to_decision(entries: QuerySet[AuditEntry]) -> list[TeamTiming]:
     policy, not the moderators.
     """
     people = entries.filter(kind=AuditEntry.DECISION, seconds_to_decide__isnull=False).order_by()
-    field = "session__team__name" if _has_teams() else "session__title"
     by_team: dict[str, list[float]] = {}
-    for name, seconds in people.values_list(field, "seconds_to_decide").iterator():
-        by_team.setdefault(str(name or "") if _has_teams() else "", []).append(float(seconds))
+    for name, seconds in people.values_list("session__team__name", "seconds_to_decide").iterator():
+        by_team.setdefault(str(name or ""), []).append(float(seconds))
     timings = []
     for name in sorted(by_team):
         values = sorted(by_team[name])
         timings.append(TeamTiming(name, len(values), percentile(values, 0.5), percentile(values, 0.9)))
     return timings
 
-
-def _has_teams() -> bool:
-    return any(f.name == "team" for f in Session._meta.get_fields())

@@ -2,8 +2,9 @@
 
 A card is the ask (from the session's projection) with what a moderator needs to decide
 it without opening the session: who asked, in which team, the conversation just before
-the ask, its age, the approval rule that matched and the votes so far (from the audit,
-itself a projection of the journal). Oldest first. Filters: `team` (a team name),
+the ask, its age, the approval rule that matched and the votes so far (all from the
+session's projection of its journal). Which asks are pending comes from AskIndex (also
+a projection, written with the journal). Oldest first. Filters: `team` (a team name),
 `tool` (a tool name) and `age` (only asks older than that).
 
 Nothing here writes; deciding goes through sessions_app.actions.
@@ -15,14 +16,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from sectr.fold import fold_messages
 from sessions_app import access
 from sessions_app.chat.view_model import ApprovalView
 from sessions_app.journal import get_journal
-from sessions_app.models import AuditEntry, Session
+from sessions_app.journal.moderation import matched_rule
+from sessions_app.models import AskIndex, Session
 
 #: The `Age` filter: only asks older than this.
 AGE_CHOICES: dict[str, timedelta] = {
@@ -94,16 +97,7 @@ class QueueCard(ApprovalView):
 
 
 def session_team_name(session: Session) -> str:
-    team = getattr(session, "team", None)
-    return str(getattr(team, "name", "") or "")
-
-
-def decidable_sessions(user: Any) -> QuerySet[Session]:
-    """The sessions whose asks `user` may decide (see sessions_app.access)."""
-    sessions = Session.objects.all()
-    if not access.is_moderator(user):
-        sessions = sessions.filter(owner=user)
-    return sessions
+    return session.team.name if session.team_id is not None and session.team is not None else ""
 
 
 def _message_text(message: dict[str, Any]) -> str:
@@ -133,68 +127,60 @@ def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
 
 
 def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = True) -> QueueCard:
+    """The queue's card of one ask (`ask`: its entry in the session's projection)."""
     base = ApprovalView.from_ask(ask, session.pk)
     card = QueueCard(**{name: getattr(base, name) for name in ApprovalView.__dataclass_fields__})
     card.session_title = session.title
     card.owner = session.owner.get_username()
     card.team = session_team_name(session)
     card.approvals_required = int(ask.get("approvals_required") or 1)
-    entries = AuditEntry.objects.filter(session_id=session.pk, ask_id=card.ask_id).order_by("seq")
-    for entry in entries:
-        if entry.kind == AuditEntry.ASK:
-            card.asked_at = entry.at
-            card.rule = entry.rule
-        elif entry.kind == AuditEntry.VOTE:
-            card.votes.append(Vote(entry.actor, entry.verdict, entry.note))
+    card.rule = matched_rule(ask)
+    card.asked_at = parse_datetime(str(ask.get("requested_at") or "")) if ask.get("requested_at") else None
+    card.votes = [
+        Vote(str(v.get("approver", "")), str(v.get("verdict", "")), str(v.get("note") or ""))
+        for v in ask.get("votes") or []
+        if isinstance(v, dict)
+    ]
     if with_context and card.is_pending:
         card.context = conversation_before(session.pk, card.seq)
     return card
 
 
-def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
-    """Every pending ask `user` may decide, oldest first, narrowed by `filters`."""
+def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[AskIndex]:
+    """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
     filters = filters or QueueFilters()
-    sessions = decidable_sessions(user).filter(status="awaiting").select_related("owner")
+    asks = AskIndex.objects.filter(status=AskIndex.PENDING, session__in=access.approvable_sessions(user))
     if filters.team:
-        sessions = sessions.filter(Q(team__name=filters.team)) if _has_teams() else sessions.none()
-    if _has_teams():
-        sessions = sessions.select_related("team")
+        asks = asks.filter(session__team__name=filters.team)
+    if filters.tool:
+        asks = asks.filter(tool=filters.tool)
+    if filters.age:
+        asks = asks.filter(requested_at__lte=timezone.now() - AGE_CHOICES[filters.age])
+    return asks.order_by("requested_at", "ask_id")
+
+
+def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
+    """Every pending ask `user` may decide, as cards, oldest first."""
     cards = []
-    now = timezone.now()
-    for session in sessions:
-        ask = session.projection().pending_ask
-        if not ask or (filters.tool and ask.get("name") != filters.tool):
-            continue
-        card = build_card(session, ask, with_context=False)
-        if filters.admits(card, now):
-            card.context = conversation_before(session.pk, card.seq)
-            cards.append(card)
-    cards.sort(key=lambda c: (c.asked_at or now, c.ask_id))
+    for index in pending_asks(user, filters).select_related("session__owner", "session__team"):
+        ask = index.session.projection().asks.get(index.ask_id)
+        if ask is not None and ask.get("status") == "pending":
+            cards.append(build_card(index.session, ask))
     return cards
 
 
 def pending_count(user: Any) -> int:
-    """How many asks wait for `user` (the `Approvals` badge): awaiting sessions they may decide."""
-    if not user.is_authenticated:
+    """How many asks wait for `user`'s decision (the `Approvals` badge)."""
+    if user is None or not user.is_authenticated:
         return 0
-    return decidable_sessions(user).filter(status="awaiting").count()
+    return pending_asks(user).count()
 
 
 def filter_choices(user: Any) -> dict[str, list[str]]:
-    """The values the `Team` and `Tool` filters offer: those of the user's pending asks."""
-    tools = set()
-    teams = set()
-    sessions = decidable_sessions(user).filter(status="awaiting")
-    if _has_teams():
-        sessions = sessions.select_related("team")
-    for session in sessions:
-        ask = session.projection().pending_ask
-        if ask:
-            tools.add(str(ask.get("name", "")))
-            if name := session_team_name(session):
-                teams.add(name)
-    return {"teams": sorted(teams), "tools": sorted(tools)}
-
-
-def _has_teams() -> bool:
-    return any(f.name == "team" for f in Session._meta.get_fields())
+    """The values the `Team` and `Tool` filters offer: the teams the user moderates (and
+    any with a pending ask of theirs) and the tools of their pending asks."""
+    pending = pending_asks(user)
+    teams = set(access.teams_for(user, "moderator").values_list("name", flat=True))
+    teams |= {name for name in pending.values_list("session__team__name", flat=True) if name}
+    tools = set(pending.values_list("tool", flat=True))
+    return {"teams": sorted(teams), "tools": sorted(t for t in tools if t)}

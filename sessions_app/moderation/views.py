@@ -8,6 +8,7 @@ this request, or by someone faster, whose name and verdict it then shows).
 
 from __future__ import annotations
 
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -110,15 +111,14 @@ def audit_page(request: HtmxHttpRequest) -> HttpResponse:
         "timings": audit.time_to_decision(entries),
         "kinds": [(k, audit.KIND_LABELS[k]) for k in (*audit.DEFAULT_KINDS, "ask")],
         "verdicts": audit.VERDICTS,
-        "teams": audit_team_names(visible),
+        "teams": audit_team_names(request.user, visible),
     }
     return render(request, "moderation/audit.html", context)
 
 
-def audit_team_names(sessions: QuerySet[Session]) -> list[str]:
-    if not queue._has_teams():
-        return []
-    return sorted(set(sessions.exclude(team__isnull=True).values_list("team__name", flat=True)))
+def audit_team_names(user: Any, sessions: QuerySet[Session]) -> list[str]:
+    teams = set(access.teams_for(user, "reviewer").values_list("name", flat=True))
+    return sorted(teams | set(sessions.exclude(team__isnull=True).values_list("team__name", flat=True)))
 
 
 @login_required
