@@ -152,6 +152,36 @@ SCHEMAS: dict[str, Any] = {
         },
         ("sessions", "count", "next_offset"),
     ),
+    "AuditEntry": _object(
+        {
+            "at": DATETIME,
+            "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+            "actor": STRING,
+            "verdict": nullable(VERDICT),
+            "note": nullable(STRING),
+            "team": nullable(STRING),
+            "session_id": STRING,
+            "session_title": STRING,
+            "requester": STRING,
+            "ask_id": STRING,
+            "tool": STRING,
+            "arguments": OBJECT,
+            "seconds_to_decide": nullable({"type": "number"}),
+            "rule": nullable(STRING),
+            "seq": INTEGER,
+        },
+        ("at", "kind", "actor", "session_id", "ask_id", "tool", "seq"),
+    ),
+    "AuditPage": _object(
+        {
+            "entries": {"type": "array", "items": ref("AuditEntry")},
+            "count": INTEGER,
+            "limit": INTEGER,
+            "offset": INTEGER,
+            "next_offset": nullable(INTEGER),
+        },
+        ("entries", "count", "next_offset"),
+    ),
     "TranscriptMessage": _object(
         {
             "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
@@ -291,6 +321,17 @@ ERROR_DESCRIPTIONS = {
 }
 
 
+#: Query parameters that are not plain strings.
+QUERY_SCHEMAS: dict[str, dict[str, Any]] = {
+    "limit": {"type": "integer", "minimum": 0},
+    "offset": {"type": "integer", "minimum": 0},
+    "after": {"type": "integer", "minimum": 0},
+    "format": {"type": "string", "enum": ["json", "csv"]},
+    "from": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+    "to": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+}
+
+
 def _error(status: int) -> dict[str, Any]:
     return {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": ref("Error")}}}
 
@@ -300,7 +341,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        params.append({"name": name, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
+        schema = QUERY_SCHEMAS.get(name, STRING)
+        params.append({"name": name, "in": "query", "required": False, "schema": schema})
     if operation.streaming:
         params.append(
             {
@@ -327,6 +369,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
+    if "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
+        success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
     if operation.auth:

@@ -174,10 +174,7 @@ def record_moderation(
     if not any(is_audited(envelope) for envelope in envelopes):
         return []
     requester = (
-        models.Session.objects.using(using)
-        .filter(pk=session.pk)
-        .values_list("owner__username", flat=True)
-        .first()
+        models.Session.objects.using(using).filter(pk=session.pk).values_list("owner__username", flat=True).first()
         or ""
     )
     rows = audit_rows(session.pk, requester, envelopes, _ask_from_audit(session.pk, using, state))

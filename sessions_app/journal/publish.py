@@ -22,10 +22,10 @@ commits:
 
 * group ``MODERATION_GROUP`` (``"sectr.moderation"``): the same message shape, with
   only the envelopes moderators care about: APPROVAL_REQUESTED (an ask is now
-  pending), APPROVAL_VOTED (a vote towards a quorum), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
-  decided) and INVOCATION_CANCELLED naming an ``ask_id`` (a paused run was cancelled:
-  its ask is withdrawn). Other envelopes of that append are left out; a batch with none of them
-  sends nothing.
+  pending), APPROVAL_VOTED (a vote towards a quorum), INVOCATION_STARTED whose reason
+  is ``approval_decision`` (an ask was decided) and INVOCATION_CANCELLED naming an
+  ``ask_id`` (a paused run was cancelled: its ask is withdrawn). Other envelopes of
+  that append are left out; a batch with none of them sends nothing.
 
 * group ``WORKERS_GROUP`` (``"sectr.workers"``): ``{"type": "runs.wake"}`` from
   `wake_workers` / `awake_workers` / `wake_workers_on_commit`, sent when a run was

@@ -25,7 +25,7 @@ from sessions_app import access
 from sessions_app.chat.view_model import ApprovalView
 from sessions_app.journal import get_journal
 from sessions_app.journal.moderation import matched_rule
-from sessions_app.models import AskIndex, Session
+from sessions_app.models import AskIndex, AuditEntry, Session
 
 #: The `Age` filter: only asks older than this.
 AGE_CHOICES: dict[str, timedelta] = {
@@ -34,7 +34,13 @@ AGE_CHOICES: dict[str, timedelta] = {
     "1h": timedelta(hours=1),
     "1d": timedelta(days=1),
 }
-AGE_LABELS = {"": "Any age", "1m": "Older than 1 minute", "10m": "Older than 10 minutes", "1h": "Older than 1 hour", "1d": "Older than 1 day"}
+AGE_LABELS = {
+    "": "Any age",
+    "1m": "Older than 1 minute",
+    "10m": "Older than 10 minutes",
+    "1h": "Older than 1 hour",
+    "1d": "Older than 1 day",
+}
 CONTEXT_MESSAGES = 4  # the conversation shown before the ask
 CONTEXT_CHARS = 400
 
@@ -143,6 +149,13 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
     ]
     if with_context and card.is_pending:
         card.context = conversation_before(session.pk, card.seq)
+    if not card.is_pending and card.note is None:
+        # The projection keeps who decided and how; the note is in the decision (audited).
+        card.note = (
+            AuditEntry.objects.filter(session_id=session.pk, ask_id=card.ask_id, kind__in=AuditEntry.VERDICT_KINDS)
+            .values_list("note", flat=True)
+            .first()
+        ) or None
     return card
 
 

@@ -15,16 +15,16 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
-from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
 from sessions_app.chat.view_model import ApprovalView, pretty_json
-from sessions_app.models import AuditEntry, Session
+from sessions_app.models import Session
 from sessions_app.moderation import audit, queue
 from sessions_app.web import HtmxHttpRequest, flash, refusals_as_messages
 
@@ -68,6 +68,7 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
             messages.error(request, refused.message)
         return redirect("approvals") if where_queue else redirect("chat", session_id=session.pk)
     ask = session.projection().asks.get(ask_id, {})
+    html: str
     if where_queue:
         html = render_to_string("moderation/_card.html", {"item": queue.build_card(session, ask)}, request=request)
     else:
@@ -123,18 +124,9 @@ def audit_team_names(user: Any, sessions: QuerySet[Session]) -> list[str]:
 
 @login_required
 @require_GET
-def audit_csv(request: HtmxHttpRequest) -> HttpResponse:
+def audit_csv(request: HtmxHttpRequest) -> HttpResponseBase:
     try:
         filters = audit.AuditFilters.from_query(request.GET)
     except ValidationFailed as exc:
         return flash(exc.message, level="error", status=400)
-    return audit_csv_response(audit.audit_entries(request.user, filters))
-
-
-def audit_csv_response(entries: QuerySet[AuditEntry]) -> StreamingHttpResponse:
-    """The CSV export, streamed row by row (the audit may be long)."""
-    rows = audit.csv_lines(entries.iterator(chunk_size=500))
-    response = StreamingHttpResponse(rows, content_type="text/csv; charset=utf-8")
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="sectr-audit-{stamp}.csv"'
-    return response
+    return audit.csv_response(audit.audit_entries(request.user, filters))
