@@ -140,6 +140,22 @@ CACHES: dict[str, dict[str, Any]] = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# Notifications of moderation (sessions_app.moderation.notifications): links in emails
+# and webhook bodies start with SECTR_BASE_URL; email goes through Django's backend
+# (the console by default: set EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend
+# and EMAIL_HOST etc. for real mail).
+SECTR_BASE_URL = os.environ.get("SECTR_BASE_URL", "http://localhost:8000")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "").lower() in {"1", "true", "yes", "on"}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sectr@localhost")
+#: First retry of a failed webhook after this many seconds, doubling each time.
+SECTR_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("SECTR_WEBHOOK_BACKOFF_SECONDS", "10"))
+SECTR_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("SECTR_WEBHOOK_MAX_ATTEMPTS", "6"))
+
 SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -13,7 +13,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
-from sessions_app.models import ApiToken, Envelope, ReviewNote, Run, Session
+from sessions_app.models import (
+    ApiToken,
+    AuditEntry,
+    Envelope,
+    NotificationDelivery,
+    ReviewNote,
+    Run,
+    Session,
+    TeamWebhook,
+)
 
 
 @admin.register(Session)
@@ -102,3 +111,82 @@ class ReviewNoteAdmin(admin.ModelAdmin):
     list_display = ("session", "author", "seq", "created_at")
     search_fields = ("=session__id", "body")
     list_select_related = ("session", "author")
+
+
+# ---- moderation: notifications and the audit ----
+
+
+class WebhookDeliveryInline(admin.TabularInline):
+    model = NotificationDelivery
+    fields = ("created_at", "event", "ask_id", "status", "attempts", "last_status_code", "last_error")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    ordering = ("-id",)
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[NotificationDelivery]:
+        return super().get_queryset(request).order_by("-id")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TeamWebhook)
+class TeamWebhookAdmin(admin.ModelAdmin):
+    """A team's webhook: the URL and the signing secret (shown to the operator, who gives
+    it to the receiver). Its deliveries are listed below it."""
+
+    list_display = ("team", "url", "active", "created_at")
+    list_filter = ("active", "team")
+    search_fields = ("url", "team__name")
+    inlines = (WebhookDeliveryInline,)
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(admin.ModelAdmin):
+    """The delivery log: read-only (the worker loop writes it); retry a failed one with the action."""
+
+    list_display = ("created_at", "channel", "team", "event", "ask_id", "status", "attempts", "last_status_code")
+    list_filter = ("status", "channel", "event", "team")
+    search_fields = ("=ask_id", "=session_id")
+    date_hierarchy = "created_at"
+    actions = ("retry_now",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in NotificationDelivery._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Send again now (failed or pending deliveries)")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[NotificationDelivery]) -> None:
+        count = queryset.exclude(status=NotificationDelivery.DELIVERED).update(
+            status=NotificationDelivery.PENDING, next_attempt_at=timezone.now(), attempts=0
+        )
+        self.message_user(request, f"{count} delivery(ies) will be sent again.", messages.SUCCESS)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit is a projection of the journal: read-only (rebuild: manage.py sectr_rebuild_audit)."""
+
+    list_display = ("at", "kind", "actor", "verdict", "tool", "ask_id", "session", "seconds_to_decide")
+    list_filter = ("kind", "verdict")
+    search_fields = ("=ask_id", "=session__id", "actor", "tool")
+    date_hierarchy = "at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in AuditEntry._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

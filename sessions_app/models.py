@@ -535,3 +535,61 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.verdict} on {self.ask_id} by {self.actor}"
+
+
+def new_webhook_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class TeamWebhook(models.Model):
+    """A team's webhook: called (JSON, HMAC-SHA256 signed with `secret`) on every new ask
+    and every vote, decision and withdrawal of the team's sessions. Managed in the admin;
+    deliveries are NotificationDelivery rows (sessions_app.moderation.notifications)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, default=new_webhook_secret)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.team} → {self.url}"
+
+
+class NotificationDelivery(models.Model):
+    """One notification to send (an outbox row) and its delivery log.
+
+    Written in the same transaction as the envelope it announces (so a rolled back
+    decision notifies nobody, and a committed one is never forgotten, even across a
+    restart); sent later by the worker loop with retries and backoff.
+    """
+
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+    CHANNEL_CHOICES = [(WEBHOOK, WEBHOOK), (EMAIL, EMAIL)]
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # gave up after the last retry
+    STATUS_CHOICES = [(s, s) for s in (PENDING, DELIVERED, FAILED)]
+
+    channel = models.CharField(max_length=8, choices=CHANNEL_CHOICES)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
+    webhook = models.ForeignKey(TeamWebhook, on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries")
+    event = models.CharField(max_length=32)  # ask.requested, ask.voted, ask.decided, ask.withdrawn
+    ask_id = models.CharField(max_length=64, db_index=True)
+    session_id = models.CharField(max_length=40)  # not a key: the log outlives a deleted session
+    payload = models.JSONField(default=dict)
+    recipients = models.JSONField(default=list, blank=True)  # email addresses (channel email)
+    status = models.CharField(max_length=12, choices=STATUS_CHOICES, default=PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_status_next")]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.event} {self.ask_id} ({self.status})"

@@ -34,6 +34,7 @@ from sectr.runtime import Runtime
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.moderation.notifications import NotificationSender
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
@@ -53,6 +54,7 @@ class DatabaseRunControl(RunControl):
             return f"{local[0]}\n\n{durable[0]}", local[1]
         return local or durable
 
+
 # ---- the worker ----
 
 
@@ -66,6 +68,7 @@ class Worker:
         worker_id: str | None = None,
         runtime: Runtime | None = None,
         listen: bool | None = None,
+        notify: bool = True,
     ) -> None:
         self.concurrency = concurrency
         self.lease = lease if lease is not None else runs.lease_seconds()
@@ -73,6 +76,8 @@ class Worker:
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runtime = runtime or get_runtime()
         self.listen = bool(getattr(settings, "REDIS_URL", "")) if listen is None else listen
+        #: send the moderation notifications (webhooks, email) of the outbox, too
+        self.notify = notify
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
         self.claims: dict[str, runs.Claim] = {}
@@ -111,6 +116,7 @@ class Worker:
         runs.local_listeners.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
+        notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -131,6 +137,8 @@ class Worker:
                 await self._drain(drain_seconds=drain_timeout)
             finally:
                 heartbeat.cancel()
+                if notifier is not None:
+                    notifier.cancel()
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""

@@ -1,4 +1,5 @@
-"""What the journal records alongside the envelopes of moderation: the audit rows.
+"""What the journal records alongside the envelopes of moderation: the audit rows and
+the notifications (webhook calls, emails) they cause.
 
 Every ask (APPROVAL_REQUESTED; one a rule decided at once carries its ``decision`` and
 gives a second row, the rule's), vote (APPROVAL_VOTED), decision (INVOCATION_STARTED
@@ -11,15 +12,20 @@ the envelopes (so the audit can never disagree with a committed journal, and a r
 back append leaves no row); `rebuild_audit` recomputes every row from the journal alone
 (``manage.py sectr_rebuild_audit``). Both go through `audit_rows`, so they agree.
 
+`queue_notifications` writes the notification outbox (NotificationDelivery rows) in
+the same transaction; the worker loop delivers them (sessions_app.moderation.notifications).
+
 This module is part of the journal layer: it imports models and the core only.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr.events import Envelope, EventType
@@ -179,7 +185,98 @@ def record_moderation(
     )
     rows = audit_rows(session.pk, requester, envelopes, _ask_from_audit(session.pk, using, state))
     models.AuditEntry.objects.using(using).bulk_create(rows)
+    team_id = models.Session.objects.using(using).filter(pk=session.pk).values_list("team_id", flat=True).first()
+    if team_id is not None:
+        queue_notifications(team_id, session, rows, using=using)
     return rows
+
+
+EVENT_OF_KIND = {
+    models.AuditEntry.ASK: "ask.requested",
+    models.AuditEntry.VOTE: "ask.voted",
+    models.AuditEntry.DECISION: "ask.decided",
+    models.AuditEntry.RULE: "ask.decided",
+    models.AuditEntry.EXPIRY: "ask.decided",
+    models.AuditEntry.WITHDRAWN: "ask.withdrawn",
+}
+
+
+def card_url(ask_id: str) -> str:
+    """Where a person decides the ask: its card in the queue."""
+    base = str(getattr(settings, "SECTR_BASE_URL", "") or "").rstrip("/")
+    # The card's HTML id (sessions_app.chat.view_model.dom_id) for the ids Sectr makes.
+    anchor = f"#ask-{ask_id}" if re.fullmatch(r"[A-Za-z0-9_-]{1,80}", ask_id) else ""
+    return f"{base}/approvals/{anchor}"
+
+
+def notification_payload(event: str, team: str, session: models.Session, row: models.AuditEntry) -> dict[str, Any]:
+    """The JSON body of a webhook call (and the facts of an email)."""
+    return {
+        "event": event,
+        "team": team,
+        "session_id": session.pk,
+        "session_title": session.title,
+        "ask_id": row.ask_id,
+        "tool": row.tool,
+        "arguments": row.arguments,
+        "requester": row.requester,
+        "actor": row.actor,
+        "verdict": row.verdict or None,
+        "note": row.note or None,
+        "rule": row.rule or None,
+        "at": row.at.isoformat(),
+        "seconds_to_decide": row.seconds_to_decide,
+        "url": card_url(row.ask_id),
+    }
+
+
+def queue_notifications(
+    team_id: int, session: models.Session, rows: Sequence[models.AuditEntry], *, using: str = DEFAULT_DB_ALIAS
+) -> list[models.NotificationDelivery]:
+    """The outbox rows of one append: a webhook call per active webhook of the team for
+    every row, and an email to the team's moderators for every ask that waits for people
+    (not one a rule decided at once). The worker loop sends them
+    (sessions_app.moderation.notifications)."""
+    webhooks = list(models.TeamWebhook.objects.using(using).filter(team_id=team_id, active=True))
+    decided_at_once = {row.seq for row in rows if row.kind == models.AuditEntry.RULE}
+    waiting = [row for row in rows if row.kind == models.AuditEntry.ASK and row.seq not in decided_at_once]
+    recipients: list[str] = []
+    if waiting:
+        recipients = sorted(
+            {
+                email
+                for email in models.Membership.objects.using(using)
+                .filter(team_id=team_id, role=models.Membership.MODERATOR, user__is_active=True)
+                .values_list("user__email", flat=True)
+                if email
+            }
+        )
+    if not webhooks and not recipients:
+        return []
+    team = models.Team.objects.using(using).filter(pk=team_id).values_list("name", flat=True).first() or ""
+    deliveries: list[models.NotificationDelivery] = []
+    for row in rows:
+        if row.kind == models.AuditEntry.ASK and row.seq in decided_at_once:
+            continue  # announced once, by its rule row
+        event = EVENT_OF_KIND[row.kind]
+        payload = notification_payload(event, team, session, row)
+        common = {
+            "team_id": team_id,
+            "event": event,
+            "ask_id": row.ask_id,
+            "session_id": session.pk,
+            "payload": payload,
+        }
+        deliveries += [
+            models.NotificationDelivery(channel=models.NotificationDelivery.WEBHOOK, webhook=hook, **common)
+            for hook in webhooks
+        ]
+        if row in waiting and recipients:
+            deliveries.append(
+                models.NotificationDelivery(channel=models.NotificationDelivery.EMAIL, recipients=recipients, **common)
+            )
+    models.NotificationDelivery.objects.using(using).bulk_create(deliveries)
+    return deliveries
 
 
 def rebuild_audit(*, using: str = DEFAULT_DB_ALIAS, session_ids: Iterable[str] | None = None) -> int:
