@@ -7,8 +7,10 @@ rule exists once.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from sectr.context import CANCELLED_TOOL_CONTENT
 from sectr.errors import (
     AskNotPending,
     NotAtTurnBoundary,
@@ -287,8 +289,57 @@ def check_mode_change(state: SessionState, mode: Any) -> str:
     return mode
 
 
-def settings_event(**changes: Any) -> NewEvent:
-    return NewEvent(EventType.SESSION_UPDATED, {k: v for k, v in changes.items()})
+def orphan_result_events(
+    open_calls: Iterable[dict[str, Any]], content: str, invocation_id: str | None
+) -> list[NewEvent]:
+    """Error results for the tool calls nobody answered, so that the history the next run
+    folds is valid (every tool call followed by its result) whatever comes next."""
+    return [
+        NewEvent(
+            EventType.TOOL_RESULT,
+            {"tool_call_id": call["id"], "name": call["function"]["name"], "content": content, "is_error": True},
+            invocation_id,
+        )
+        for call in open_calls
+    ]
+
+
+def cancelled_events(
+    invocation_id: str | None,
+    *,
+    open_message_id: str | None,
+    open_calls: Iterable[dict[str, Any]],
+    by: str | None = None,
+    ask_id: str | None = None,
+) -> list[NewEvent]:
+    """How a cancelled run ends, wherever it is cancelled (its own worker, a cancel of a
+    run whose worker died, a cancel of a queued or paused run): the open message is
+    ended as cancelled (its partial text kept), orphaned tool calls get the error result
+    CANCELLED_TOOL_CONTENT, then INVOCATION_CANCELLED (with who cancelled, and the ask
+    withdrawn, when there was one)."""
+    events: list[NewEvent] = []
+    if open_message_id:
+        end = {"message_id": open_message_id, "finish_reason": "cancelled"}
+        events.append(NewEvent(EventType.MESSAGE_END, end, invocation_id))
+    events.extend(orphan_result_events(open_calls, CANCELLED_TOOL_CONTENT, invocation_id))
+    payload: dict[str, Any] = {}
+    if ask_id:
+        payload["ask_id"] = ask_id
+    if by:
+        payload["by"] = by
+    events.append(NewEvent(EventType.INVOCATION_CANCELLED, payload, invocation_id))
+    return events
+
+
+def lost_run_failed_events(invocation_id: str | None, *, open_message_id: str | None, error: str) -> list[NewEvent]:
+    """How a run ends that was lost too often (its workers kept dying): the open message
+    is closed by a SESSION_ERROR, then INVOCATION_FAILED, retryable."""
+    events: list[NewEvent] = []
+    if open_message_id:
+        payload = {"error": error, "message_id": open_message_id, "retryable": True}
+        events.append(NewEvent(EventType.SESSION_ERROR, payload, invocation_id))
+    events.append(NewEvent(EventType.INVOCATION_FAILED, {"error": error, "retryable": True}, invocation_id))
+    return events
 
 
 def cancel_awaiting_events(state: SessionState, by: str | None = None) -> list[NewEvent]:
@@ -301,23 +352,7 @@ def cancel_awaiting_events(state: SessionState, by: str | None = None) -> list[N
     ask = state.pending_ask
     if state.status != "awaiting" or ask is None:
         raise StaleRunControl("there is no active run to cancel")
-    invocation_id = None
-    events: list[NewEvent] = []
+    calls = []
     if ask.get("tool_call_id"):
-        events.append(
-            NewEvent(
-                EventType.TOOL_RESULT,
-                {
-                    "tool_call_id": ask["tool_call_id"],
-                    "name": ask["name"],
-                    "content": "tool call interrupted by cancellation",
-                    "is_error": True,
-                },
-                invocation_id,
-            )
-        )
-    payload: dict[str, Any] = {"ask_id": ask["ask_id"]}
-    if by:
-        payload["by"] = by
-    events.append(NewEvent(EventType.INVOCATION_CANCELLED, payload, invocation_id))
-    return events
+        calls.append({"id": ask["tool_call_id"], "function": {"name": ask["name"]}})
+    return cancelled_events(None, open_message_id=None, open_calls=calls, by=by, ask_id=ask["ask_id"])

@@ -15,8 +15,9 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from sectr import operations
 from sectr.compaction import auto_compact
-from sectr.context import CANCELLED_TOOL_CONTENT, ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT, SessionContext
+from sectr.context import ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT, SessionContext
 from sectr.control import RunControl
 from sectr.errors import (
     ApprovalDenied,
@@ -246,23 +247,22 @@ class Runtime:
 
     @staticmethod
     def _orphan_results(ctx: SessionContext, content: str) -> list[NewEvent]:
-        """Error results for the tool calls nobody answered, so that the history the next
-        run folds is valid (every tool call followed by its result) whatever comes next."""
-        return [
-            ctx.writer.event(
-                EventType.TOOL_RESULT,
-                {"tool_call_id": call["id"], "name": call["function"]["name"], "content": content, "is_error": True},
-            )
-            for call in open_tool_calls(ctx.messages)
-        ]
+        return operations.orphan_result_events(open_tool_calls(ctx.messages), content, ctx.invocation_id)
 
     async def _finish_cancelled(self, ctx: SessionContext) -> Envelope:
-        events = await self._close_open_message(ctx, "cancelled")
-        events.extend(self._orphan_results(ctx, CANCELLED_TOOL_CONTENT))
-        payload: dict[str, Any] = {}
-        if ctx.control.cancelled_by:
-            payload["by"] = ctx.control.cancelled_by
-        events.append(ctx.writer.event(EventType.INVOCATION_CANCELLED, payload))
+        await ctx.writer.flush()
+        stream = ctx._open_message
+        open_message_id = None
+        if stream is not None and not stream.ended:
+            stream.ended = True
+            ctx._open_message = None
+            open_message_id = stream.message_id
+        events = operations.cancelled_events(
+            ctx.invocation_id,
+            open_message_id=open_message_id,
+            open_calls=open_tool_calls(ctx.messages),
+            by=ctx.control.cancelled_by,
+        )
         envelopes = await ctx.writer.append(*events)
         return envelopes[-1]
 

@@ -4,7 +4,8 @@ from typing import Any
 
 from django.urls import path
 
-from sessions_app.consumers import ApprovalsConsumer, ChatConsumer
+from sessions_app.chat.consumers import ChatConsumer
+from sessions_app.moderation.consumers import ApprovalsConsumer
 
 websocket_urlpatterns: list[Any] = [
     path("ws/sessions/<str:session_id>/", ChatConsumer.as_asgi()),

@@ -58,11 +58,11 @@ from urllib.parse import urlsplit
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
-from django.db import transaction
 
 from sectr.errors import ValidationFailed
 from sectr.providers.base import CompletionRequest, ModelInfo, Provider, StreamEvent
-from sessions_app.models import MediaBlob, Run, Session, SessionMedia
+from sessions_app.journal import run_in_db_thread
+from sessions_app.models import MediaBlob, Session, SessionMedia
 
 log = logging.getLogger("sectr.media")
 
@@ -349,7 +349,7 @@ def store_parts(
     return parts
 
 
-def _forget_files(names: list[str]) -> None:
+def forget_files(names: list[str]) -> None:
     """Remove files written by a transaction that rolled back (unless another request's
     committed blob uses the same content)."""
     for name in names:
@@ -359,44 +359,6 @@ def _forget_files(names: list[str]) -> None:
                 default_storage.delete(name)
             except OSError:
                 log.warning("could not remove orphaned media file %s", name, exc_info=True)
-
-
-def validate_and_store_parts(session: Session, parts: Any, model: str | None = None) -> list[dict[str, Any]]:
-    """Validate `parts` for `model` (default: the session's) and store their media.
-
-    Returns the parts to journal. Raises ValidationFailed (code capability, mime_type,
-    size, url or prompt) before writing anything. Call it inside the transaction that
-    journals the parts, so that a refusal further on (a busy session) stores nothing.
-    """
-    from sessions_app.snapshots import session_model_info
-
-    checked = validate_parts(parts, session_model_info(model or session.model))
-    return store_parts(session, checked)
-
-
-def do_post_message_with_media(actor: Any, session_id: str, content: Any, *, queue: bool = False) -> Run:
-    """actions.do_post_message for content that may hold media parts.
-
-    Validation comes first and writes nothing; then, in one transaction, the media are
-    stored and the message is journaled (a refusal by do_post_message, such as 409 busy,
-    rolls the media rows back and removes any file this call wrote).
-    """
-    from sessions_app.access import get_session_for_user
-    from sessions_app.actions import do_post_message
-    from sessions_app.snapshots import session_model_info
-
-    if not isinstance(content, list):
-        return do_post_message(actor, session_id, content, queue=queue)
-    session = get_session_for_user(actor, session_id, "write")
-    checked = validate_parts(content, session_model_info(session.model))
-    created: list[str] = []
-    try:
-        with transaction.atomic():
-            parts = store_parts(session, checked, created)
-            return do_post_message(actor, session_id, parts, queue=queue)
-    except BaseException:
-        _forget_files(created)
-        raise
 
 
 # ---- references -> provider input ----
@@ -471,9 +433,9 @@ def resolve_media_references(messages: list[dict[str, Any]]) -> list[dict[str, A
 class MediaResolvingProvider:
     """A provider that hands its inner provider inline media instead of references.
 
-    Wire it where the process builds its Runtime (sessions_app.runtime_config)::
+    Wire it where the process builds its Runtime (sessions_app.runtime)::
 
-        Runtime(DatabaseJournal(), handler=..., tools=...,
+        Runtime(get_journal(), handler=..., tools=...,
                 provider=MediaResolvingProvider(provider_from_env()))
 
     Every model call (the agent's steps and compaction summaries alike) then goes
@@ -493,8 +455,6 @@ class MediaResolvingProvider:
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
         if has_media_references(request.messages):
-            from sessions_app.journal import run_in_db_thread
-
             messages = await run_in_db_thread(resolve_media_references, request.messages)
             request = dataclasses.replace(request, messages=messages)
         async for event in self.inner.stream(request):

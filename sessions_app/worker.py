@@ -1,4 +1,6 @@
-"""The worker: claims runs from the queue and executes their invocations on asyncio.
+"""The worker: the asyncio loop that claims runs, executes their invocations and
+heartbeats their leases. Every change of a Run row it makes goes through
+sessions_app.runs (the Run state machine: claim, recover, heartbeat, finish, ...).
 
 Any number of workers, in any number of processes on any number of machines, share the
 Run table. A worker claims a run under a lease (PostgreSQL: `SELECT ... FOR UPDATE SKIP
@@ -18,338 +20,38 @@ import asyncio
 import contextlib
 import functools
 import logging
-import operator
 import os
 import socket
-import threading
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import timedelta
-from typing import Any
 
-from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection, transaction
-from django.db.models import Q
-from django.utils import timezone
+from django.db import connection
 
-from sectr import operations
-from sectr.context import CANCELLED_TOOL_CONTENT
 from sectr.control import RunControl
 from sectr.errors import LeaseLost
-from sectr.events import Envelope, EventType
-from sectr.fold import fold_messages, open_tool_calls
-from sectr.journal import NewEvent
 from sectr.runtime import Runtime
-from sessions_app import actions
+from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
-from sessions_app.models import Run, Session
-from sessions_app.publish import WORKERS_GROUP
-from sessions_app.runtime_config import get_runtime
+from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
-
-RUN_CONTROL_GROUP_PREFIX = "sectr.run."
-TERMINAL_RUN_STATUS = {
-    EventType.INVOCATION_COMPLETED: Run.COMPLETED,
-    EventType.INVOCATION_SUSPENDED: Run.SUSPENDED,
-    EventType.INVOCATION_FAILED: Run.FAILED,
-    EventType.INVOCATION_CANCELLED: Run.CANCELLED,
-}
-
-
-def lease_seconds() -> float:
-    return float(getattr(settings, "SECTR_LEASE_SECONDS", os.environ.get("SECTR_LEASE_SECONDS", "6")))
-
-
-@dataclass(frozen=True)
-class Claim:
-    run_id: str
-    session_id: str
-    invocation_id: str
-    token: str
-    recovered: bool
-
-    @property
-    def fence(self) -> tuple[str, str]:
-        return (self.run_id, self.token)
-
-
-# ---- claiming (sync, in a database thread) ----
-
-
-def claim_next_run(worker_id: str, lease: float) -> Claim | None:
-    """Claim the oldest runnable run: queued, or running with an expired lease.
-
-    A run whose lease expired is recovered here, under the session lock, in the same
-    transaction as the claim. Locks are taken in the journal's order, Session row then
-    Run row, like every action: the other order deadlocks against a cancel or a steer
-    (which hold the session and wait for the run). On PostgreSQL the Run row is taken
-    with SKIP LOCKED, so two workers that picked the same candidate never wait on each
-    other for it: the loser moves on to the next one.
-    """
-    tidied: list[str] = _stranded_pending_sessions()
-    try:
-        for _ in range(3):
-            now = timezone.now()
-            candidates = list(
-                Run.objects.filter(_runnable(now)).order_by("created_at", "id").values_list("pk", "session_id")[:20]
-            )
-            if not candidates:
-                return None
-            for run_id, session_id in candidates:
-                claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
-                if claim is not None:
-                    return claim
-        return None
-    finally:
-        # Runs ended here (their journal had ended them already, or they were lost too
-        # often, or cancelled while their worker was dead) may free a queued message.
-        for session_id in dict.fromkeys(tidied):
-            actions.promote_pending_run(session_id)
-
-
-def _stranded_pending_sessions(limit: int = 20) -> list[str]:
-    """Sessions with a queued message but no run going (its promotion was lost: a worker
-    died between recording a run's end and starting the next message)."""
-    return list(
-        Run.objects.filter(status=Run.PENDING)
-        .exclude(session__status__in=("running", "awaiting"))
-        .values_list("session_id", flat=True)
-        .distinct()[:limit]
-    )
-
-
-def _runnable(now: Any) -> Q:
-    return Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
-
-
-def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
-    with transaction.atomic():
-        session = Session.objects.select_for_update().filter(pk=session_id).first()
-        if session is None:
-            return None  # deleted meanwhile
-        now = timezone.now()
-        runnable = Run.objects.filter(_runnable(now), pk=run_id)
-        if connection.vendor == "postgresql":
-            runnable = runnable.select_for_update(skip_locked=True)
-        run = runnable.first()
-        if run is None:
-            return None  # another worker claimed it (or it ended) since we looked
-        state = session.projection()
-        if state.current_invocation_id != run.invocation_id or not state.is_active:
-            # Its invocation already ended in the journal (the worker died after the
-            # terminal append, or it was cancelled before any worker took it).
-            _finish_run_from_state(run, session)
-            tidied.append(session_id)
-            return None
-        recovered = run.status == Run.RUNNING
-        token = uuid.uuid4().hex
-        if recovered:
-            if run.cancel_requested:
-                _cancel_lost_run(run, state)
-                tidied.append(session_id)
-                return None
-            if run.attempts >= run.max_attempts:
-                _fail_exhausted(run, state)
-                tidied.append(session_id)
-                return None
-            invocation_id, events = operations.recover_events(
-                state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
-            )
-            actions.journal.append_sync(session.pk, events)
-            run.invocation_id = invocation_id
-            run.invocation_ids = [*run.invocation_ids, invocation_id]
-        run.status = Run.RUNNING
-        run.attempts += 1
-        run.lease_owner = worker_id
-        run.lease_token = token
-        run.lease_expires_at = now + timedelta(seconds=lease)
-        run.heartbeat_at = now
-        run.started_at = run.started_at or now
-        run.save()
-        return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
-
-
-def _finish_run_from_state(run: Run, session: Session) -> None:
-    """Bring a Run row in line with its journal (its terminal event is there already)."""
-    state = session.projection()
-    status = {"awaiting": Run.SUSPENDED, "completed": Run.COMPLETED, "failed": Run.FAILED, "cancelled": Run.CANCELLED}
-    run.status = status.get(state.status, Run.FAILED)
-    run.stop_reason = state.last_stop_reason or ""
-    run.lease_token = None
-    run.lease_expires_at = None
-    run.finished_at = run.finished_at or timezone.now()
-    run.save()
-
-
-def _fail_exhausted(run: Run, state: Any) -> None:
-    error = f"the run was lost {run.attempts} times (its workers stopped answering)"
-    events = []
-    if state.open_message_id:
-        events.append(
-            NewEvent(
-                EventType.SESSION_ERROR,
-                {"error": error, "message_id": state.open_message_id, "retryable": True},
-                run.invocation_id,
-            )
-        )
-    events.append(NewEvent(EventType.INVOCATION_FAILED, {"error": error, "retryable": True}, run.invocation_id))
-    actions.journal.append_sync(run.session_id, events)
-    run.status, run.error, run.stop_reason = Run.FAILED, error, "error"
-    run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
-    run.save()
-
-
-def _cancel_lost_run(run: Run, state: Any) -> None:
-    """End a run that was cancelled while its worker was dead, as its worker would have."""
-    invocation_id = run.invocation_id
-    events = []
-    if state.open_message_id:
-        events.append(
-            NewEvent(
-                EventType.MESSAGE_END,
-                {"message_id": state.open_message_id, "finish_reason": "cancelled"},
-                invocation_id,
-            )
-        )
-    messages = fold_messages(actions.journal.load_since_compaction_sync(run.session_id))
-    for call in open_tool_calls(messages):
-        result = {"tool_call_id": call["id"], "name": call["function"]["name"], "content": CANCELLED_TOOL_CONTENT}
-        events.append(NewEvent(EventType.TOOL_RESULT, {**result, "is_error": True}, invocation_id))
-    payload = {"by": run.cancel_requested_by} if run.cancel_requested_by else {}
-    events.append(NewEvent(EventType.INVOCATION_CANCELLED, payload, invocation_id))
-    actions.journal.append_sync(run.session_id, events)
-    run.status, run.stop_reason = Run.CANCELLED, "cancelled"
-    run.lease_token, run.lease_expires_at, run.finished_at = None, None, timezone.now()
-    run.save()
-
-
-def finish_run(claim: Claim, terminal: Envelope) -> bool:
-    """Record a run's end on its row (only while this worker still holds the lease)."""
-    status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
-    payload = terminal.payload
-    stop = payload.get("stop_reason") or {
-        Run.SUSPENDED: "awaiting_approval",
-        Run.FAILED: "error",
-        Run.CANCELLED: "cancelled",
-    }.get(status, "")
-    updated = Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(
-        status=status,
-        stop_reason=stop,
-        usage=payload.get("usage") or {},
-        error=payload.get("error", ""),
-        lease_token=None,
-        lease_expires_at=None,
-        finished_at=timezone.now(),
-    )
-    return updated == 1
-
-
-def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:
-    """Renew leases and read cancel flags: {run_id: (still held, who asked to cancel)}.
-
-    "Who asked" is None when nobody did, else the username ("" when unknown).
-
-    One UPDATE (when `renew`) and one SELECT for all of a worker's runs, instead of a
-    query or two per run every second (a hundred runs made a hundred queries a second,
-    each a thread hop and a pool checkout, on the worker that also journals their
-    deltas). Without `renew` only the cancel flags are read and every lease counts as
-    held (a poll between renewals).
-    """
-    if not claims:
-        return {}
-    if renew:
-        now = timezone.now()
-        owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
-        Run.objects.filter(owned, status=Run.RUNNING).update(
-            lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
-        )
-    rows = {
-        pk: (token, status, cancel_requested, cancel_by)
-        for pk, token, status, cancel_requested, cancel_by in Run.objects.filter(
-            pk__in=[c.run_id for c in claims]
-        ).values_list("pk", "lease_token", "status", "cancel_requested", "cancel_requested_by")
-    }
-    beats: dict[str, tuple[bool, str | None]] = {}
-    for claim in claims:
-        row = rows.get(claim.run_id)
-        if row is None:  # deleted with its session
-            beats[claim.run_id] = (not renew, None)
-            continue
-        token, status, cancel_requested, cancel_by = row
-        held = not renew or (token == claim.token and status == Run.RUNNING)
-        beats[claim.run_id] = (held, cancel_by if cancel_requested else None)
-    return beats
-
-
-def release_lease(claim: Claim) -> None:
-    """Let another worker recover the run at once (graceful shutdown past its drain time)."""
-    Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(lease_expires_at=timezone.now())
 
 
 class DatabaseRunControl(RunControl):
     """The steer slot lives on the Run row: taking it empties the row's slot."""
 
-    def __init__(self, claim: Claim) -> None:
+    def __init__(self, claim: runs.Claim) -> None:
         super().__init__()
         self.claim = claim
 
     async def take_steer(self) -> tuple[str, str | None] | None:
         local = await super().take_steer()
-        durable = await run_in_db_thread(self._take_durable)
+        durable = await run_in_db_thread(runs.take_parked_steer, self.claim)
         if local and durable:
             return f"{local[0]}\n\n{durable[0]}", local[1]
         return local or durable
-
-    def _take_durable(self) -> tuple[str, str | None] | None:
-        with transaction.atomic():
-            run = Run.objects.select_for_update().filter(pk=self.claim.run_id, lease_token=self.claim.token).first()
-            if run is None:
-                raise LeaseLost(f"run {self.claim.run_id}: lease lost")
-            if not run.pending_steer:
-                return None
-            text, author = run.pending_steer, run.steer_author or None
-            run.pending_steer, run.steer_author = "", ""
-            run.save(update_fields=["pending_steer", "steer_author"])
-            return text, author
-
-
-# ---- pokes: tell a worker to look at a run's cancel flag now ----
-
-_local_workers: set[Worker] = set()
-_local_lock = threading.Lock()
-
-
-def poke_run_on_commit(run_id: str) -> None:
-    transaction.on_commit(lambda: poke_run(run_id))
-
-
-def poke_run(run_id: str) -> None:
-    with _local_lock:
-        workers = list(_local_workers)
-    for worker in workers:
-        worker.poke_threadsafe(run_id)
-    if not getattr(settings, "REDIS_URL", ""):
-        return  # the in-memory layer cannot reach other processes; local pokes did it
-    from channels.layers import get_channel_layer
-
-    layer = get_channel_layer()
-    if layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(RUN_CONTROL_GROUP_PREFIX + run_id, {"type": "run.control", "run_id": run_id})
-    except Exception:  # the poll fallback still sees the flag
-        log.warning("could not poke run %s through the channel layer", run_id, exc_info=True)
-
-
-def wake_local_workers() -> None:
-    with _local_lock:
-        workers = list(_local_workers)
-    for worker in workers:
-        worker.wake_threadsafe()
-
 
 # ---- the worker ----
 
@@ -366,16 +68,16 @@ class Worker:
         listen: bool | None = None,
     ) -> None:
         self.concurrency = concurrency
-        self.lease = lease if lease is not None else lease_seconds()
+        self.lease = lease if lease is not None else runs.lease_seconds()
         self.poll_interval = poll_interval
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runtime = runtime or get_runtime()
         self.listen = bool(getattr(settings, "REDIS_URL", "")) if listen is None else listen
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
-        self.claims: dict[str, Claim] = {}
+        self.claims: dict[str, runs.Claim] = {}
         #: runs whose invocation is executing: the heartbeat renews their leases
-        self.beating: dict[str, Claim] = {}
+        self.beating: dict[str, runs.Claim] = {}
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -398,7 +100,7 @@ class Worker:
         control = self.controls.get(run_id)
         if claim is None or control is None:
             return
-        beats = await run_in_db_thread(heartbeat_runs, [claim], self.lease, renew=True)
+        beats = await run_in_db_thread(runs.heartbeat_runs, [claim], self.lease, renew=True)
         held, cancel_by = beats[claim.run_id]
         if cancel_by is not None or not held:
             control.cancel(cancel_by or None)
@@ -406,8 +108,7 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
-        with _local_lock:
-            _local_workers.add(self)
+        runs.local_listeners.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
@@ -423,8 +124,7 @@ class Worker:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
         finally:
-            with _local_lock:
-                _local_workers.discard(self)
+            runs.local_listeners.discard(self)
             if listener is not None:
                 listener.cancel()
             try:
@@ -437,7 +137,7 @@ class Worker:
         claimed = False
         while len(self.tasks) < self.concurrency and not self._stopping.is_set():
             try:
-                claim = await run_in_db_thread(claim_next_run, self.worker_id, self.lease)
+                claim = await run_in_db_thread(runs.claim_next_run, self.worker_id, self.lease)
             except Exception:
                 log.exception("claiming failed")
                 return claimed
@@ -457,10 +157,10 @@ class Worker:
         self.claims.pop(run_id, None)
         self._wake.set()  # a slot is free
 
-    async def _execute(self, claim: Claim) -> None:
+    async def _execute(self, claim: runs.Claim) -> None:
         control = self.controls[claim.run_id]
         self.beating[claim.run_id] = claim
-        channel_group = RUN_CONTROL_GROUP_PREFIX + claim.run_id
+        channel_group = run_control_group(claim.run_id)
         await self._group_add(channel_group)
         try:
             terminal = await self.runtime.run_invocation(
@@ -480,8 +180,8 @@ class Worker:
             self.beating.pop(claim.run_id, None)
             await self._group_discard(channel_group)
         try:
-            await run_in_db_thread(finish_run, claim, terminal)
-            await run_in_db_thread(actions.promote_pending_run, claim.session_id)
+            await run_in_db_thread(runs.finish_run, claim, terminal)
+            await run_in_db_thread(runs.promote_pending_run, claim.session_id)
         except Exception:
             log.exception("run %s: could not record its end", claim.run_id)
 
@@ -501,7 +201,7 @@ class Worker:
             if not claims:
                 continue
             try:
-                beats = await run_in_db_thread(heartbeat_runs, claims, self.lease, renew=renew)
+                beats = await run_in_db_thread(runs.heartbeat_runs, claims, self.lease, renew=renew)
             except Exception:
                 log.warning("heartbeat of %d run(s) failed", len(claims), exc_info=True)
                 continue
@@ -536,13 +236,11 @@ class Worker:
         for task in pending:
             claim = claims.get(tasks[task])
             if claim is not None:
-                await run_in_db_thread(release_lease, claim)
+                await run_in_db_thread(runs.release_lease, claim)
 
     # ---- channel layer (multi-process wake-ups) ----
 
     async def _listen(self) -> None:
-        from channels.layers import get_channel_layer
-
         layer = get_channel_layer()
         if layer is None:
             return
@@ -558,14 +256,12 @@ class Worker:
                 continue
             if message.get("type") == "runs.wake":
                 self._wake.set()
-            elif message.get("type") == "run.control" and message.get("run_id") in self.controls:
+            elif message.get("type") == RUN_CONTROL_MESSAGE_TYPE and message.get("run_id") in self.controls:
                 asyncio.ensure_future(self._check_cancel(message["run_id"]))
 
     async def _group_add(self, group: str) -> None:
         if not self.listen or not hasattr(self, "_channel"):
             return
-        from channels.layers import get_channel_layer
-
         layer = get_channel_layer()
         with contextlib.suppress(Exception):  # a slow channel layer must not hold the run up
             await asyncio.wait_for(layer.group_add(group, self._channel), 2.0)
@@ -573,8 +269,6 @@ class Worker:
     async def _group_discard(self, group: str) -> None:
         if not self.listen or not hasattr(self, "_channel"):
             return
-        from channels.layers import get_channel_layer
-
         layer = get_channel_layer()
         with contextlib.suppress(Exception):
             await asyncio.wait_for(layer.group_discard(group, self._channel), 2.0)

@@ -1,7 +1,7 @@
 """Bearer-token authentication and per-token rate limits for the API.
 
 ``Authorization: Bearer <token>``; tokens are stored hashed (sessions_app.models.ApiToken)
-and created with ``manage.py sectr_token`` (sessions_app.token_actions). Every request
+and created with ``manage.py sectr_token`` (sessions_app.actions.tokens). Every request
 counts against its token's budget, ``SECTR_API_RATE_LIMIT`` requests per window
 (setting or environment, ``"600/60"``: 600 requests a minute), kept in Django's cache
 (Redis when REDIS_URL is set, so all server processes share it). Past the budget the

@@ -1,20 +1,20 @@
 """The OpenAPI 3.1 document of ``/api/v1/``, generated from the route table.
 
-Paths and methods come from sessions_app.api.urls.ROUTES (the same table the URL
-patterns are made from), so the document cannot drift from the endpoints; the schemas
-below describe the bodies the views accept and the dicts sessions_app.snapshots,
-sessions_app.sdk_events and the views return.
+Paths and methods come from the route table it is given (sessions_app.api.urls.ROUTES,
+the same table the URL patterns are made from), so the document cannot drift from the endpoints; the schemas
+below describe the bodies the views accept and the dicts sessions_app.journal.snapshots,
+sessions_app.api.events and the views return.
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 import sectr
+from sessions_app.api.events import EVENT_KINDS
 from sessions_app.media import AUDIO_FORMATS, PROMPT_MAX_PARTS
-from sessions_app.sdk_events import EVENT_KINDS
 
 PREFIX = "/api/v1/"
 _CONVERTER = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -339,12 +339,18 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
     return doc
 
 
-@cache
-def build_document() -> dict[str, Any]:
-    from sessions_app.api.urls import ROUTES
+class DescribedRoute(Protocol):
+    @property
+    def path(self) -> str: ...
 
+    @property
+    def operations(self) -> Mapping[str, Any]: ...
+
+
+def build_document(routes: Iterable[DescribedRoute]) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of `routes` (sessions_app.api.urls.ROUTES, which serves it)."""
     paths: dict[str, Any] = {}
-    for route in ROUTES:
+    for route in routes:
         paths[openapi_path(route.path)] = {
             method.lower(): _operation(route.path, method, operation) for method, operation in route.operations.items()
         }

@@ -1,6 +1,6 @@
 """Server-Sent Events for one run: replay from the journal, then follow it live.
 
-`GET /api/v1/runs/{run_id}/events` streams the run's SDK events (sessions_app.sdk_events):
+`GET /api/v1/runs/{run_id}/events` streams the run's SDK events (sessions_app.api.events):
 ``id:`` is the envelope's seq, ``event:`` the kind, ``data:`` the event as JSON. A
 reconnecting client sends ``Last-Event-ID`` (or ``?after=``) and gets exactly the events
 after that seq: nothing lost, nothing twice. The stream ends after the run's ``result``.
@@ -31,11 +31,11 @@ from typing import Any
 from channels.layers import get_channel_layer
 
 from sectr.events import Envelope, EventType
+from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
 from sessions_app.journal import run_in_db_thread
+from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run
-from sessions_app.publish import ENVELOPES_MESSAGE_TYPE, session_group
-from sessions_app.sdk_events import RunEvents, format_sse, result_payload, sdk_event
 
 #: Seconds of silence before a ``: ping`` comment (env SECTR_SSE_HEARTBEAT_SECONDS).
 HEARTBEAT_SECONDS = float(os.environ.get("SECTR_SSE_HEARTBEAT_SECONDS", "15"))

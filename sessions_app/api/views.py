@@ -28,9 +28,8 @@ from sessions_app.access import Need, check_access, get_session_for_user, visibl
 from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
-from sessions_app.media import do_post_message_with_media
+from sessions_app.journal.snapshots import session_summary, snapshot, transcript
 from sessions_app.models import ApiToken, Run, Session
-from sessions_app.snapshots import session_summary, snapshot, transcript
 
 KIB = 1024
 #: Bodies of most operations are small; a prompt may carry 20 MiB of media as base64.
@@ -412,7 +411,7 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponse:
     queue = bool(optional(body, "queue", bool))
 
     def start() -> dict[str, Any]:
-        run = do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
+        run = actions.do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
         return run_dict(run)
 
     return json_response(await sync_to_async(start)(), status=202)
@@ -470,9 +469,3 @@ async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
         return run_dict(run)
 
     return json_response(await sync_to_async(decide)(), status=202)
-
-
-async def openapi_document(call: ApiCall) -> HttpResponse:
-    from sessions_app.api.openapi import build_document
-
-    return json_response(build_document())

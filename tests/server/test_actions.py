@@ -43,7 +43,8 @@ from sessions_app.access import check_access, get_session_for_user, is_moderator
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import MediaBlob, Run, Session, SessionMedia
-from sessions_app.worker import Claim, Worker, finish_run
+from sessions_app.runs import Claim, finish_run
+from sessions_app.worker import Worker
 from tests.server.conftest import run_threads
 
 E = EventType

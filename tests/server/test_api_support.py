@@ -29,7 +29,7 @@ _SETUP = """
 import json
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from sessions_app.token_actions import do_issue_token
+from sessions_app.actions.tokens import do_issue_token
 User = get_user_model()
 tokens = {}
 for name in NAMES:

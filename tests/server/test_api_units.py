@@ -14,11 +14,11 @@ from sectr.errors import NotFound, ValidationFailed
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app import actions
+from sessions_app.actions.tokens import do_issue_token, do_revoke_token
 from sessions_app.api.sse import parse_after
 from sessions_app.journal import DatabaseJournal
+from sessions_app.journal.snapshots import snapshot, transcript
 from sessions_app.models import ApiToken, Session
-from sessions_app.snapshots import snapshot, transcript
-from sessions_app.token_actions import do_issue_token, do_revoke_token
 
 LOCAL_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-units"}}
 

@@ -20,8 +20,8 @@ from django.test import Client
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal
+from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Session
-from sessions_app.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from tests.server.test_web import append, asked, assert_inert, completed, grant, reply, started
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -226,7 +226,7 @@ async def test_a_dropped_last_message_arrives_on_resync(owner: Any, session: Ses
 async def test_the_periodic_resync_finds_what_the_layer_dropped(
     owner: Any, session: Session, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("sessions_app.consumers.RESYNC_SECONDS", 0.2)
+    monkeypatch.setattr("sessions_app.chat.consumers.RESYNC_SECONDS", 0.2)
     communicator, _, _ = await connect(owner, chat_path(session, after=session.last_seq))
     await frames_until_ready(communicator)
     await journal(session, [started("dropped by the layer")], publish=False)

@@ -29,8 +29,7 @@ from sectr.events import (
 )
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
-from sessions_app import publish
-from sessions_app.journal import DatabaseJournal
+from sessions_app.journal import DatabaseJournal, publish
 from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads

@@ -23,13 +23,19 @@ from sessions_app.media import (
     PROMPT_MAX_BYTES,
     MediaResolvingProvider,
     check_media_url,
-    do_post_message_with_media,
     resolve_media_references,
     sniff_mime,
-    validate_and_store_parts,
+    store_parts,
     validate_parts,
 )
 from sessions_app.models import Envelope, MediaBlob, Session, SessionMedia
+from sessions_app.runtime import session_model_info
+
+
+def store_validated(session: Any, parts: Any) -> list[dict[str, Any]]:
+    """Validate parts for the session's model and store their media (as the post action does)."""
+    return store_parts(session, validate_parts(parts, session_model_info(session.model)))
+
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"png-body" * 8
 JPEG = b"\xff\xd8\xff\xe0" + b"jpeg-body" * 8
@@ -249,8 +255,8 @@ def test_audio_must_be_uploaded() -> None:
 def test_it_stores_each_blob_once_and_links_it_to_every_session(make_session: Any, media_root: Path) -> None:
     first, second = make_session(title="one"), make_session(title="two")
     parts = [{"type": "text", "text": "hi"}, image_part(PNG), audio_part(WAV)]
-    stored = validate_and_store_parts(first, parts)
-    again = validate_and_store_parts(second, parts)
+    stored = store_validated(first, parts)
+    again = store_validated(second, parts)
     digest = hashlib.sha256(PNG).hexdigest()
     assert stored == again
     assert stored[1] == {
@@ -271,7 +277,7 @@ def test_a_prompt_with_media_journals_references_and_delete_removes_them(
     make_session: Any, owner: Any, media_root: Path
 ) -> None:
     session = make_session(title="pics")
-    run = do_post_message_with_media(owner, session.pk, [{"type": "text", "text": "see"}, image_part(PNG)])
+    run = actions.do_post_message_with_media(owner, session.pk, [{"type": "text", "text": "see"}, image_part(PNG)])
     start = Envelope.objects.get(session=session, type=EventType.INVOCATION_STARTED.value)
     content = start.payload["reason"]["input"]["content"]
     assert run.invocation_id == start.invocation_id
@@ -279,7 +285,7 @@ def test_a_prompt_with_media_journals_references_and_delete_removes_them(
     assert b64(PNG) not in str(start.payload), "the journal holds a reference, never the bytes"
     # A second prompt while the run is active is refused (409) and stores nothing new.
     with pytest.raises(SessionBusy):
-        do_post_message_with_media(owner, session.pk, [image_part(JPEG, "image/jpeg")])
+        actions.do_post_message_with_media(owner, session.pk, [image_part(JPEG, "image/jpeg")])
     assert MediaBlob.objects.count() == 1 and sum(1 for p in media_root.rglob("*") if p.is_file()) == 1
     actions.do_cancel(owner, run.pk)
     actions.do_delete(owner, session.pk)
@@ -296,7 +302,7 @@ def test_a_refused_part_stores_and_journals_nothing(make_session: Any, owner: An
         [image_part(PNG), {"type": "image_url", "image_url": {"url": "https://10.0.0.1/x"}}],
     ):
         with pytest.raises(ValidationFailed):
-            do_post_message_with_media(owner, session.pk, parts)
+            actions.do_post_message_with_media(owner, session.pk, parts)
     assert Envelope.objects.filter(session=session).count() == before
     assert MediaBlob.objects.count() == 0 and not any(media_root.rglob("*"))
 
@@ -306,7 +312,7 @@ def test_a_refused_part_stores_and_journals_nothing(make_session: Any, owner: An
 
 def test_references_become_inline_data_for_providers(make_session: Any) -> None:
     session = make_session(title="resolve")
-    stored = validate_and_store_parts(session, [{"type": "text", "text": "hi"}, image_part(PNG), audio_part(WAV)])
+    stored = store_validated(session, [{"type": "text", "text": "hi"}, image_part(PNG), audio_part(WAV)])
     url_part = {"type": "image_url", "image_url": {"url": "https://93.184.215.14/a.png"}, "mime_type": "image/png"}
     missing = {"type": "image_url", "image_url": {"url": MEDIA_SCHEME + "0" * 64}, "mime_type": "image/png", "size": 1}
     messages = [{"role": "user", "content": [*stored, url_part, missing]}, {"role": "assistant", "content": "ok"}]
@@ -340,7 +346,7 @@ class RecordingProvider:
 
 @pytest.fixture
 def stored_image(make_session: Any) -> list[dict[str, Any]]:
-    return validate_and_store_parts(make_session(title="wrapped"), [image_part(PNG)])
+    return store_validated(make_session(title="wrapped"), [image_part(PNG)])
 
 
 @pytest.mark.django_db(transaction=True)
@@ -360,6 +366,6 @@ async def test_the_provider_wrapper_hands_inline_media_to_the_model(stored_image
 
 
 def test_the_process_runtime_hands_providers_resolved_media() -> None:
-    from sessions_app.runtime_config import get_runtime
+    from sessions_app.runtime import get_runtime
 
     assert isinstance(get_runtime().provider, MediaResolvingProvider)

@@ -11,7 +11,7 @@ from sectr.client import errors
 from sectr.client.models import RunEvent
 from sectr.client.protocol import RunFollower, SSEDecoder, run_event_from_sse
 from sectr.events import Envelope, EventType
-from sessions_app.sdk_events import RunEvents, format_sse
+from sessions_app.api.events import RunEvents, format_sse
 
 E = EventType
 

@@ -549,8 +549,8 @@ def test_a_token_is_shown_once_and_stored_hashed(owner_client: Client, owner: An
 
 
 def test_a_token_is_revoked_by_its_owner_only(owner_client: Client, outsider_client: Client, owner: Any) -> None:
+    from sessions_app.actions.tokens import do_issue_token
     from sessions_app.models import ApiToken
-    from sessions_app.token_actions import do_issue_token
 
     token, secret = do_issue_token(owner, "ci")
     assert outsider_client.post(f"/settings/tokens/{token.pk}/revoke").status_code == 404

@@ -28,7 +28,7 @@ from sectr.journal import NewEvent
 from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions
-from sessions_app import worker as worker_module
+from sessions_app import runs as runs_module
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
@@ -429,7 +429,7 @@ async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
 ) -> None:
     session = await new_session(owner)
     posted: list[Run] = []
-    real_claim = worker_module.claim_next_run
+    real_claim = runs_module.claim_next_run
 
     def claim_then_post(worker_id: str, lease: float) -> Any:
         claim = real_claim(worker_id, lease)
@@ -439,7 +439,7 @@ async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
             posted.append(actions.do_post_message(owner, session.pk, "hello"))
         return claim
 
-    monkeypatch.setattr(worker_module, "claim_next_run", claim_then_post)
+    monkeypatch.setattr(runs_module, "claim_next_run", claim_then_post)
     await start_worker(poll_interval=10.0)
     await wait_until(lambda: posted, timeout=5)
     done = await wait_until(finished(posted[0].pk), timeout=5)

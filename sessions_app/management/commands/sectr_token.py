@@ -8,8 +8,8 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from sectr.errors import SectrError
+from sessions_app.actions.tokens import do_issue_token, do_revoke_token
 from sessions_app.models import ApiToken
-from sessions_app.token_actions import do_issue_token, do_revoke_token
 
 
 class Command(BaseCommand):

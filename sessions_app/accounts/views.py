@@ -1,0 +1,47 @@
+"""Account settings pages: the user's API tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_http_methods, require_POST
+
+from sectr.errors import SectrError
+from sessions_app.actions import tokens as token_actions
+from sessions_app.models import ApiToken
+from sessions_app.web import HtmxHttpRequest, refusals_as_messages
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def tokens(request: HtmxHttpRequest) -> HttpResponse:
+    """The user's API tokens; POST issues one and shows its secret once (never stored)."""
+    secret: str | None = None
+    issued = None
+    error: str | None = None
+    if request.method == "POST":
+        try:
+            issued, secret = token_actions.do_issue_token(request.user, request.POST.get("name", ""))
+        except SectrError as exc:
+            error = exc.message
+    user: Any = request.user
+    listed = ApiToken.objects.filter(user=user).order_by("-created_at")
+    response = render(
+        request, "accounts/tokens.html", {"tokens": listed, "secret": secret, "issued": issued, "error": error}
+    )
+    # The page may hold a secret: no cache may keep it.
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def revoke_token(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
+    token = token_actions.do_revoke_token_by_id(request.user, token_id)
+    messages.info(request, f"Revoked {token.name} ({token.prefix}…).")
+    return redirect("tokens")

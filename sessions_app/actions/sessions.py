@@ -1,0 +1,332 @@
+"""Every state change of a session, in one place (Zulip style).
+
+Each `do_*` validates first (the pure rules of sectr.operations), then writes once,
+atomically (the journal append and the Run row in one transaction, under the session's
+row lock), then notifies on commit (the journal publishes its envelopes; a queued run
+wakes the workers). Bad input raises a typed sectr.errors.SectrError and writes nothing.
+Views, the API, consumers and workers call these; none of them saves models itself.
+
+Locking precondition of every `do_*` that changes a session: it takes the session's row
+lock itself (`_locked`), so callers must not hold other session locks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.utils import timezone
+
+from sectr import operations
+from sectr.compaction import compacted_payload
+from sectr.errors import (
+    NotAtTurnBoundary,
+    NotFound,
+    SessionBusy,
+    ValidationFailed,
+)
+from sectr.events import EventType
+from sectr.fold import fold_messages
+from sectr.journal import NewEvent
+from sectr.providers import default_model_from_env
+from sectr.state import SessionState
+from sessions_app import media, runs
+from sessions_app.access import check_access, get_session_for_user
+from sessions_app.journal import get_journal
+from sessions_app.models import AskIndex, MediaBlob, Run, Session
+from sessions_app.runs import promote_pending_run
+from sessions_app.runtime import get_runtime, session_model_info
+
+log = logging.getLogger("sectr.actions")
+
+
+@contextmanager
+def _locked(session_id: str) -> Iterator[tuple[Session, SessionState]]:
+    """A transaction holding the session's row lock, with its current projection.
+
+    On PostgreSQL the row lock serialises writers of one session; on SQLite the
+    IMMEDIATE transaction already serialises every writer.
+    """
+    with transaction.atomic():
+        try:
+            session = Session.objects.select_for_update().get(pk=session_id)
+        except Session.DoesNotExist:
+            raise NotFound("no such session") from None
+        yield session, session.projection()
+
+
+def _username(user: Any) -> str | None:
+    return user.get_username() if user is not None and user.is_authenticated else None
+
+
+# ---- create ----
+
+
+def do_create_session(
+    owner: Any,
+    *,
+    title: str | None = None,
+    mode: str | None = None,
+    model: str | None = None,
+    limits: dict[str, int] | None = None,
+    reasoning_effort: str | None = None,
+) -> Session:
+    events = operations.create_events(
+        title=title,
+        mode=mode,
+        model=model,
+        limits=limits,
+        reasoning_effort=reasoning_effort,
+        default_model=default_model_from_env(),
+    )
+    with transaction.atomic():
+        session = Session.objects.create(owner=owner)
+        get_journal().append_sync(session.pk, events)
+    session.refresh_from_db()
+    return session
+
+
+# ---- runs ----
+
+
+def do_post_message(actor: Any, session_id: str, content: str | list[dict[str, Any]], *, queue: bool = False) -> Run:
+    """Start a run for a user message; 409 while a run is active unless `queue`.
+
+    A queued message waits as a `pending` Run (nothing journaled) and starts when the
+    active run ends. A pending run (a queued prompt or retry) is never overtaken.
+    """
+    session = get_session_for_user(actor, session_id, "write")
+    check_content(content)
+    with _locked(session.pk) as (session, state):
+        if state.status == "awaiting":
+            operations.check_can_start(state)  # 409 awaiting_approval: decide the ask first
+        if state.is_active or runs.has_pending_run(session):
+            if not queue:
+                raise SessionBusy("a run is active in this session; wait for it, cancel it, or queue the message")
+            reason: dict[str, Any] = {"kind": "user_message", "input": {"content": content}}
+            if (author := _username(actor)) is not None:
+                reason["author"] = author
+            return runs.queue_pending_run(session, reason)
+        invocation_id, events = operations.message_events(state, content, author=_username(actor))
+        return runs.queue_run(session, invocation_id, events)
+
+
+def check_content(content: Any) -> None:
+    if isinstance(content, str):
+        if not content.strip():
+            raise ValidationFailed("the message is empty", code="prompt")
+        if len(content) > 200_000:
+            raise ValidationFailed("the message is longer than 200,000 characters", code="prompt")
+        return
+    if not isinstance(content, list) or not content:
+        raise ValidationFailed("content must be a string or a non-empty list of parts", code="prompt")
+    for part in content:
+        if not isinstance(part, dict) or part.get("type") not in ("text", "image_url", "input_audio"):
+            raise ValidationFailed(
+                "each part must be an object with type text, image_url or input_audio", code="prompt"
+            )
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise ValidationFailed("a text part needs a string text", code="prompt")
+
+
+def find_ask_session(ask_id: str) -> Session:
+    if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
+        raise NotFound("no such ask")
+    index = AskIndex.objects.select_related("session").filter(pk=ask_id).first()
+    if index is None:
+        raise NotFound("no such ask")
+    return index.session
+
+
+def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run:
+    """Record the first verdict on an ask and resume the session as a new run.
+
+    Two simultaneous decisions serialise on the session lock: the second finds the ask
+    no longer pending and gets AskNotPending (409).
+    """
+    session = find_ask_session(ask_id)
+    check_access(actor, session, "approve")
+    if note is not None and (not isinstance(note, str) or len(note) > 2000):
+        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
+    with _locked(session.pk) as (session, state):
+        invocation_id, events = operations.decision_events(state, ask_id, verdict, approver=_username(actor), note=note)
+        return runs.queue_run(session, invocation_id, events)
+
+
+def do_retry(actor: Any, session_id: str) -> Run:
+    session = get_session_for_user(actor, session_id, "write")
+    with _locked(session.pk) as (session, state):
+        invocation_id, events = operations.retry_events(state)
+        return runs.queue_run(session, invocation_id, events)
+
+
+def _active_run(run_id: str, actor: Any, need: str = "write") -> Run:
+    try:
+        run = Run.objects.select_related("session").get(pk=run_id)
+    except (Run.DoesNotExist, ValueError):
+        raise NotFound("no such run") from None
+    check_access(actor, run.session, "write" if need == "write" else "read")
+    return run
+
+
+def do_steer(actor: Any, run_id: str, text: str) -> Run:
+    """Park a steer in the run's slot; the worker journals it at the next step boundary."""
+    run = _active_run(run_id, actor)
+    with _locked(run.session_id) as (_session, state):
+        return runs.park_steer(run, state, text, _username(actor))
+
+
+def do_cancel(actor: Any, run_id: str) -> Run:
+    """Cancel a run: a worker stops it at once; a suspended run's ask is withdrawn.
+
+    A run no worker holds (pending, queued, suspended) ends here, under the session
+    lock (sessions_app.runs.cancel_run); then the session's next queued message, if
+    any, starts.
+    """
+    run = _active_run(run_id, actor)
+    with _locked(run.session_id) as (_session, state):
+        run, ended = runs.cancel_run(run, state, _username(actor))
+    if ended:
+        # No worker will finish this run, so nobody else would start the next message.
+        promote_pending_run(run.session_id)
+    return run
+
+
+# ---- session operations ----
+
+
+def do_rename(actor: Any, session_id: str, title: str) -> Session:
+    title = operations.check_title(title)
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, _state):
+        get_journal().append_sync(
+            session.pk, [NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "user"})]
+        )
+    return Session.objects.get(pk=session_id)
+
+
+def do_set_mode(actor: Any, session_id: str, mode: str) -> Session:
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, state):
+        mode = operations.check_mode_change(state, mode)
+        get_journal().append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, {"mode": mode})])
+    return Session.objects.get(pk=session_id)
+
+
+def do_set_model(actor: Any, session_id: str, model: str, reasoning_effort: str | None = None) -> Session:
+    get_session_for_user(actor, session_id, "write")
+    changes: dict[str, Any] = {"model": operations.check_model_value(model)}
+    if reasoning_effort is not None:
+        changes["reasoning_effort"] = operations.check_reasoning_effort(reasoning_effort)
+    with _locked(session_id) as (session, state):
+        if state.is_active:
+            raise SessionBusy("the model cannot change while a run is active")
+        get_journal().append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, changes)])
+    return Session.objects.get(pk=session_id)
+
+
+def do_fork(
+    actor: Any,
+    session_id: str,
+    *,
+    at_seq: int | None = None,
+    title: str | None = None,
+    model: str | None = None,
+    reasoning_effort: str | None = None,
+) -> Session:
+    """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`)."""
+    source = get_session_for_user(actor, session_id, "read")
+    state = source.projection()
+    if at_seq is not None and (
+        not isinstance(at_seq, int) or isinstance(at_seq, bool) or not 1 <= at_seq <= state.last_seq
+    ):
+        raise ValidationFailed(f"at_seq must be a whole number from 1 to {state.last_seq}", code="invalid_seq")
+    # Load from the newest compaction at or before the fork point: O(since compaction).
+    upto = state.last_seq if at_seq is None else at_seq
+    compaction = (
+        source.envelopes.filter(type=EventType.TRANSCRIPT_COMPACTED.value, seq__lte=upto).order_by("-seq").first()
+    )
+    start = compaction.seq if compaction else 1
+    envelopes = [row.to_envelope() for row in source.envelopes.filter(seq__gte=start, seq__lte=upto).order_by("seq")]
+    events = operations.fork_events(
+        state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort
+    )
+    with transaction.atomic():
+        fork = Session.objects.create(owner=actor)
+        get_journal().append_sync(fork.pk, events)
+    fork.refresh_from_db()
+    return fork
+
+
+def do_clear(actor: Any, session_id: str) -> Session:
+    source = get_session_for_user(actor, session_id, "write")
+    events = operations.clear_events(source.projection())
+    with transaction.atomic():
+        cleared = Session.objects.create(owner=actor)
+        get_journal().append_sync(cleared.pk, events)
+    cleared.refresh_from_db()
+    return cleared
+
+
+def do_close(actor: Any, session_id: str) -> Session:
+    """Release runtime resources and keep the data; the next message reopens it."""
+    get_session_for_user(actor, session_id, "write")
+    Session.objects.filter(pk=session_id, closed_at__isnull=True).update(closed_at=timezone.now())
+    return Session.objects.get(pk=session_id)
+
+
+def do_delete(actor: Any, session_id: str) -> None:
+    """Delete the session, its journal, runs and media permanently (412 while a run is active)."""
+    get_session_for_user(actor, session_id, "write")
+    with _locked(session_id) as (session, state):
+        if state.is_active or runs.has_active_run(session):
+            raise NotAtTurnBoundary("a run is active; cancel it before deleting the session")
+        blob_ids = list(session.media_links.values_list("blob_id", flat=True))
+        session.delete()
+        MediaBlob.delete_orphans(blob_ids)
+
+
+def do_compact(actor: Any, session_id: str) -> bool:
+    """Manual compaction at a turn boundary: True when the model-visible history got shorter."""
+    get_session_for_user(actor, session_id, "write")
+    session = Session.objects.get(pk=session_id)
+    state = session.projection()
+    if not state.at_turn_boundary:
+        raise NotAtTurnBoundary("compaction happens only between runs")
+    envelopes = get_journal().load_since_compaction_sync(session_id)
+    messages = fold_messages(envelopes)
+    provider = get_runtime().provider
+    # The summary is a model call: made outside any transaction, then re-checked.
+    payload = async_to_sync(compacted_payload)(provider, state.model, messages, state.last_seq)
+    if payload is None:
+        return False
+    with _locked(session_id) as (session, now):
+        if now.last_seq != state.last_seq or not now.at_turn_boundary:
+            raise NotAtTurnBoundary("the session moved on while compacting; try again")
+        get_journal().append_sync(session.pk, [NewEvent(EventType.TRANSCRIPT_COMPACTED, payload)])
+    return True
+
+
+def do_post_message_with_media(actor: Any, session_id: str, content: Any, *, queue: bool = False) -> Run:
+    """do_post_message for content that may hold media parts.
+
+    Validation comes first and writes nothing; then, in one transaction, the media are
+    stored and the message is journaled (a refusal by do_post_message, such as 409 busy,
+    rolls the media rows back and removes any file this call wrote).
+    """
+    if not isinstance(content, list):
+        return do_post_message(actor, session_id, content, queue=queue)
+    session = get_session_for_user(actor, session_id, "write")
+    checked = media.validate_parts(content, session_model_info(session.model))
+    created: list[str] = []
+    try:
+        with transaction.atomic():
+            parts = media.store_parts(session, checked, created)
+            return do_post_message(actor, session_id, parts, queue=queue)
+    except BaseException:
+        media.forget_files(created)
+        raise

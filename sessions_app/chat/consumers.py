@@ -1,0 +1,194 @@
+"""The chat's websocket: a session's live journal tail as htmx OOB swaps.
+
+ChatConsumer (``/ws/sessions/<id>/?after=N``), one per browser tab:
+
+1. connect() checks the user may read the session *before* joining the group or
+   accepting (4403 for an anonymous user, 4404 for anyone else who may not read it;
+   strangers never learn the session exists);
+2. joins the session's group, accepts, then reads the journal once: everything up to
+   `after` (the last seq the page rendered) primes a ChatViewModel, everything after it
+   is rendered and sent;
+3. forwards live envelopes from the channel layer, skipping seqs it has sent already
+   and, on a gap (the layer delivers at most once), reading the journal after its
+   last seq instead of trusting the message;
+4. every RESYNC_SECONDS it re-joins the group (a restarted Redis forgot it) and
+   compares its last seq with the journal's, so even a dropped *last* message of a run
+   shows up.
+
+Frames are JSON: ``{"first": seq, "seq": last seq, "html": OOB swaps}`` (html may be
+empty), ``{"ready": true, "seq": N}`` once caught up, ``{"reload": true}`` when the
+page's cursor is ahead of the journal (the page is from another database). The page
+keeps `seq` as its cursor and sends it as `after` when it reconnects.
+
+Database access only through database_sync_to_async; HTML only through
+sessions_app.chat.render (Django templates, auto-escaped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+from typing import Any
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+
+from sectr.errors import Forbidden, NotFound
+from sectr.events import Envelope
+from sessions_app import access
+from sessions_app.chat.render import chat_context, render_changes
+from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.journal import get_journal
+from sessions_app.journal.publish import session_group
+from sessions_app.models import Session
+
+logger = logging.getLogger("sectr.consumers")
+
+CLOSE_FORBIDDEN = 4403
+CLOSE_NOT_FOUND = 4404
+RESYNC_SECONDS = float(os.environ.get("SECTR_WS_RESYNC_SECONDS", "10"))
+
+
+# ---- database helpers (each one runs in a thread) ----
+
+
+@database_sync_to_async
+def chat_permissions(user: Any, session_id: str) -> dict[str, bool]:
+    """The viewer's rights on the session; NotFound / Forbidden when they may not read it."""
+    if user is None or not user.is_authenticated:
+        raise Forbidden("log in first")
+    session = access.get_session_for_user(user, session_id, "read")
+    return {
+        "can_write": access.can_write(user, session),
+        "can_approve": access.can_approve(user, session),
+        "can_fork": True,
+    }
+
+
+@database_sync_to_async
+def load_journal(session_id: str, after_seq: int = 0) -> list[Envelope]:
+    return get_journal().load_sync(session_id, after_seq)
+
+
+@database_sync_to_async
+def journal_last_seq(session_id: str) -> int | None:
+    row = Session.objects.filter(pk=session_id).values_list("last_seq", flat=True).first()
+    return int(row) if row is not None else None
+
+
+def parse_after(scope: dict[str, Any]) -> int:
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    raw = (query.get("after") or ["0"])[0]
+    return int(raw) if raw.isdigit() else 0
+
+
+class ChatConsumer(AsyncWebsocketConsumer):
+    session_id: str
+    group: str
+    vm: ChatViewModel | None = None
+    last_seq: int = 0
+    _resync_task: asyncio.Task[None] | None = None
+
+    async def connect(self) -> None:
+        self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        try:
+            self.permissions = await chat_permissions(self.scope.get("user"), self.session_id)
+        except NotFound:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        except Forbidden:
+            await self.close(code=CLOSE_FORBIDDEN)
+            return
+        self.lock = asyncio.Lock()
+        self.group = session_group(self.session_id)
+        # Join before reading the journal: whatever is appended after the read arrives
+        # through the group (and the seq check drops what the read already had).
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        async with self.lock:
+            await self.catch_up(parse_after(self.scope))
+        self._resync_task = asyncio.ensure_future(self.resync_forever())
+
+    async def disconnect(self, code: int) -> None:
+        if self._resync_task is not None:
+            self._resync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._resync_task
+        if getattr(self, "group", None):
+            with contextlib.suppress(Exception):
+                await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """The page may ask for a resync ({"sync": true}); anything else is ignored."""
+        try:
+            message = json.loads(text_data or "{}")
+        except ValueError:
+            return
+        if isinstance(message, dict) and message.get("sync"):
+            await self.resync()
+
+    # ---- catching up and forwarding ----
+
+    async def catch_up(self, after: int) -> None:
+        envelopes = await load_journal(self.session_id, 0)
+        newest = envelopes[-1].seq if envelopes else 0
+        if after > newest:
+            await self.send(text_data=json.dumps({"reload": True, "seq": newest}))
+            after = 0
+        self.vm = ChatViewModel(self.session_id)
+        self.vm.apply_all(e for e in envelopes if e.seq <= after)
+        self.vm.take_changes()
+        self.last_seq = after
+        await self.send_envelopes([e for e in envelopes if e.seq > after])
+        await self.send(text_data=json.dumps({"ready": True, "seq": self.last_seq}))
+
+    async def send_envelopes(self, envelopes: list[Envelope]) -> None:
+        if not envelopes or self.vm is None:
+            return
+        for envelope in envelopes:
+            self.vm.apply(envelope)
+        changes = self.vm.take_changes()
+        first, self.last_seq = envelopes[0].seq, envelopes[-1].seq
+        html = render_changes(changes, chat_context(self.vm, **self.permissions))
+        await self.send(text_data=json.dumps({"first": first, "seq": self.last_seq, "html": html}))
+
+    async def journal_envelopes(self, message: dict[str, Any]) -> None:
+        """A batch of appended envelopes from the channel layer (sessions_app.journal.publish)."""
+        async with self.lock:
+            if self.vm is None:
+                return
+            batch = [Envelope.from_dict(data) for data in message.get("envelopes", [])]
+            fresh = [e for e in batch if e.seq > self.last_seq]
+            if not fresh:
+                return  # sent already (by the catch-up read or a resync)
+            contiguous = fresh[0].seq == self.last_seq + 1 and all(
+                later.seq == earlier.seq + 1 for earlier, later in zip(fresh, fresh[1:], strict=False)
+            )
+            if not contiguous:
+                # A message was dropped or overtaken: the journal has what we missed.
+                fresh = await load_journal(self.session_id, self.last_seq)
+            await self.send_envelopes(fresh)
+
+    async def resync(self) -> None:
+        async with self.lock:
+            newest = await journal_last_seq(self.session_id)
+            if newest is None:
+                await self.close(code=CLOSE_NOT_FOUND)  # the session was deleted
+                return
+            if newest > self.last_seq:
+                await self.send_envelopes(await load_journal(self.session_id, self.last_seq))
+
+    async def resync_forever(self) -> None:
+        while True:
+            await asyncio.sleep(RESYNC_SECONDS)
+            try:
+                await self.channel_layer.group_add(self.group, self.channel_name)
+                await self.resync()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("resync of %s failed", self.session_id, exc_info=True)

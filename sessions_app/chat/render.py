@@ -1,0 +1,96 @@
+"""The chat's HTML: one context for every partial, and a batch of changes as htmx OOB swaps.
+
+The page (views.chat) renders templates/chat/chat.html, which includes the
+partials under templates/chat/. The websocket consumer renders the very
+same partials for what changed, each wrapped or marked as an out-of-band swap:
+
+* a new item (message, card, notice): ``_append.html`` adds it at the end of #transcript;
+* a tool call in a message already on screen: ``_tool_call_append.html``;
+* an item that changed (a finished message now in Markdown, a tool call with its result,
+  a decided approval card): the item's partial with ``hx-swap-oob="true"`` replaces it;
+* streamed text: ``_delta.html`` appends escaped text to the open message;
+* the state word, the token meter, the run controls, the title, mode and model, the
+  notes: their partials, replaced.
+
+Everything goes through Django's auto-escaping templates; nothing is built with string
+formatting, so text from users and models cannot become markup.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.template.loader import render_to_string
+
+from sectr.events import MODES
+from sectr.providers import default_model_from_env, known_models
+from sessions_app.chat.view_model import Changes, ChatViewModel, ToolCallView, dom_id
+
+MODE_LABELS = {"default": "Default (gated tools ask)", "plan": "Plan (read-only tools)", "accept_edits": "Accept edits"}
+
+
+def model_choices(current: str | None = None) -> list[str]:
+    """The models the selector offers: the current one, the configured default, the provider's known ones."""
+    default = default_model_from_env()
+    provider = "demo" if default == "demo" else "openai"
+    names = [default] + [info.model_id for info in known_models(provider)]
+    if current:
+        names.insert(0, current)
+    return list(dict.fromkeys(names))
+
+
+def mode_choices() -> list[tuple[str, str]]:
+    return [(mode, MODE_LABELS.get(mode, mode)) for mode in MODES]
+
+
+def chat_context(
+    vm: ChatViewModel, *, can_write: bool, can_approve: bool, can_fork: bool, **extra: Any
+) -> dict[str, Any]:
+    """What every chat partial needs, for the page and for the consumer alike."""
+    return {
+        "vm": vm,
+        "session_id": vm.session_id,
+        "can_write": can_write,
+        "can_approve": can_approve,
+        "can_fork": can_fork,
+        "modes": mode_choices(),
+        "models": model_choices(vm.state.model),
+        **extra,
+    }
+
+
+def render_changes(changes: Changes, context: dict[str, Any]) -> str:
+    """One batch of changes as a string of OOB swaps (empty when nothing shows)."""
+    parts: list[str] = []
+    if changes.appended:
+        parts.append(render_to_string("chat/_append.html", {**context, "items": changes.appended}))
+    for call in changes.tool_calls_added:
+        parts.append(
+            render_to_string(
+                "chat/_tool_call_append.html",
+                {**context, "call": call, "message_dom_id": dom_id("m", call.message_id), "oob": False},
+            )
+        )
+    for item in changes.replaced:
+        if isinstance(item, ToolCallView):
+            parts.append(render_to_string("chat/_tool_call.html", {**context, "call": item, "oob": True}))
+        else:
+            parts.append(render_to_string("chat/_item.html", {**context, "item": item, "oob": True}))
+    for target, texts in changes.text.items():
+        parts.append(
+            render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)})
+        )
+    for target, texts in changes.reasoning.items():
+        parts.append(
+            render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)})
+        )
+    oob = {**context, "oob": True}
+    if changes.status:
+        for name in ("_state.html", "_usage.html", "_run_controls.html"):
+            parts.append(render_to_string(f"chat/{name}", oob))
+    if changes.settings:
+        for name in ("_title.html", "_settings.html"):
+            parts.append(render_to_string(f"chat/{name}", oob))
+    if changes.notes:
+        parts.append(render_to_string("chat/_notes.html", oob))
+    return "".join(parts)

@@ -1,0 +1,296 @@
+"""The chat's views: thin, each checks who is asking, calls an action, answers.
+
+Every view that touches a session goes through `get_session_for_request` (or an action
+that checks access itself), so a permission check never lives only in a template.
+htmx requests get just the partial they need (or nothing: the session's websocket
+brings the change to every tab); plain form posts get a redirect with a message, so
+the pages also work without JavaScript, minus the live updates.
+
+A refused operation (a sectr.errors.SectrError) becomes a flash message: for htmx it
+is retargeted into the page's #flash with the error's status (base.html tells htmx to
+swap 4xx answers), for a plain post it is a Django message on the redirected page.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+from django_htmx.http import trigger_client_event
+
+import sectr
+from sectr.errors import StaleRunControl, ValidationFailed
+from sectr.providers import default_model_from_env
+from sessions_app import access, actions
+from sessions_app.chat.render import chat_context, mode_choices, model_choices
+from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.journal import get_journal
+from sessions_app.media import PART_MAX_BYTES
+from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
+
+
+def _done(
+    request: HtmxHttpRequest, session_id: str, message: str | None = None, *, event: str | None = None
+) -> HttpResponse:
+    """Success: nothing to swap (the websocket shows the change), or a note in #flash."""
+    if request.htmx:
+        response = flash(message) if message else HttpResponse(status=204)
+        if event:
+            trigger_client_event(response, event)
+        return response
+    if message:
+        messages.info(request, message)
+    return redirect("chat", session_id=session_id)
+
+
+def build_view_model(session: Session) -> ChatViewModel:
+    """The chat's items from one read of the whole journal."""
+    return ChatViewModel.from_envelopes(session.pk, get_journal().load_sync(session.pk, 0))
+
+
+def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, Any]:
+    return chat_context(
+        vm,
+        can_write=access.can_write(user, session),
+        can_approve=access.can_approve(user, session),
+        can_fork=access.can_read(user, session),
+    )
+
+
+AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3",
+                 "audio/flac": "flac", "audio/x-flac": "flac", "audio/ogg": "ogg"}  # fmt: skip
+
+
+def _message_content(request: HtmxHttpRequest) -> str | list[dict[str, Any]]:
+    """The composer's text, plus its attachments as OpenAI content parts (uploads inline,
+    as the API takes them; sessions_app.media validates and stores them)."""
+    text = request.POST.get("content", "")
+    files = request.FILES.getlist("attachments")
+    if not files:
+        return text
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}] if text.strip() else []
+    for upload in files:
+        if upload.size is not None and upload.size > PART_MAX_BYTES:
+            raise ValidationFailed(f"{upload.name} is larger than 10 MiB", code="size")
+        mime = (upload.content_type or "").split(";")[0].strip().lower()
+        data = base64.b64encode(upload.read()).decode("ascii")
+        if mime.startswith("image/"):
+            parts.append({"type": "image_url", "image_url": {"url": f"data:{mime};base64,{data}"}})
+        elif mime.startswith("audio/"):
+            audio_format = AUDIO_FORMATS.get(mime) or (upload.name or "").rsplit(".", 1)[-1].lower()
+            parts.append({"type": "input_audio", "input_audio": {"data": data, "format": audio_format}})
+        else:
+            raise ValidationFailed(f"{upload.name}: only images and audio can be attached", code="mime_type")
+    return parts
+
+
+def _active_run(session: Session) -> Run:
+    """The run a Stop or Steer on this session means: the running one, or the one paused on an ask."""
+    state = session.projection()
+    invocation_id: str | None = None
+    if state.status == "running":
+        invocation_id = state.current_invocation_id
+    elif state.status == "awaiting" and state.pending_ask:
+        invocation_id = state.pending_ask.get("invocation_id")
+    run = Run.objects.filter(session=session, invocation_id=invocation_id).first() if invocation_id else None
+    if run is None:
+        raise StaleRunControl("no run is active in this session")
+    return run
+
+
+# ---- pages ----
+
+
+@login_required
+@require_GET
+def home(request: HtmxHttpRequest) -> HttpResponse:
+    sessions = access.visible_sessions(request.user).order_by("-updated_at")
+    page = Paginator(sessions, 50).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "chat/home.html",
+        {
+            "page": page,
+            "modes": mode_choices(),
+            "models": model_choices(),
+            "default_model": default_model_from_env(),
+            "version": sectr.__version__,
+        },
+    )
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def create_session(request: HtmxHttpRequest) -> HttpResponse:
+    title = request.POST.get("title", "").strip() or None
+    session = actions.do_create_session(
+        request.user,
+        title=title,
+        mode=request.POST.get("mode") or None,
+        model=request.POST.get("model") or None,
+    )
+    return go_to(request, reverse("chat", args=[session.pk]))
+
+
+@login_required
+@require_GET
+def chat(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "read")
+    vm = build_view_model(session)
+    context = page_context(request.user, session, vm)
+    if request.htmx and request.GET.get("partial") == "transcript":
+        return render(request, "chat/_transcript.html", context)
+    return render(request, "chat/chat.html", context)
+
+
+# ---- runs ----
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def post_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    content = _message_content(request)
+    # The composer queues behind an active run rather than refusing (the API's 409 is
+    # for programs); a queued message starts when the current run ends.
+    run = actions.do_post_message_with_media(request.user, session.pk, content, queue=True)
+    note = "Queued: your message is sent when the current run ends." if run.status == Run.PENDING else None
+    return _done(request, session.pk, note, event="sectr:sent")
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def stop(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_cancel(request.user, _active_run(session).pk)
+    return _done(request, session.pk)
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def steer(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    text = request.POST.get("content") or request.POST.get("text") or ""
+    if not text.strip():
+        raise ValidationFailed("write the steer in the message box first", code="invalid_steer")
+    actions.do_steer(request.user, _active_run(session).pk, text)
+    return _done(request, session.pk, "Steer sent: the model sees it at its next step.", event="sectr:sent")
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_retry(request.user, session.pk)
+    return _done(request, session.pk)
+
+
+# ---- session operations ----
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "read")
+    raw_seq = request.POST.get("at_seq", "").strip()
+    at_seq: int | None = None
+    if raw_seq:
+        if not raw_seq.isdigit():
+            raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
+        at_seq = int(raw_seq)
+    forked = actions.do_fork(request.user, session.pk, at_seq=at_seq)
+    return go_to(request, reverse("chat", args=[forked.pk]))
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    cleared = actions.do_clear(request.user, session.pk)
+    return go_to(request, reverse("chat", args=[cleared.pk]))
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def compact(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    shorter = actions.do_compact(request.user, session.pk)
+    return _done(request, session.pk, "Compacted." if shorter else "Nothing to compact yet.")
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def rename(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_rename(request.user, session.pk, request.POST.get("title", ""))
+    return _done(request, session.pk)
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def set_mode(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_set_mode(request.user, session.pk, request.POST.get("mode", ""))
+    return _done(request, session.pk)
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def set_model(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_set_model(request.user, session.pk, request.POST.get("model", ""))
+    return _done(request, session.pk)
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def delete(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    session = get_session_for_request(request, session_id, "write")
+    actions.do_delete(request.user, session.pk)
+    messages.info(request, "Session deleted.")
+    return go_to(request, reverse("home"))
+
+
+@login_required
+@require_GET
+def session_media(request: HtmxHttpRequest, session_id: str, sha256: str) -> HttpResponseBase:
+    """An image or audio part of a session's prompts, for the page to show.
+
+    A fork's inherited messages reference media linked to the session it came from, so
+    the fork chain is followed (while the user may read each session on it).
+    """
+    session = get_session_for_request(request, session_id, "read")
+    for _ in range(20):
+        blob = MediaBlob.objects.filter(sha256=sha256, sessions__session=session).first()
+        if blob is not None:
+            response = FileResponse(blob.file.open("rb"), content_type=blob.mime_type)
+            response["X-Content-Type-Options"] = "nosniff"
+            response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+            response["Cache-Control"] = "private, max-age=86400"
+            return response
+        origin = session.projection().forked_from
+        parent = Session.objects.filter(pk=origin.get("session_id")).first() if origin else None
+        if parent is None or parent.pk == session.pk or not access.can_read(request.user, parent):
+            break
+        session = parent
+    raise Http404("no such media")

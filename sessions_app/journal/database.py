@@ -1,0 +1,421 @@
+"""DatabaseJournal: the sectr.journal.Journal protocol on Django's database.
+
+Appends are atomic and gapless on SQLite and PostgreSQL. In one transaction an append
+locks the Session row, reads last_seq, inserts the envelopes with the next seqs and
+updates the Session row (last_seq and the cached projection). On PostgreSQL the lock is
+``SELECT ... FOR NO KEY UPDATE`` on the Session row; on SQLite the settings' IMMEDIATE
+transaction mode takes the database's write lock at BEGIN, which serialises writers
+just as well. The unique (session, seq) constraint is the last line of defence.
+
+Locking order: Session row, then Run row (the fence). Code that locks both in one
+transaction (cancel, steer, claiming or finishing a run: sessions_app.runs) take them in
+the same order, the Session row first, or PostgreSQL may have to break a deadlock.
+
+Fencing: ``fence=(run_id, lease_token)``. Inside the append's transaction, after the
+Session lock, the Run row is locked and must still carry that lease_token and not be
+finished (suspended, completed, failed, cancelled, or finished_at set); otherwise
+LeaseLost is raised and nothing is written. A worker therefore journals a run's
+terminal envelope before (or in the same transaction as, ahead of) marking the run
+finished.
+
+Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
+updated_at, so a batch made only of deltas bumps those two columns with one
+``UPDATE ... RETURNING last_seq`` (which is also the row lock) and leaves the state JSON
+alone; `Session.projection()` takes last_seq from the column.
+
+Sync methods (`append_sync`, `load_sync`, `load_since_compaction_sync`, `state_sync`)
+are for code that already runs in a thread, such as actions inside their own
+``transaction.atomic()``: `append_sync` joins the caller's transaction and publishes on
+its commit. The async protocol methods run the same code in a thread pool (not the one
+thread-sensitive thread: many invocations append at once), closing stale connections
+around the work like channels' database_sync_to_async, and publish after the commit.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any, ParamSpec, TypeVar, cast
+
+from asgiref.sync import sync_to_async
+from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.utils import timezone
+
+from sectr.errors import LeaseLost, NotFound, SteerArrived
+from sectr.events import Envelope, EventType
+from sectr.journal import NewEvent
+from sectr.state import SessionState, apply_envelope
+from sessions_app import models
+from sessions_app.journal.publish import apublish, publish_on_commit
+
+#: (run_id, lease_token) of the worker that writes.
+Fence = tuple[str, str]
+
+INVOCATION_ID_MAX = 40
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def journal_executor() -> ThreadPoolExecutor:
+    """The threads the async methods run in (SECTR_JOURNAL_THREADS, default 16).
+
+    Keep it at or below the PostgreSQL pool's size (SECTR_DB_POOL_MAX): each busy
+    thread holds one connection.
+    """
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(
+            max_workers=int(os.environ.get("SECTR_JOURNAL_THREADS", "16")), thread_name_prefix="sectr-journal"
+        )
+    return _executor
+
+
+#: How long a journal thread keeps an idle SQLite connection open (seconds).
+SQLITE_KEEPALIVE = 300.0
+
+
+def _keep_sqlite_connections() -> None:
+    """Let this journal thread's SQLite connections outlive CONN_MAX_AGE=0.
+
+    Opening a Django SQLite connection costs ~0.35 ms (functions to register, pragmas),
+    more than an append; with CONN_MAX_AGE=0 every async append would pay it. The
+    journal's threads are few and long-lived, so keeping one connection each is bounded
+    (the ASGI leak CONN_MAX_AGE=0 guards against comes from short-lived request threads).
+    close_old_connections() still closes a connection that errored or became unusable.
+    PostgreSQL connections go back to psycopg's pool as usual: holding them here would
+    starve the request threads.
+    """
+    deadline = time.monotonic() + SQLITE_KEEPALIVE
+    for connection in connections.all(initialized_only=True):
+        if connection.vendor == "sqlite" and connection.connection is not None and connection.close_at is not None:
+            connection.close_at = deadline
+
+
+def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    close_old_connections()
+    try:
+        return func(*args, **kwargs)
+    finally:
+        _keep_sqlite_connections()
+        close_old_connections()
+
+
+_db_thread_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_executor: ThreadPoolExecutor | None = None
+
+
+async def run_in_sqlite_writer_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Like run_in_db_thread, on one dedicated thread: SQLite has a single writer anyway,
+    and one thread keeps one warm connection (appends spread over the pool's threads
+    each paid for a colder connection: 430 us an append against 290 us on one thread)."""
+    global _sqlite_writer_call, _sqlite_writer_executor
+    if _sqlite_writer_call is None:
+        _sqlite_writer_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-sqlite-writer")
+        _sqlite_writer_call = sync_to_async(
+            _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer_executor
+        )
+    return cast(_R, await _sqlite_writer_call(func, args, kwargs))
+
+
+async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Run sync database code in the journal's thread pool, like database_sync_to_async.
+
+    Stale connections are closed before and after the work (as database_sync_to_async
+    does), except that SQLite connections are kept for reuse (see _keep_sqlite_connections).
+    """
+    global _db_thread_call
+    if _db_thread_call is None:
+        # Built once: a SyncToAsync costs more to construct than to call.
+        _db_thread_call = sync_to_async(
+            _call_with_fresh_connections, thread_sensitive=False, executor=journal_executor()
+        )
+    return cast(_R, await _db_thread_call(func, args, kwargs))
+
+
+_sqlite_writer_locks: dict[str, threading.Lock] = {}
+_sqlite_writer_locks_guard = threading.Lock()
+
+
+@contextmanager
+def sqlite_writer_turn(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """On SQLite, queue this process's journal writers on a mutex before BEGIN IMMEDIATE.
+
+    SQLite has one writer at a time; a writer that finds the database locked sleeps in
+    SQLite's busy handler (1, 2, 5, 10 ... ms), which collapses throughput when several
+    invocations stream at once. Threads of one process wait on this lock instead and take
+    turns within microseconds; other processes still queue on busy_timeout. Not taken
+    inside an outer transaction (it already holds SQLite's lock: waiting here could only
+    stall), nor on other databases.
+    """
+    connection = connections[using]
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    name = str(connection.settings_dict["NAME"])
+    with _sqlite_writer_locks_guard:
+        lock = _sqlite_writer_locks.setdefault(name, threading.Lock())
+    with lock:
+        yield
+
+
+def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any], str | None]]:
+    """Validate a batch before touching the database; payloads normalised through JSON.
+
+    Normalising means what the append returns (and publishes) is exactly what `load`
+    will read back, and that a bad payload fails here on both backends alike.
+    """
+    prepared = []
+    for event in events:
+        event_type = EventType(event.type)
+        if not isinstance(event.payload, dict):
+            raise TypeError(f"{event_type.value} payload must be a dict, not {type(event.payload).__name__}")
+        text = json.dumps(event.payload, allow_nan=False)  # TypeError/ValueError: not JSON
+        invocation_id = event.invocation_id
+        if invocation_id is not None and (not isinstance(invocation_id, str) or len(invocation_id) > INVOCATION_ID_MAX):
+            raise ValueError(f"invocation_id must be a string of at most {INVOCATION_ID_MAX} characters")
+        prepared.append((event_type, json.loads(text), invocation_id))
+    return prepared
+
+
+def _qn(connection: BaseDatabaseWrapper, name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+class DatabaseJournal:
+    """The journal on the database (see the module docstring for the rules).
+
+    `publish=False` skips the channel layer (bulk imports, benchmarks of the bare write).
+    """
+
+    def __init__(self, *, publish: bool = True, using: str = DEFAULT_DB_ALIAS) -> None:
+        self.publish = publish
+        self.using = using
+
+    # ---- the protocol (async) ----
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        batch = list(events)
+        run = run_in_sqlite_writer_thread if connections[self.using].vendor == "sqlite" else run_in_db_thread
+        envelopes = await run(self._append_in_own_transaction, session_id, batch, fence)
+        if self.publish and envelopes:
+            await apublish(envelopes)
+        return envelopes
+
+    async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
+        return await run_in_db_thread(self.load_sync, session_id, after_seq)
+
+    async def load_since_compaction(self, session_id: str) -> list[Envelope]:
+        return await run_in_db_thread(self.load_since_compaction_sync, session_id)
+
+    async def state(self, session_id: str) -> SessionState:
+        return await run_in_db_thread(self.state_sync, session_id)
+
+    # ---- sync twins ----
+
+    def append_sync(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        """Append inside the caller's transaction, if any; publish when it commits."""
+        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+            envelopes = self._append_locked(session_id, list(events), fence)
+            if self.publish and envelopes:
+                publish_on_commit(envelopes, using=self.using)
+        return envelopes
+
+    def load_sync(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
+        rows = self._envelope_rows(session_id, seq__gt=after_seq)
+        if not rows and not models.Session.objects.using(self.using).filter(pk=session_id).exists():
+            raise NotFound(f"no session {session_id}")
+        return rows
+
+    def load_since_compaction_sync(self, session_id: str) -> list[Envelope]:
+        # Session.compaction_seq is the newest TRANSCRIPT_COMPACTED: the read starts there
+        # on the (session, seq) index and never visits older rows. A compaction committed
+        # between the two reads only makes the result start earlier, which folds the same.
+        compaction_seq = (
+            models.Session.objects.using(self.using)
+            .filter(pk=session_id)
+            .values_list("compaction_seq", flat=True)
+            .first()
+        )
+        if compaction_seq is None:
+            raise NotFound(f"no session {session_id}")
+        return self._envelope_rows(session_id, seq__gte=max(compaction_seq, 1))
+
+    def state_sync(self, session_id: str) -> SessionState:
+        session = models.Session.objects.using(self.using).filter(pk=session_id).first()
+        if session is None:
+            raise NotFound(f"no session {session_id}")
+        return session.projection()
+
+    def rebuild_projection_sync(self, session_id: str) -> SessionState:
+        """Recompute the Session row's cached projection from the journal alone."""
+        session = models.Session.objects.using(self.using).filter(pk=session_id).first()
+        if session is None:
+            raise NotFound(f"no session {session_id}")
+        return session.rebuild_projection()
+
+    # ---- the write ----
+
+    def _append_in_own_transaction(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+            return self._append_locked(session_id, events, fence)
+
+    def _append_locked(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+        """The append proper; the caller holds a transaction open around it."""
+        prepared = _prepare(events)
+        connection = connections[self.using]
+        now = timezone.now()
+        session: models.Session | None = None
+        if prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
+            last_seq = self._bump_last_seq(connection, session_id, len(prepared), now) - len(prepared)
+        else:
+            session = (
+                models.Session.objects.using(self.using).select_for_update(no_key=True).filter(pk=session_id).first()
+            )
+            if session is None:
+                raise NotFound(f"no session {session_id}")
+            last_seq = session.last_seq
+        if fence is not None:
+            completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
+            self._check_fence(session_id, fence, completing=completing)
+        if not prepared:
+            return []
+        envelopes = [
+            Envelope(session_id, last_seq + i, invocation_id, event_type, payload, now)
+            for i, (event_type, payload, invocation_id) in enumerate(prepared, start=1)
+        ]
+        self._insert(connection, envelopes)
+        if session is not None:
+            asks = [e.payload["ask_id"] for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
+            if asks:
+                models.AskIndex.objects.using(self.using).bulk_create(
+                    [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
+                )
+            state = session.projection()
+            for envelope in envelopes:
+                apply_envelope(state, envelope)
+            columns = models.Session.cached_columns(state)
+            columns["updated_at"] = now
+            models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+        return envelopes
+
+    def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
+        """Add `count` to the session's last_seq (locking its row); the new last_seq."""
+        table = _qn(connection, models.Session._meta.db_table)
+        updated_at = connection.ops.adapt_datetimefield_value(now)
+        with connection.cursor() as cursor:
+            if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite >= 3.35
+                cursor.execute(
+                    f"UPDATE {table} SET last_seq = last_seq + %s, updated_at = %s WHERE id = %s RETURNING last_seq",  # noqa: S608 - quoted names
+                    [count, updated_at, session_id],
+                )
+                row = cursor.fetchone()
+                if row is None:
+                    raise NotFound(f"no session {session_id}")
+                return int(row[0])
+        last_seq = (
+            models.Session.objects.using(self.using)
+            .select_for_update(no_key=True)
+            .filter(pk=session_id)
+            .values_list("last_seq", flat=True)
+            .first()
+        )
+        if last_seq is None:
+            raise NotFound(f"no session {session_id}")
+        models.Session.objects.using(self.using).filter(pk=session_id).update(last_seq=last_seq + count, updated_at=now)
+        return last_seq + count
+
+    def _check_fence(self, session_id: str, fence: Any, *, completing: bool = False) -> None:
+        try:
+            run_id, lease_token = fence
+        except (TypeError, ValueError):
+            raise LeaseLost(f"malformed fence {fence!r}") from None
+        run = self._lock_run_for_fence(str(run_id))
+        if run is None:
+            raise LeaseLost(f"run {run_id} does not exist")
+        run_session, token, status, finished_at, pending_steer = run
+        if run_session != session_id:
+            raise LeaseLost(f"run {run_id} does not belong to session {session_id}")
+        if token is None or token != lease_token:
+            raise LeaseLost(f"run {run_id}: the lease was taken over")
+        if status in models.Run.FINISHED_STATUSES or finished_at is not None:
+            raise LeaseLost(f"run {run_id} is {status}")
+        if completing and pending_steer:
+            # do_steer parks under the same Session-then-Run locks: a steer accepted for
+            # this run is either seen here (and answered) or refused as stale after.
+            raise SteerArrived(f"run {run_id}: a steer arrived while it was ending")
+
+    def _lock_run_for_fence(self, run_id: str) -> tuple[Any, ...] | None:
+        """(session_id, lease_token, status, finished_at, pending_steer) of the Run row,
+        locked like select_for_update(no_key=True) where the database has row locks.
+
+        Plain SQL: every fenced append (each streamed delta) runs it, and compiling the
+        equivalent queryset cost more CPU than the rest of the append (bench/live.py).
+        finished_at is only tested for None (SQLite returns it as text here).
+        """
+        connection = connections[self.using]
+        table = _qn(connection, models.Run._meta.db_table)
+        columns = ", ".join(
+            _qn(connection, name) for name in ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+        )
+        sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+        if connection.features.has_select_for_update:
+            sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [run_id])
+            row = cursor.fetchone()
+        return tuple(row) if row is not None else None
+
+    def _insert(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> None:
+        # One multi-row INSERT through the fields' own adapters (jsonb on PostgreSQL,
+        # text on SQLite): the ORM's bulk_create costs more than the write on SQLite.
+        payload_field = models.Envelope._meta.get_field("payload")
+        table = _qn(connection, models.Envelope._meta.db_table)
+        columns = ", ".join(
+            _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+        )
+        created_at = connection.ops.adapt_datetimefield_value(envelopes[0].created_at)
+        params: list[Any] = []
+        for envelope in envelopes:
+            params += [
+                envelope.session_id,
+                envelope.seq,
+                envelope.invocation_id,
+                envelope.type.value,
+                payload_field.get_db_prep_save(envelope.payload, connection),
+                created_at,
+            ]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(envelopes))
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)  # noqa: S608 - quoted names
+
+    # ---- reads ----
+
+    def _envelope_rows(self, session_id: str, **seq_filter: int) -> list[Envelope]:
+        rows = (
+            models.Envelope.objects.using(self.using)
+            .filter(session_id=session_id, **seq_filter)
+            .order_by("seq")
+            .values_list("seq", "invocation_id", "type", "payload", "created_at")
+        )
+        return [
+            Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
+            for seq, invocation_id, event_type, payload, created_at in rows
+        ]
+
+
+@functools.cache
+def get_journal() -> DatabaseJournal:
+    """The process's one DatabaseJournal (the runtime's too): every caller shares it."""
+    return DatabaseJournal()

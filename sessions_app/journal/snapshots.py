@@ -1,0 +1,158 @@
+"""Snapshots and transcripts of a session (SPEC section 6), as JSON-ready dicts.
+
+Both are projections: a snapshot reads the Session row's cached projection (itself
+rebuildable from the journal), a transcript folds the journal. The API returns them
+as they are and the SDK wraps them in small classes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sectr.events import EventType
+from sectr.fold import fold_messages
+from sectr.state import SessionState, prompt_text
+from sessions_app.journal import get_journal
+from sessions_app.models import Run, Session
+from sessions_app.runtime import session_model_info
+
+#: A transcript reads the whole journal in one query up to this many envelopes; a longer
+#: one is read from its newest compaction on (what the model sees) and marked incomplete.
+TRANSCRIPT_MAX_ENVELOPES = 50_000
+
+
+USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
+
+
+def _usage(values: dict[str, Any] | None) -> dict[str, int]:
+    values = values or {}
+    return {key: int(values.get(key, 0) or 0) for key in USAGE_KEYS}
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def placement(session_id: str) -> dict[str, Any] | None:
+    """Which worker holds the session's active run (for operators), or None."""
+    run = (
+        Run.objects.filter(session_id=session_id, status__in=(Run.QUEUED, Run.RUNNING))
+        .order_by("-created_at")
+        .values("id", "status", "lease_owner", "lease_expires_at", "heartbeat_at")
+        .first()
+    )
+    if run is None:
+        return None
+    return {
+        "run_id": run["id"],
+        "run_status": run["status"],
+        "worker": run["lease_owner"],
+        "lease_expires_at": _iso(run["lease_expires_at"]),
+        "heartbeat_at": _iso(run["heartbeat_at"]),
+    }
+
+
+def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]:
+    """The fields of SPEC section 6's snapshot, from the cached projection."""
+    state: SessionState = session.projection()
+    info = session_model_info(state.model)
+    total = state.total_usage
+    return {
+        "id": session.pk,
+        "state": state.status,
+        "mode": state.mode,
+        "title": state.title,
+        "resolved_model": {
+            "provider_id": info.provider_id,
+            "model_id": info.model_id,
+            "context_window": info.context_window,
+            "reasoning_effort": state.reasoning_effort,
+        },
+        "limits": dict(state.limits),
+        "turns": state.turns,
+        "tool_calls": state.tool_calls,
+        "token_usage": {
+            "total": _usage(total),
+            "by_model": {model: _usage(usage) for model, usage in sorted(state.usage.items())},
+        },
+        "media": {"image": info.image_input, "audio": info.audio_input},
+        "placement": placement(session.pk) if with_placement else None,
+        "pending_ask": _ask(state.pending_ask),
+        "created_at": _iso(state.created_at or session.created_at),
+        "updated_at": _iso(state.updated_at or session.updated_at),
+        "owner": session.owner.get_username(),
+        "last_seq": state.last_seq,
+        "closed": session.closed_at is not None,
+        "forked_from": state.forked_from,
+        "notes": dict(state.notes),
+        "last_error": state.last_error["error"] if state.last_error else None,
+        "stop_reason": state.last_stop_reason,
+    }
+
+
+def _ask(ask: dict[str, Any] | None) -> dict[str, Any] | None:
+    if ask is None:
+        return None
+    return {key: ask.get(key) for key in ("ask_id", "tool_call_id", "name", "arguments", "seq", "invocation_id")}
+
+
+def session_summary(session: Session) -> dict[str, Any]:
+    """A list entry: the snapshot without its placement (one query per page, not per row)."""
+    return snapshot(session, with_placement=False)
+
+
+# ---- transcripts ----
+
+
+def transcript(session: Session) -> dict[str, Any]:
+    """`messages` (role, text, tool_calls, tool_result, parts) and `complete`.
+
+    The whole journal is read with one SELECT, which both SQLite and PostgreSQL answer
+    from one snapshot: `complete` is True when that read held every envelope from seq 1
+    on without a gap. Compactions inside the session are skipped so that the transcript
+    keeps the full history a person saw (a fork's opening compaction, which holds the
+    source's conversation, is kept).
+    """
+    if session.last_seq > TRANSCRIPT_MAX_ENVELOPES:
+        envelopes = get_journal().load_since_compaction_sync(session.pk)
+    else:
+        envelopes = get_journal().load_sync(session.pk)
+    complete = bool(envelopes) and all(env.seq == i for i, env in enumerate(envelopes, start=1))
+    kept = [
+        env for env in envelopes if env.type is not EventType.TRANSCRIPT_COMPACTED or not env.payload.get("through_seq")
+    ]
+    if not complete:  # read from a compaction: its messages are the start of the history
+        kept = envelopes
+    return {
+        "session_id": session.pk,
+        "messages": [transcript_message(m) for m in fold_messages(kept)],
+        "complete": complete,
+        "last_seq": envelopes[-1].seq if envelopes else 0,
+    }
+
+
+def transcript_message(message: dict[str, Any]) -> dict[str, Any]:
+    """One folded (OpenAI-style) message as a transcript entry."""
+    role = message.get("role", "")
+    content = message.get("content")
+    parts = content if isinstance(content, list) else None
+    text = prompt_text(content) if content is not None else None
+    calls = [
+        {
+            "id": call.get("id"),
+            "name": call.get("function", {}).get("name"),
+            "arguments": call.get("function", {}).get("arguments"),
+        }
+        for call in message.get("tool_calls") or []
+    ]
+    tool_result = None
+    if role == "tool":
+        tool_result = {"tool_call_id": message.get("tool_call_id"), "content": content}
+    return {
+        "role": role,
+        "text": text,
+        "reasoning": message.get("reasoning_content"),
+        "tool_calls": calls,
+        "tool_result": tool_result,
+        "parts": parts,
+    }

@@ -1,0 +1,511 @@
+"""The Run lifecycle: every change of a Run row's status, lease or control slots.
+
+A Run is one client-visible run (SPEC section 6) and the work queue's row for it. This
+module is the only code that changes a Run row; actions call it for the changes people
+and programs ask for, the worker (sessions_app.worker, the asyncio loop) for the ones
+it makes as it claims, executes and heartbeats. Nothing else saves a Run.
+
+States::
+
+    pending ──promote──▶ queued ──claim──▶ running ──finish──▶ suspended | completed
+       │                   │                  │ ▲                          | failed | cancelled
+       │cancel             │cancel            │ └─recover (lease expired: another worker)
+       ▼                   ▼                  ├──fail_exhausted (lost max_attempts times) ──▶ failed
+    cancelled          cancelled              └──cancel_lost (cancelled while its worker was dead) ──▶ cancelled
+
+| transition | from → to | function, called by |
+|---|---|---|
+| queue | (new) → queued | `queue_run`: actions (message, decision, retry) |
+| queue behind | (new) → pending | `queue_pending_run`: actions (a message while a run is active) |
+| promote | pending → queued, or cancelled (a retry no longer eligible) | `promote_pending_run`: worker, cancel |
+| claim | queued → running (lease owner, token, expiry) | `claim_next_run`: worker |
+| recover | running, lease expired → running (new token, `recover` invocation) | `claim_next_run`: worker |
+| fail exhausted | running, lease expired, attempts ≥ max_attempts → failed | `claim_next_run`: worker |
+| cancel lost | running, lease expired, cancel requested → cancelled | `claim_next_run`: worker |
+| reconcile | active → what the journal says (its terminal event is there) | `claim_next_run`: worker |
+| heartbeat | running → running (lease renewed, cancel flag read) | `heartbeat_runs`: worker |
+| release | running → running, lease expired now (shutdown past drain) | `release_lease`: worker |
+| finish | running → suspended, completed, failed, cancelled (lease held) | `finish_run`: worker |
+| cancel | pending, unclaimed queued, suspended → cancelled; running: flagged | `cancel_run`: actions.do_cancel |
+| steer | queued, running: text parked in the steer slot | `park_steer`: actions.do_steer |
+| take steer | running: the slot emptied into the journal | `take_parked_steer`: worker's RunControl |
+
+The fence. A worker's journal writes carry (run id, lease token). Inside every fenced
+append, DatabaseJournal (sessions_app.journal.database) locks the Run row after the
+Session row and refuses the write (LeaseLost) unless the row still carries that token
+and is not finished: the lease columns written here are what fences a presumed-dead
+worker. So a worker journals a run's terminal envelope before it finishes the row.
+
+Locking order, everywhere: the Session row, then the Run row (the journal's order). The
+other order deadlocks against a cancel or a steer.
+
+How the ends of a run look in the journal (orphaned tool results, the terminal
+envelope) is decided in the core, sectr.operations (`cancelled_events`,
+`lost_run_failed_events`), for the runtime and this module alike.
+
+Wake-ups: a queued run wakes the workers after commit (the channel layer for other
+processes, `LocalListeners` for a worker in this process); a cancel request pokes the
+worker that holds the run.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import operator
+import os
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from sectr import operations
+from sectr.errors import LeaseLost, StaleRunControl
+from sectr.events import Envelope, EventType
+from sectr.fold import fold_messages, open_tool_calls
+from sectr.journal import NewEvent
+from sectr.state import SessionState
+from sessions_app.journal import get_journal
+from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
+from sessions_app.models import Run, Session
+
+log = logging.getLogger("sectr.runs")
+
+#: Runs that still hold (or wait for) a worker.
+ACTIVE_RUN_STATUSES = (Run.QUEUED, Run.RUNNING)
+TERMINAL_RUN_STATUS = {
+    EventType.INVOCATION_COMPLETED: Run.COMPLETED,
+    EventType.INVOCATION_SUSPENDED: Run.SUSPENDED,
+    EventType.INVOCATION_FAILED: Run.FAILED,
+    EventType.INVOCATION_CANCELLED: Run.CANCELLED,
+}
+
+
+def lease_seconds() -> float:
+    return float(getattr(settings, "SECTR_LEASE_SECONDS", os.environ.get("SECTR_LEASE_SECONDS", "6")))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A worker's hold on a running run: its lease token is the journal fence."""
+
+    run_id: str
+    session_id: str
+    invocation_id: str
+    token: str
+    recovered: bool
+
+    @property
+    def fence(self) -> tuple[str, str]:
+        return (self.run_id, self.token)
+
+
+# ---- listeners in this process (the embedded worker, test workers) ----
+
+
+class RunListener(Protocol):
+    def wake_threadsafe(self) -> None: ...
+
+    def poke_threadsafe(self, run_id: str) -> None: ...
+
+
+class LocalListeners:
+    """Workers of this process that want to hear of queued runs and cancel requests at
+    once, without the channel layer (which the in-memory layer cannot carry across
+    event loops, and which delayed the embedded worker's frames)."""
+
+    def __init__(self) -> None:
+        self._listeners: set[RunListener] = set()
+        self._lock = threading.Lock()
+
+    def add(self, listener: RunListener) -> None:
+        with self._lock:
+            self._listeners.add(listener)
+
+    def discard(self, listener: RunListener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
+
+    def snapshot(self) -> list[RunListener]:
+        with self._lock:
+            return list(self._listeners)
+
+    def wake(self) -> None:
+        for listener in self.snapshot():
+            listener.wake_threadsafe()
+
+    def poke(self, run_id: str) -> None:
+        for listener in self.snapshot():
+            listener.poke_threadsafe(run_id)
+
+
+local_listeners = LocalListeners()
+
+
+def _wake_on_commit() -> None:
+    wake_workers_on_commit()  # workers in other processes, through the channel layer
+    transaction.on_commit(local_listeners.wake)  # a worker in this process (the embedded one)
+
+
+def poke_run(run_id: str) -> None:
+    """Tell the worker holding `run_id` to re-read its cancel flag now."""
+    local_listeners.poke(run_id)
+    if getattr(settings, "REDIS_URL", ""):  # the in-memory layer cannot reach other processes
+        poke_run_control(run_id)
+
+
+def poke_run_on_commit(run_id: str) -> None:
+    transaction.on_commit(lambda: poke_run(run_id))
+
+
+# ---- queue (inside the caller's session lock) ----
+
+
+def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> Run:
+    """Journal the events that start an invocation and queue its Run (under the session lock)."""
+    envelopes = get_journal().append_sync(session.pk, events)
+    start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
+    run = Run.objects.create(
+        session=session,
+        invocation_id=invocation_id,
+        invocation_ids=[invocation_id],
+        reason=start.payload["reason"],
+        status=Run.QUEUED,
+        start_seq=start.seq,
+    )
+    if session.closed_at is not None:
+        Session.objects.filter(pk=session.pk).update(closed_at=None)
+    _wake_on_commit()
+    return run
+
+
+def queue_pending_run(session: Session, reason: dict[str, Any]) -> Run:
+    """A run that waits behind the active one; nothing is journaled until it is promoted."""
+    return Run.objects.create(session=session, reason=reason, status=Run.PENDING)
+
+
+def has_pending_run(session: Session) -> bool:
+    return Run.objects.filter(session=session, status=Run.PENDING).exists()
+
+
+def has_active_run(session: Session) -> bool:
+    return Run.objects.filter(session=session, status__in=ACTIVE_RUN_STATUSES).exists()
+
+
+def promote_pending_run(session_id: str) -> Run | None:
+    """Start the oldest pending run of an idle session (called when a run ends)."""
+    with transaction.atomic():
+        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        if session is None:
+            return None
+        state = session.projection()
+        if state.is_active or state.status == "awaiting":
+            return None
+        run = Run.objects.filter(session=session, status=Run.PENDING).order_by("created_at", "id").first()
+        if run is None:
+            return None
+        if run.reason.get("kind") == "retry":
+            if not (state.status == "failed" and state.last_error and state.last_error.get("retryable")):
+                Run.objects.filter(pk=run.pk).update(
+                    status=Run.CANCELLED, finished_at=timezone.now(), error="no longer retryable"
+                )
+                return None
+            invocation_id, events = operations.retry_events(state)
+        else:
+            content = run.reason["input"]["content"]
+            invocation_id, events = operations.message_events(state, content, author=run.reason.get("author"))
+        envelopes = get_journal().append_sync(session.pk, events)
+        start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
+        run.invocation_id = invocation_id
+        run.invocation_ids = [invocation_id]
+        run.reason = start.payload["reason"]
+        run.status = Run.QUEUED
+        run.start_seq = start.seq
+        run.save(update_fields=["invocation_id", "invocation_ids", "reason", "status", "start_seq"])
+        _wake_on_commit()
+        return run
+
+
+# ---- claim, recover (sync, in a database thread) ----
+
+
+def claim_next_run(worker_id: str, lease: float) -> Claim | None:
+    """Claim the oldest runnable run: queued, or running with an expired lease.
+
+    A run whose lease expired is recovered here, under the session lock, in the same
+    transaction as the claim. Locks are taken in the journal's order, Session row then
+    Run row, like every action: the other order deadlocks against a cancel or a steer
+    (which hold the session and wait for the run). On PostgreSQL the Run row is taken
+    with SKIP LOCKED, so two workers that picked the same candidate never wait on each
+    other for it: the loser moves on to the next one.
+    """
+    tidied: list[str] = _stranded_pending_sessions()
+    try:
+        for _ in range(3):
+            now = timezone.now()
+            candidates = list(
+                Run.objects.filter(_runnable(now)).order_by("created_at", "id").values_list("pk", "session_id")[:20]
+            )
+            if not candidates:
+                return None
+            for run_id, session_id in candidates:
+                claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
+                if claim is not None:
+                    return claim
+        return None
+    finally:
+        # Runs ended here (their journal had ended them already, or they were lost too
+        # often, or cancelled while their worker was dead) may free a queued message.
+        for session_id in dict.fromkeys(tidied):
+            promote_pending_run(session_id)
+
+
+def _stranded_pending_sessions(limit: int = 20) -> list[str]:
+    """Sessions with a queued message but no run going (its promotion was lost: a worker
+    died between recording a run's end and starting the next message)."""
+    return list(
+        Run.objects.filter(status=Run.PENDING)
+        .exclude(session__status__in=("running", "awaiting"))
+        .values_list("session_id", flat=True)
+        .distinct()[:limit]
+    )
+
+
+def _runnable(now: Any) -> Q:
+    return Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+
+
+def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
+    with transaction.atomic():
+        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        if session is None:
+            return None  # deleted meanwhile
+        now = timezone.now()
+        runnable = Run.objects.filter(_runnable(now), pk=run_id)
+        if connection.vendor == "postgresql":
+            runnable = runnable.select_for_update(skip_locked=True)
+        run = runnable.first()
+        if run is None:
+            return None  # another worker claimed it (or it ended) since we looked
+        state = session.projection()
+        if state.current_invocation_id != run.invocation_id or not state.is_active:
+            # Its invocation already ended in the journal (the worker died after the
+            # terminal append, or it was cancelled before any worker took it).
+            _finish_run_from_state(run, state)
+            tidied.append(session_id)
+            return None
+        recovered = run.status == Run.RUNNING
+        token = uuid.uuid4().hex
+        if recovered:
+            if run.cancel_requested:
+                _cancel_lost_run(run, state)
+                tidied.append(session_id)
+                return None
+            if run.attempts >= run.max_attempts:
+                _fail_exhausted(run, state)
+                tidied.append(session_id)
+                return None
+            invocation_id, events = operations.recover_events(
+                state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
+            )
+            get_journal().append_sync(session.pk, events)
+            run.invocation_id = invocation_id
+            run.invocation_ids = [*run.invocation_ids, invocation_id]
+        run.status = Run.RUNNING
+        run.attempts += 1
+        run.lease_owner = worker_id
+        run.lease_token = token
+        run.lease_expires_at = now + timedelta(seconds=lease)
+        run.heartbeat_at = now
+        run.started_at = run.started_at or now
+        run.save()
+        return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
+
+
+def _end(run: Run, status: str, stop_reason: str, *, error: str | None = None) -> None:
+    """A finished row holds no lease (a late finish_run or fenced append is refused)."""
+    run.status, run.stop_reason = status, stop_reason
+    if error is not None:
+        run.error = error
+    run.lease_token, run.lease_expires_at = None, None
+    run.finished_at = run.finished_at or timezone.now()
+    run.save()
+
+
+def _finish_run_from_state(run: Run, state: SessionState) -> None:
+    """Bring a Run row in line with its journal (its terminal event is there already)."""
+    status = {"awaiting": Run.SUSPENDED, "completed": Run.COMPLETED, "failed": Run.FAILED, "cancelled": Run.CANCELLED}
+    _end(run, status.get(state.status, Run.FAILED), state.last_stop_reason or "")
+
+
+def _fail_exhausted(run: Run, state: SessionState) -> None:
+    error = f"the run was lost {run.attempts} times (its workers stopped answering)"
+    events = operations.lost_run_failed_events(run.invocation_id, open_message_id=state.open_message_id, error=error)
+    get_journal().append_sync(run.session_id, events)
+    _end(run, Run.FAILED, "error", error=error)
+
+
+def _cancel_lost_run(run: Run, state: SessionState) -> None:
+    """End a run that was cancelled while its worker was dead, as its worker would have."""
+    journal = get_journal()
+    messages = fold_messages(journal.load_since_compaction_sync(run.session_id))
+    events = operations.cancelled_events(
+        run.invocation_id,
+        open_message_id=state.open_message_id,
+        open_calls=open_tool_calls(messages),
+        by=run.cancel_requested_by or None,
+    )
+    journal.append_sync(run.session_id, events)
+    _end(run, Run.CANCELLED, "cancelled")
+
+
+# ---- while running (the worker) ----
+
+
+def finish_run(claim: Claim, terminal: Envelope) -> bool:
+    """Record a run's end on its row (only while this worker still holds the lease)."""
+    status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
+    payload = terminal.payload
+    stop = payload.get("stop_reason") or {
+        Run.SUSPENDED: "awaiting_approval",
+        Run.FAILED: "error",
+        Run.CANCELLED: "cancelled",
+    }.get(status, "")
+    updated = Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(
+        status=status,
+        stop_reason=stop,
+        usage=payload.get("usage") or {},
+        error=payload.get("error", ""),
+        lease_token=None,
+        lease_expires_at=None,
+        finished_at=timezone.now(),
+    )
+    return updated == 1
+
+
+def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:
+    """Renew leases and read cancel flags: {run_id: (still held, who asked to cancel)}.
+
+    "Who asked" is None when nobody did, else the username ("" when unknown).
+
+    One UPDATE (when `renew`) and one SELECT for all of a worker's runs, instead of a
+    query or two per run every second (a hundred runs made a hundred queries a second,
+    each a thread hop and a pool checkout, on the worker that also journals their
+    deltas). Without `renew` only the cancel flags are read and every lease counts as
+    held (a poll between renewals).
+    """
+    if not claims:
+        return {}
+    if renew:
+        now = timezone.now()
+        owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
+        Run.objects.filter(owned, status=Run.RUNNING).update(
+            lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
+        )
+    rows = {
+        pk: (token, status, cancel_requested, cancel_by)
+        for pk, token, status, cancel_requested, cancel_by in Run.objects.filter(
+            pk__in=[c.run_id for c in claims]
+        ).values_list("pk", "lease_token", "status", "cancel_requested", "cancel_requested_by")
+    }
+    beats: dict[str, tuple[bool, str | None]] = {}
+    for claim in claims:
+        row = rows.get(claim.run_id)
+        if row is None:  # deleted with its session
+            beats[claim.run_id] = (not renew, None)
+            continue
+        token, status, cancel_requested, cancel_by = row
+        held = not renew or (token == claim.token and status == Run.RUNNING)
+        beats[claim.run_id] = (held, cancel_by if cancel_requested else None)
+    return beats
+
+
+def release_lease(claim: Claim) -> None:
+    """Let another worker recover the run at once (graceful shutdown past its drain time)."""
+    Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(lease_expires_at=timezone.now())
+
+
+def take_parked_steer(claim: Claim) -> tuple[str, str | None] | None:
+    """Empty the run's steer slot: (text, author), or None when it is empty.
+
+    LeaseLost when this worker no longer holds the run."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(pk=claim.run_id, lease_token=claim.token).first()
+        if run is None:
+            raise LeaseLost(f"run {claim.run_id}: lease lost")
+        if not run.pending_steer:
+            return None
+        text, author = run.pending_steer, run.steer_author or None
+        run.pending_steer, run.steer_author = "", ""
+        run.save(update_fields=["pending_steer", "steer_author"])
+        return text, author
+
+
+# ---- controls people ask for (actions call these under the session lock) ----
+
+
+def park_steer(run: Run, state: SessionState, text: str, author: str | None) -> Run:
+    """Park a steer in the run's slot; its worker journals it at the next step boundary.
+
+    Precondition: the caller holds the session's row lock (the Run row is locked here,
+    after it)."""
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status not in ACTIVE_RUN_STATUSES or state.current_invocation_id != run.invocation_id:
+        raise StaleRunControl("the run has ended; send a new message instead")
+    operations.check_steer(state, text)
+    run.pending_steer = f"{run.pending_steer}\n\n{text}" if run.pending_steer else text
+    run.steer_author = run.steer_author or (author or "")
+    run.save(update_fields=["pending_steer", "steer_author"])
+    poke_run_on_commit(run.pk)
+    return run
+
+
+def cancel_run(run: Run, state: SessionState, by: str | None) -> tuple[Run, bool]:
+    """Cancel a run: (the run, whether it ended here).
+
+    A run no worker holds (pending, queued, suspended) ends here; a running one gets
+    its cancel flag set and its worker poked, and ends when its worker sees it. The
+    journal decides whether the run is still going, not the Run row: a worker updates
+    its row just after it journals the run's end, and a cancel may fall in between.
+
+    Precondition: the caller holds the session's row lock (the Run row is locked here,
+    after it).
+    """
+    run = Run.objects.select_for_update().get(pk=run.pk)
+    if run.status == Run.PENDING:
+        run.status, run.stop_reason, run.finished_at = Run.CANCELLED, "cancelled", timezone.now()
+        run.save(update_fields=["status", "stop_reason", "finished_at"])
+        return run, False  # nothing was journaled: no next message is due
+    ask = state.pending_ask
+    if (
+        run.status in (Run.SUSPENDED, Run.RUNNING)
+        and state.status == "awaiting"
+        and ask is not None
+        and ask.get("invocation_id") == run.invocation_id
+    ):
+        # Paused on an ask (its worker may not have recorded that on the row yet):
+        # withdraw the ask. Clearing the lease makes a late finish_run a no-op.
+        get_journal().append_sync(run.session_id, operations.cancel_awaiting_events(state, by))
+        _end(run, Run.CANCELLED, "cancelled")
+        return run, True
+    if run.status not in ACTIVE_RUN_STATUSES or state.current_invocation_id != run.invocation_id:
+        raise StaleRunControl("the run has already ended")
+    if run.status == Run.QUEUED and run.lease_token is None:
+        # No worker holds it yet: end it here, under the lock, so no worker starts it.
+        events = operations.cancelled_events(run.invocation_id, open_message_id=None, open_calls=(), by=by)
+        get_journal().append_sync(run.session_id, events)
+        run.cancel_requested = True
+        _end(run, Run.CANCELLED, "cancelled")
+        return run, True
+    run.cancel_requested = True
+    run.cancel_requested_by = by or ""
+    run.save(update_fields=["cancel_requested", "cancel_requested_by"])
+    poke_run_on_commit(run.pk)
+    return run, False

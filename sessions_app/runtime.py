@@ -1,0 +1,42 @@
+"""The process's Runtime: the database journal, the configured handler, tools and provider.
+
+Settings: SECTR_HANDLER (dotted path of `async def handler(ctx)`, default the default
+agent), SECTR_TOOLS (dotted paths of extra `@sectr.tool` objects). The provider comes
+from the environment (sectr.providers.provider_from_env), wrapped so that stored media
+references reach it as inline data.
+
+`get_runtime()` is the one way to get the runtime (its journal is `get_journal()`'s).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from sectr.providers import provider_from_env
+from sectr.providers.base import ModelInfo
+from sectr.providers.registry import lookup_model
+from sectr.runtime import Runtime
+from sessions_app.journal import get_journal
+from sessions_app.media import MediaResolvingProvider
+
+
+@cache
+def get_runtime() -> Runtime:
+    handler_path = getattr(settings, "SECTR_HANDLER", None)
+    handler = import_string(handler_path) if handler_path else None
+    tools = [import_string(path) for path in getattr(settings, "SECTR_TOOLS", [])]
+    # The journal holds media by reference (sectr-media://sha256); the provider gets the
+    # bytes inline, resolved just before each model call.
+    provider = MediaResolvingProvider(provider_from_env())
+    return Runtime(get_journal(), handler=handler, tools=tools, provider=provider)
+
+
+def session_model_info(model: str) -> ModelInfo:
+    """What the registry knows of a session's model, as the runtime resolves it.
+
+    The same entry decides which media parts a prompt may carry (sessions_app.media).
+    """
+    return lookup_model(model, get_runtime().provider.provider_id)
