@@ -91,6 +91,10 @@ class Cluster(LiveSectr):
 
     # ---- lifecycle ----
 
+    def __enter__(self) -> Cluster:
+        super().__enter__()
+        return self
+
     def start(self) -> None:
         if self.redis is not None and self.redis.proc is None:
             self.redis.start()

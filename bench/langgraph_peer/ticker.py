@@ -9,8 +9,8 @@ import asyncio
 import time
 from typing import TypedDict
 
-from langgraph.config import get_stream_writer
-from langgraph.graph import END, START, StateGraph
+from langgraph.config import get_stream_writer  # type: ignore[import-not-found]  # its own venv
+from langgraph.graph import END, START, StateGraph  # type: ignore[import-not-found]
 
 
 class TickerState(TypedDict, total=False):
