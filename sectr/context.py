@@ -22,6 +22,7 @@ from sectr.control import RunControl
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import fold_messages
+from sectr.journal import new_id
 from sectr.providers.base import (
     CompletionRequest,
     Finish,
@@ -31,7 +32,6 @@ from sectr.providers.base import (
     TextDelta,
     ToolCallDelta,
 )
-from sectr.journal import new_id
 from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
 from sectr.tools import ToolContext, ToolRegistry, format_result
