@@ -167,9 +167,11 @@ def test_moderators_get_an_email_with_a_link_to_the_card(
 
 
 def test_personal_sessions_and_rule_decided_asks_email_nobody(
-    make_session: SessionFactory, ops: Team, owner: Any
+    make_session: SessionFactory, ops: Team, outsider: Any
 ) -> None:
-    pending(make_session(title="personal"))
+    personal = make_session(outsider, title="personal")
+    assert personal.team_id is None
+    pending(personal)
     assert not NotificationDelivery.objects.exists()
     session = team_session(make_session, ops)
     from sectr.events import EventType
