@@ -20,7 +20,7 @@ from django.core import mail
 
 from sessions_app import actions
 from sessions_app.models import Membership, NotificationDelivery, Session, Team, TeamWebhook
-from sessions_app.moderation.notifications import deliver_due, sign
+from sessions_app.moderation.notifications import deliver_due
 from tests.server.conftest import SessionFactory
 from tests.server.test_moderation_ui import pending, team_session
 
