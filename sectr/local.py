@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Any
 
-from sectr import operations
+from sectr import operations, telemetry
 from sectr.compaction import compacted_payload
 from sectr.control import RunControl
 from sectr.errors import NotAtTurnBoundary, SessionBusy, StaleRunControl
@@ -94,9 +95,31 @@ class LocalRuntime:
         self, session_id: str, ask_id: str, verdict: str, *, approver: str | None = None, note: str | None = None
     ) -> Envelope:
         """Record a verdict on the pending ask; the decision resumes the session."""
-        return await self._start_and_run(
-            session_id, lambda state: operations.decision_events(state, ask_id, verdict, approver=approver, note=note)
-        )
+        asked = await self._asked(session_id, ask_id)
+
+        def build(state: SessionState) -> tuple[str, list[NewEvent]]:
+            decided = operations.decision_events(state, ask_id, verdict, approver=approver, note=note)
+            if asked is not None:
+                telemetry.record_approval(
+                    session_id=session_id,
+                    ask_id=ask_id,
+                    tool_name=asked.payload.get("name"),
+                    asked_at=asked.created_at,
+                    decided_at=datetime.now(UTC),
+                    verdict=verdict,
+                    approver=approver,
+                )
+            return decided
+
+        return await self._start_and_run(session_id, build)
+
+    async def _asked(self, session_id: str, ask_id: str) -> Envelope | None:
+        """The APPROVAL_REQUESTED of `ask_id` (for the `approval` span), if it is there."""
+        ask = (await self.journal.state(session_id)).asks.get(ask_id)
+        if ask is None:
+            return None
+        found = await self.journal.load(session_id, after_seq=int(ask["seq"]) - 1)
+        return found[0] if found and found[0].type is EventType.APPROVAL_REQUESTED else None
 
     async def retry(self, session_id: str) -> Envelope:
         return await self._start_and_run(session_id, operations.retry_events)

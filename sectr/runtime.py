@@ -32,6 +32,7 @@ from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
+from sectr.telemetry import traced_invocation
 from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
 
@@ -106,6 +107,7 @@ class Runtime:
         )
         return ctx
 
+    @traced_invocation  # the `invoke_agent` span and the ids of the log context
     async def run_invocation(
         self,
         session_id: str,
