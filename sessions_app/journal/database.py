@@ -55,6 +55,7 @@ from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
 from sessions_app.journal.publish import apublish, publish_on_commit
+from sessions_app.ops.metrics import count_appended
 
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
@@ -209,6 +210,7 @@ class DatabaseJournal:
         batch = list(events)
         run = run_in_sqlite_writer_thread if connections[self.using].vendor == "sqlite" else run_in_db_thread
         envelopes = await run(self._append_in_own_transaction, session_id, batch, fence)
+        count_appended(envelopes)
         if self.publish and envelopes:
             await apublish(envelopes)
         return envelopes
@@ -228,6 +230,8 @@ class DatabaseJournal:
         """Append inside the caller's transaction, if any; publish when it commits."""
         with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
+            if envelopes:
+                transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
             if self.publish and envelopes:
                 publish_on_commit(envelopes, using=self.using)
         return envelopes

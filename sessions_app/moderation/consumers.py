@@ -23,6 +23,7 @@ from sessions_app.chat.consumers import CLOSE_FORBIDDEN
 from sessions_app.chat.view_model import ApprovalView
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
+from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
 
 
 @database_sync_to_async
@@ -70,8 +71,13 @@ class ApprovalsConsumer(AsyncWebsocketConsumer):
             return
         await self.channel_layer.group_add(MODERATION_GROUP, self.channel_name)
         await self.accept()
+        WEBSOCKET_CLIENTS.labels("approvals").inc()
+        self.counted = True
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            WEBSOCKET_CLIENTS.labels("approvals").dec()
+            self.counted = False
         if getattr(self, "viewer", None):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(MODERATION_GROUP, self.channel_name)
