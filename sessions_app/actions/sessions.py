@@ -38,6 +38,7 @@ from sessions_app import media, runs
 from sessions_app.access import check_access, get_session_for_user
 from sessions_app.journal import get_journal
 from sessions_app.models import AskIndex, MediaBlob, Run, Session
+from sessions_app.ops.tracing import observe_decision_on_commit
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info
 
@@ -154,6 +155,7 @@ def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None)
         raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
     with _locked(session.pk) as (session, state):
         invocation_id, events = operations.decision_events(state, ask_id, verdict, approver=_username(actor), note=note)
+        observe_decision_on_commit(session.pk, state.asks.get(ask_id), verdict, _username(actor))
         return runs.queue_run(session, invocation_id, events)
 
 
