@@ -11,6 +11,7 @@ model itself.
 """
 
 from sessions_app.actions.sessions import (
+    DeletedSession,
     check_content,
     do_cancel,
     do_clear,
@@ -19,6 +20,7 @@ from sessions_app.actions.sessions import (
     do_create_session,
     do_decide,
     do_delete,
+    do_delete_expired,
     do_fork,
     do_post_message,
     do_post_message_with_media,
@@ -39,7 +41,9 @@ __all__ = [
     "do_compact",
     "do_create_session",
     "do_decide",
+    "DeletedSession",
     "do_delete",
+    "do_delete_expired",
     "do_fork",
     "do_post_message",
     "do_post_message_with_media",

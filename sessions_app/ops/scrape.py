@@ -15,7 +15,7 @@ from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from sessions_app.models import Run, Session
+from sessions_app.models import AskIndex, Run
 
 
 class DatabaseCollector(Collector):
@@ -41,8 +41,10 @@ class DatabaseCollector(Collector):
             "sectr_runs_lease_expired", "Running runs whose lease expired (waiting to be recovered).", value=expired
         )
 
-        # A session waits on at most one ask; its last journal entry is (normally) that ask.
-        asks = Session.objects.filter(status="awaiting").aggregate(pending=Count("pk"), oldest=Min("updated_at"))
+        # The ask index is written with the journal (sessions_app.journal.ask_index).
+        asks = AskIndex.objects.filter(status=AskIndex.PENDING).aggregate(
+            pending=Count("pk"), oldest=Min("requested_at")
+        )
         yield GaugeMetricFamily("sectr_asks_pending", "Approval asks waiting for a decision.", value=asks["pending"])
         yield GaugeMetricFamily(
             "sectr_asks_pending_oldest_age_seconds",
