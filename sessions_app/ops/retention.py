@@ -85,7 +85,7 @@ def expired_sessions(now: datetime | None = None) -> list[tuple[str, str, dateti
     # Teams with a retention of their own; every other session (personal, or of a team
     # without one) takes the default.
     overrides = dict(Team.objects.filter(retention_days__isnull=False).values_list("pk", "retention_days"))
-    rules: list[tuple[Q, int]] = [(Q(team_id=team_id), days) for team_id, days in overrides.items()]
+    rules: list[tuple[Q, int]] = [(Q(team_id=team_id), days or 0) for team_id, days in overrides.items()]
     rules.append((~Q(team_id__in=list(overrides)) | Q(team_id__isnull=True), default))
     found: list[tuple[str, str, datetime, datetime]] = []
     for scope, days in rules:

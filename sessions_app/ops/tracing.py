@@ -64,13 +64,14 @@ def configure_tracing() -> bool:
 
 def observe_decision_on_commit(session_id: str, ask: dict[str, Any] | None, verdict: str, approver: str | None) -> None:
     """Once the decision commits: the `approval` span and the time-to-decision histogram."""
-    if not ask:
+    if not ask or not isinstance(ask.get("seq"), int):
         return
+    seq: int = ask["seq"]
     decided_at = timezone.now()
 
     def observe() -> None:
         asked_at = (
-            Envelope.objects.filter(session_id=session_id, seq=ask.get("seq"), type=EventType.APPROVAL_REQUESTED.value)
+            Envelope.objects.filter(session_id=session_id, seq=seq, type=EventType.APPROVAL_REQUESTED.value)
             .values_list("created_at", flat=True)
             .first()
         )

@@ -110,7 +110,7 @@ def metrics_text() -> bytes:
     database's."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        multiprocess.MultiProcessCollector(registry)
         own = generate_latest(registry)
     else:
         own = generate_latest(REGISTRY)
