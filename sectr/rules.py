@@ -127,9 +127,7 @@ def check_rule(data: Any) -> dict[str, Any]:
     if expires is not None:
         expires = _whole(expires, "expires_after_s", 1, MAX_EXPIRY_SECONDS)
     if action != "ask" and (required != 1 or expires is not None):
-        raise ValidationFailed(
-            "approvals_required and expires_after_s apply to action ask only", code="invalid_rule"
-        )
+        raise ValidationFailed("approvals_required and expires_after_s apply to action ask only", code="invalid_rule")
     return {
         "tool": tool.strip(),
         "action": action,

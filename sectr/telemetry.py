@@ -9,8 +9,8 @@ hook here does nothing. Names and attributes follow the GenAI semantic conventio
 * ``invoke_agent`` per invocation (`traced_invocation` on `Runtime.run_invocation`),
 * ``chat {model}`` per model step (`traced_model_step` on `SessionContext.complete`),
 * ``execute_tool {name}`` per tool call (`traced_tool_call` on `SessionContext.execute_tool`),
-* ``approval`` from an ask to its decision (`record_approval`, called where the
-  decision is recorded: its start time is the ask's, so it is written at the decision).
+* ``approval`` from an ask to its decision (`decisions_in` + `record_approval`, called
+  where the decision is journaled: its start time is the ask's, so it is written then).
 
 Every span carries ``gen_ai.conversation.id`` = the session id. An approval ask is
 control flow, not an error: a span it ends is not marked failed.
@@ -28,12 +28,14 @@ import contextvars
 import functools
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled
+from sectr.events import Envelope, EventType
 
 try:  # optional: the core runs without it
     from opentelemetry import trace as _otel_trace
@@ -218,35 +220,74 @@ def traced_tool_call(method: F) -> F:
     return cast(F, wrapper)
 
 
-def record_approval(
-    *,
-    session_id: str,
-    ask_id: str,
-    tool_name: str | None,
-    asked_at: datetime,
-    decided_at: datetime,
-    verdict: str,
-    approver: str | None,
-) -> None:
+@dataclass(frozen=True)
+class Decision:
+    """An approval ask that was decided: what the `approval` span and the time-to-decision
+    metric are made of."""
+
+    session_id: str
+    ask_id: str
+    tool_name: str | None
+    asked_at: datetime
+    decided_at: datetime
+    verdict: str
+    approver: str | None
+
+    @property
+    def wait_seconds(self) -> float:
+        return max((self.decided_at - self.asked_at).total_seconds(), 0.0)
+
+
+def decisions_in(asks: Mapping[str, Mapping[str, Any]], envelopes: Iterable[Envelope]) -> list[Decision]:
+    """The asks that `envelopes` (one append) decide: each INVOCATION_STARTED whose reason
+    is an approval decision, whoever took it (a person, the last vote of a quorum, the
+    expiry sweep). `asks` is the session's state's asks (they know when each was asked)."""
+    found: list[Decision] = []
+    for envelope in envelopes:
+        if envelope.type is not EventType.INVOCATION_STARTED:
+            continue
+        reason = envelope.payload.get("reason") or {}
+        if reason.get("kind") != "approval_decision":
+            continue
+        ask = asks.get(str(reason.get("ask_id")))
+        requested = ask.get("requested_at") if ask else None
+        if not ask or not isinstance(requested, str):
+            continue
+        decision = reason.get("decision") or {}
+        found.append(
+            Decision(
+                session_id=envelope.session_id,
+                ask_id=str(reason.get("ask_id")),
+                tool_name=ask.get("name"),
+                asked_at=datetime.fromisoformat(requested),
+                decided_at=envelope.created_at,
+                verdict=str(decision.get("verdict") or ("allow_once" if decision.get("approved") else "deny")),
+                approver=decision.get("approver"),
+            )
+        )
+    return found
+
+
+def record_approval(decision: Decision) -> None:
     """Write the `approval` span of an ask that was just decided: it starts when the ask
     was journaled and ends at the decision (days later, maybe, in another process)."""
     tracer = _tracer()
     if tracer is None:
         return
     attributes = {
-        "gen_ai.conversation.id": session_id,
-        "gen_ai.tool.name": tool_name,
-        "sectr.ask.id": ask_id,
-        "sectr.approval.verdict": verdict,
-        "sectr.approval.approver": approver,
-        "sectr.approval.wait_seconds": max((decided_at - asked_at).total_seconds(), 0.0),
+        "gen_ai.conversation.id": decision.session_id,
+        "gen_ai.tool.name": decision.tool_name,
+        "sectr.ask.id": decision.ask_id,
+        "sectr.approval.verdict": decision.verdict,
+        "sectr.approval.approver": decision.approver,
+        "sectr.approval.wait_seconds": decision.wait_seconds,
     }
     started = tracer.start_span(
         "approval",
         attributes={key: value for key, value in attributes.items() if value is not None},
-        start_time=_nanoseconds(asked_at),
+        start_time=_nanoseconds(decision.asked_at),
     )
-    started.end(end_time=max(_nanoseconds(decided_at), _nanoseconds(asked_at)))
+    started.end(end_time=max(_nanoseconds(decision.decided_at), _nanoseconds(decision.asked_at)))
 
 
 def _nanoseconds(moment: datetime) -> int:

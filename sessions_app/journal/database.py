@@ -57,6 +57,7 @@ from sessions_app import models
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.publish import apublish, publish_on_commit
 from sessions_app.ops.metrics import count_appended
+from sessions_app.ops.tracing import observe_decisions_on_commit
 
 #: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
 ASK_INDEX_TYPES = frozenset(
@@ -313,6 +314,7 @@ class DatabaseJournal:
                 apply_envelope(state, envelope)
             if any(e.type in ASK_INDEX_TYPES for e in envelopes):
                 update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
+                observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)

@@ -6,22 +6,23 @@ set (the exporter reads the OTEL_EXPORTER_OTLP_* variables itself: endpoint, hea
 timeout). Without it nothing is installed and the core's spans (sectr.telemetry) cost
 only the no-op API calls.
 
-`observe_decision_on_commit` writes what an approval decision shows an operator: the
-`approval` span from the ask to the decision, and the time to decision (histogram).
+`observe_decisions_on_commit` (called by the journal's append) writes what an approval
+decision shows an operator: the `approval` span from the ask to the decision, and the
+time to decision (histogram).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
-from django.utils import timezone
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr import telemetry
-from sectr.events import EventType
-from sessions_app.models import Envelope
+from sectr.events import Envelope
+from sectr.state import SessionState
 from sessions_app.ops.metrics import APPROVAL_DECISION_SECONDS
 
 log = logging.getLogger("sectr.ops")
@@ -62,31 +63,19 @@ def configure_tracing() -> bool:
     return True
 
 
-def observe_decision_on_commit(session_id: str, ask: dict[str, Any] | None, verdict: str, approver: str | None) -> None:
-    """Once the decision commits: the `approval` span and the time-to-decision histogram."""
-    if not ask or not isinstance(ask.get("seq"), int):
+def observe_decisions_on_commit(
+    state: SessionState, envelopes: Sequence[Envelope], *, using: str = DEFAULT_DB_ALIAS
+) -> None:
+    """The asks this append decides (by a person, a quorum's last vote, the expiry sweep):
+    once it commits, their `approval` spans and time-to-decision observations."""
+    decisions = telemetry.decisions_in(state.asks, envelopes)
+    if not decisions:
         return
-    seq: int = ask["seq"]
-    decided_at = timezone.now()
 
     def observe() -> None:
-        asked_at = (
-            Envelope.objects.filter(session_id=session_id, seq=seq, type=EventType.APPROVAL_REQUESTED.value)
-            .values_list("created_at", flat=True)
-            .first()
-        )
-        if asked_at is None:
-            return
-        APPROVAL_DECISION_SECONDS.observe(max((decided_at - asked_at).total_seconds(), 0.0))
-        telemetry.record_approval(
-            session_id=session_id,
-            ask_id=str(ask.get("ask_id")),
-            tool_name=ask.get("name"),
-            asked_at=asked_at,
-            decided_at=decided_at,
-            verdict=verdict,
-            approver=approver,
-        )
+        for decision in decisions:
+            APPROVAL_DECISION_SECONDS.observe(decision.wait_seconds)
+            telemetry.record_approval(decision)
 
-    # robust: a failing observation is logged and never fails the decision that committed.
-    transaction.on_commit(observe, robust=True)
+    # robust: a failing observation is logged and never fails the append that committed.
+    transaction.on_commit(observe, using=using, robust=True)
