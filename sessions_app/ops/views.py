@@ -105,16 +105,19 @@ def may_read_metrics(request: HttpRequest) -> bool:
         return False
 
 
-def metrics_text() -> bytes:
-    """This process's metrics (or, in multiprocess mode, the machine's), then the
-    database's."""
+def process_metrics_text() -> bytes:
+    """This process's metrics, or in multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the sum
+    over every process of the machine that writes to that directory."""
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
-        own = generate_latest(registry)
-    else:
-        own = generate_latest(REGISTRY)
-    return own + generate_latest(database_registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+def metrics_text() -> bytes:
+    """The processes' metrics, then the database's (computed now)."""
+    return process_metrics_text() + generate_latest(database_registry)
 
 
 @never_cache

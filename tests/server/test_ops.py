@@ -6,6 +6,9 @@ things happen (appends, publish drops, lease expiries and recoveries, websockets
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -239,3 +242,39 @@ async def test_open_sse_streams_are_a_gauge(make_session: Any, owner: Any) -> No
     assert sample("sectr_sse_clients") - before == 1
     await frames.aclose()
     assert sample("sectr_sse_clients") == before
+
+
+# ---- several processes: prometheus_client's multiprocess mode ----
+
+COUNT_IN_A_PROCESS = """
+import django
+django.setup()
+from sessions_app.ops import metrics
+metrics.ENVELOPES.inc(7)
+metrics.WEBSOCKET_CLIENTS.labels("chat").inc(2)
+"""
+
+SCRAPE_IN_A_PROCESS = """
+import django
+django.setup()
+from sessions_app.ops import metrics
+from sessions_app.ops.views import process_metrics_text
+metrics.ENVELOPES.inc(5)
+print(process_metrics_text().decode())
+"""
+
+
+def test_multiprocess_mode_adds_up_the_processes_of_a_machine(tmp_path: Any) -> None:
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "sectr_web.settings"}
+    for _ in range(2):  # two processes count, and exit
+        subprocess.run([sys.executable, "-c", COUNT_IN_A_PROCESS], env=env, check=True, timeout=60)
+    scraped = subprocess.run(
+        [sys.executable, "-c", SCRAPE_IN_A_PROCESS], env=env, check=True, timeout=60, capture_output=True, text=True
+    ).stdout
+    values = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(scraped)
+        for s in family.samples
+    }
+    assert values[("sectr_journal_envelopes_total", ())] == 7 + 7 + 5
+    assert values[("sectr_websocket_clients", (("consumer", "chat"),))] == 4
