@@ -186,11 +186,25 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Probes and scrapers talk plain HTTP to a process directly: no redirect to https.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+# Operations (SPEC section 13, docs/operations.md).
+SECTR_METRICS_TOKEN = os.environ.get("SECTR_METRICS_TOKEN", "")  # bearer token for /metrics; loopback needs none
+SECTR_RETENTION_DAYS = int(os.environ.get("SECTR_RETENTION_DAYS", "0") or 0)  # 0 = keep sessions for ever
+# "json": one JSON object a line with session_id, run_id, invocation_id, worker (sectr.telemetry).
+SECTR_LOG_FORMAT = os.environ.get("SECTR_LOG_FORMAT", "text").strip().lower()
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "sectr.telemetry.JsonLogFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            **({"formatter": "json"} if SECTR_LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"sectr": {"level": os.environ.get("SECTR_LOG_LEVEL", "INFO")}},
 }

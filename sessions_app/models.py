@@ -50,6 +50,9 @@ class Team(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     #: Asks no rule gives an expiry to expire after this many seconds (None: never).
     ask_expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    #: Sessions idle this many days are deleted by `manage.py sectr_retention` (None: the
+    #: default, SECTR_RETENTION_DAYS; 0: kept for ever). sessions_app.ops.retention.
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -11,6 +11,8 @@ from sessions_app.review import views as review
 urlpatterns = [
     path("", chat.home, name="home"),
     path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("sessions/new", chat.create_session, name="create_session"),
     path("sessions/<str:session_id>/", chat.chat, name="chat"),
     path("sessions/<str:session_id>/messages", chat.post_message, name="post_message"),

@@ -32,11 +32,13 @@ from django.db import connection
 from sectr.control import RunControl
 from sectr.errors import LeaseLost
 from sectr.runtime import Runtime
+from sectr.telemetry import set_log_context
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
+from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
@@ -118,6 +120,7 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
+        set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         runs.local_listeners.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
@@ -175,6 +178,7 @@ class Worker:
 
     async def _execute(self, claim: runs.Claim) -> None:
         control = self.controls[claim.run_id]
+        set_log_context(run_id=claim.run_id, session_id=claim.session_id)  # this run's task only
         self.beating[claim.run_id] = claim
         channel_group = run_control_group(claim.run_id)
         await self._group_add(channel_group)
@@ -183,6 +187,7 @@ class Worker:
                 claim.session_id, claim.invocation_id, control=control, fence=claim.fence
             )
         except LeaseLost:
+            LEASES_LOST.inc()
             log.warning("run %s: lease lost; another worker owns it now", claim.run_id)
             return
         except asyncio.CancelledError:
@@ -226,6 +231,7 @@ class Worker:
                     continue  # it ended (or is recording its end) meanwhile
                 held, cancel_by = beats.get(claim.run_id, (True, None))
                 if not held:
+                    LEASES_LOST.inc()
                     log.warning("run %s: lease lost; stopping it", claim.run_id)
                     task = self.tasks.get(claim.run_id)
                     if task is not None:

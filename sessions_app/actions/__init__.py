@@ -16,6 +16,7 @@ model itself.
 from sessions_app.actions.asks import do_decide, do_expire_ask, due_ask_ids, find_ask_session, visible_asks
 from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update_rule, list_rules
 from sessions_app.actions.sessions import (
+    DeletedSession,
     check_content,
     do_cancel,
     do_clear,
@@ -23,6 +24,7 @@ from sessions_app.actions.sessions import (
     do_compact,
     do_create_session,
     do_delete,
+    do_delete_expired,
     do_fork,
     do_post_message,
     do_post_message_with_media,
@@ -61,7 +63,9 @@ __all__ = [
     "do_compact",
     "do_create_session",
     "do_decide",
+    "DeletedSession",
     "do_delete",
+    "do_delete_expired",
     "do_fork",
     "do_post_message",
     "do_post_message_with_media",

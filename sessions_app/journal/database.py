@@ -59,6 +59,8 @@ from sessions_app import models
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.publish import apublish, publish_on_commit
+from sessions_app.ops.metrics import count_appended
+from sessions_app.ops.tracing import observe_decisions_on_commit
 
 #: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
 ASK_INDEX_TYPES = frozenset(
@@ -239,6 +241,8 @@ class DatabaseJournal:
         """Append inside the caller's transaction, if any; publish when it commits."""
         with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
+            if envelopes:
+                transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
             if self.publish and envelopes:
                 publish_on_commit(envelopes, using=self.using)
         return envelopes
@@ -336,6 +340,7 @@ class DatabaseJournal:
                 apply_envelope(state, envelope)
             if any(e.type in ASK_INDEX_TYPES for e in envelopes):
                 update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
+                observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
@@ -506,6 +511,9 @@ class _GroupCommit:
                 continue
             self.groups += 1
             self.appends += len(group)
+            for result in results:
+                if not isinstance(result, Exception):
+                    count_appended(result)  # committed: one batch per append
             if journal.publish:
                 await self._publish(group, results)
             for item, result in zip(group, results, strict=True):

@@ -53,6 +53,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sectr.events import Envelope, EventType
+from sessions_app.ops.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
 
@@ -122,6 +123,7 @@ async def _send(messages: list[tuple[str, dict[str, Any]]]) -> None:
             await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
         except Exception:
             # The journal has it; readers catch up from there.
+            PUBLISH_DROPS.labels(group_kind(group)).inc()
             logger.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
 
 

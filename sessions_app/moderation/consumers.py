@@ -28,6 +28,7 @@ from sessions_app.chat.consumers import CLOSE_FORBIDDEN
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
 from sessions_app.moderation.queue import QueueCard, QueueFilters, build_card
+from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
 
 #: what happened to an ask: "new" (append a card), "changed" (re-render it), "resolved"
 Change = str
@@ -91,9 +92,14 @@ class ApprovalsConsumer(AsyncWebsocketConsumer):
         self.joined = True
         await self.channel_layer.group_add(MODERATION_GROUP, self.channel_name)
         await self.accept()
+        WEBSOCKET_CLIENTS.labels("approvals").inc()
+        self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            WEBSOCKET_CLIENTS.labels("approvals").dec()
+            self.counted = False
         if getattr(self, "joined", False):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(MODERATION_GROUP, self.channel_name)
