@@ -22,6 +22,7 @@ from sectr.control import RunControl
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import fold_messages
+from sectr.journal import new_id
 from sectr.providers.base import (
     CompletionRequest,
     Finish,
@@ -31,7 +32,9 @@ from sectr.providers.base import (
     TextDelta,
     ToolCallDelta,
 )
+from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
+from sectr.telemetry import traced_model_step, traced_tool_call
 from sectr.tools import Tool, ToolContext, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
@@ -70,6 +73,8 @@ class _Admission:
     tool: Tool | None = None  # run it; None: answer `content` as an error without running
     content: str = ""
     denied: ApprovalDenied | None = None  # raise this after answering
+    #: APPROVAL_REQUESTED payloads of asks a rule decided at once, journaled first
+    decided_by_rule: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -189,6 +194,7 @@ class SessionContext:
         model_info: ModelInfo,
         control: RunControl | None = None,
         compactor: Callable[[SessionContext], Awaitable[bool]] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.session_id = session_id
         self.invocation_id = invocation_id
@@ -200,6 +206,9 @@ class SessionContext:
         self.model_info = model_info
         self.control = control or RunControl()
         self._compactor = compactor
+        # The approval rules of this session (sectr.rules), fixed when the context is
+        # built: frozen values no handler, tool or model output can edit for later runs.
+        self._policy = policy or Policy()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.run_usage: dict[str, int] = {}
         self.turns = 0  # model steps in this invocation
@@ -336,6 +345,7 @@ class SessionContext:
     async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
         return await self.execute_tool(name, arguments, call_id)
 
+    @traced_tool_call  # the `execute_tool {name}` span
     async def execute_tool(self, name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolResult:
         """Run a registered tool under the session's rules and journal its TOOL_RESULT.
 
@@ -348,6 +358,8 @@ class SessionContext:
         admission = self._admit(name, arguments, call_id)
         call_id = admission.call_id
         tool = admission.tool
+        for payload in admission.decided_by_rule:
+            await self.writer.emit(EventType.APPROVAL_REQUESTED, payload)
         if tool is None:
             result = await self._tool_result(call_id, name, admission.content, is_error=True)
             if admission.denied is not None:
@@ -385,6 +397,8 @@ class SessionContext:
             )
         admission = self._admit(name, arguments, call_id)
         call_id = admission.call_id
+        for payload in admission.decided_by_rule:
+            self.writer.append_soon(self.writer.event(EventType.APPROVAL_REQUESTED, payload))
         if admission.tool is None:
             result = self._tool_result_soon(call_id, name, admission.content, is_error=True)
             if admission.denied is not None:
@@ -413,10 +427,15 @@ class SessionContext:
             return _Admission(call_id, content=refusal)
         if call_id is not None and not tool.idempotent and self._interrupted(call_id):
             if tool.gated:
+                rule = self._policy.first_match(name, arguments)
+                if rule is not None and rule.action == "deny":
+                    return self._denied_by_rule(rule, name, arguments, call_id)
                 # A person approved running it once; whether to risk a second run is a
                 # new decision (the ask's decision starts a run that runs it, see
-                # `_interrupted`), never taken from the first approval or a grant.
-                raise ApprovalRequired(name, dict(arguments), call_id)
+                # `_interrupted`), never taken from the first approval, a grant or an
+                # `allow` rule.
+                terms = self._policy.ask_terms(rule if rule is not None and rule.action == "ask" else None)
+                raise ApprovalRequired(name, dict(arguments), call_id, terms=terms)
             return _Admission(call_id, content=INTERRUPTED_TOOL_CONTENT)
         if tool.gated:
             ask = self._decided_ask_for(name, arguments, call_id)
@@ -431,8 +450,8 @@ class SessionContext:
                     note = decision.get("note")
                     content = f"denied: {approver} denied this call" + (f" ({note})" if note else "")
                     return _Admission(call_id, content=content, denied=ApprovalDenied(name, note))
-            elif not (name in self.state.grants or (self.mode == "accept_edits" and tool.edit)):
-                raise ApprovalRequired(name, dict(arguments), call_id)
+            else:
+                return self._apply_rules(tool, arguments, call_id)
         return _Admission(call_id, tool=tool)
 
     def _interrupted(self, call_id: str) -> bool:
@@ -452,6 +471,51 @@ class SessionContext:
     async def _tool_failed(self, call_id: str | None, name: str, exc: Exception) -> ToolResult:
         self.consecutive_failures += 1
         return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
+
+    @property
+    def policy(self) -> Policy:
+        """The approval rules this invocation obeys (read-only)."""
+        return self._policy
+
+    def _apply_rules(self, tool: Tool, arguments: dict[str, Any], call_id: str | None) -> _Admission:
+        """The gate of a gated call that is not the decided one: run it (perhaps after a
+        rule's decision is journaled), a rule's denial, or ApprovalRequired (ask).
+
+        A team's `deny` rule wins over a session's allow_always grant and over
+        accept_edits (a person's grant in one session cannot lift a team's ban); `allow`
+        and `ask` rules apply only where the call would otherwise ask.
+        """
+        name = tool.name
+        rule = self._policy.first_match(name, arguments)
+        if rule is not None and rule.action == "deny":
+            return self._denied_by_rule(rule, name, arguments, call_id)
+        if name in self.state.grants or (self.mode == "accept_edits" and tool.edit):
+            return _Admission(call_id, tool=tool)
+        if rule is not None and rule.action == "allow":
+            return _Admission(call_id, tool=tool, decided_by_rule=[self._rule_decision(rule, name, arguments, call_id)])
+        raise ApprovalRequired(name, dict(arguments), call_id, terms=self._policy.ask_terms(rule))
+
+    def _denied_by_rule(self, rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None) -> _Admission:
+        return _Admission(
+            call_id,
+            content=f"denied: {rule.approver} denied this call",
+            denied=ApprovalDenied(name, f"denied by {rule.approver}"),
+            decided_by_rule=[self._rule_decision(rule, name, arguments, call_id)],
+        )
+
+    @staticmethod
+    def _rule_decision(rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+        """The APPROVAL_REQUESTED of an ask a rule decided at once, with its `decision`
+        (approver "rule:<id>"), journaled in this invocation so the run goes on without a
+        pause."""
+        return {
+            "ask_id": new_id("ask"),
+            "tool_call_id": call_id,
+            "name": name,
+            "arguments": json.loads(json.dumps(arguments, default=str)),
+            "rule_id": rule.id,
+            "decision": RuleDecision.of(rule).decision,
+        }
 
     def _decided_ask_for(self, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any] | None:
         """The ask this invocation's decision answers, if executing (name, arguments,
@@ -542,6 +606,7 @@ class SessionContext:
                 return {}
         return {}
 
+    @traced_model_step  # the `chat {model}` span
     async def complete(
         self,
         *,
@@ -571,6 +636,7 @@ class SessionContext:
                 reasoning_effort=self.state.reasoning_effort,
                 max_output_tokens=self._output_budget(),
                 metadata=self._request_metadata(),
+                conversation_id=self.session_id,
             )
             stream = MessageStream(self, model)
             try:

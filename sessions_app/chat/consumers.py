@@ -45,6 +45,7 @@ from sessions_app.chat.view_model import ChatViewModel
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
+from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
 
 logger = logging.getLogger("sectr.consumers")
 
@@ -109,11 +110,16 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # through the group (and the seq check drops what the read already had).
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
+        WEBSOCKET_CLIENTS.labels("chat").inc()
+        self.counted = True
         async with self.lock:
             await self.catch_up(parse_after(self.scope))
         self._resync_task = asyncio.ensure_future(self.resync_forever())
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            WEBSOCKET_CLIENTS.labels("chat").dec()
+            self.counted = False
         if self._resync_task is not None:
             self._resync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

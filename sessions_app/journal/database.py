@@ -33,6 +33,7 @@ around the work like channels' database_sync_to_async, and publish after the com
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import os
@@ -41,6 +42,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -54,7 +56,16 @@ from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
+from sessions_app.journal.ask_index import update_ask_index
+from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.publish import apublish, publish_on_commit
+from sessions_app.ops.metrics import count_appended
+from sessions_app.ops.tracing import observe_decisions_on_commit
+
+#: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
+ASK_INDEX_TYPES = frozenset(
+    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
+)
 
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
@@ -202,16 +213,18 @@ class DatabaseJournal:
     def __init__(self, *, publish: bool = True, using: str = DEFAULT_DB_ALIAS) -> None:
         self.publish = publish
         self.using = using
+        self._group: dict[asyncio.AbstractEventLoop, _GroupCommit] = {}
 
     # ---- the protocol (async) ----
 
     async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
-        batch = list(events)
-        run = run_in_sqlite_writer_thread if connections[self.using].vendor == "sqlite" else run_in_db_thread
-        envelopes = await run(self._append_in_own_transaction, session_id, batch, fence)
-        if self.publish and envelopes:
-            await apublish(envelopes)
-        return envelopes
+        """Append through this event loop's group commit (see _GroupCommit): appends that
+        arrive while a transaction is in flight share the next one."""
+        loop = asyncio.get_running_loop()
+        group = self._group.get(loop)
+        if group is None:
+            group = self._group[loop] = _GroupCommit(self)
+        return await group.append(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
         return await run_in_db_thread(self.load_sync, session_id, after_seq)
@@ -228,6 +241,8 @@ class DatabaseJournal:
         """Append inside the caller's transaction, if any; publish when it commits."""
         with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
+            if envelopes:
+                transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
             if self.publish and envelopes:
                 publish_on_commit(envelopes, using=self.using)
         return envelopes
@@ -271,6 +286,28 @@ class DatabaseJournal:
         with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
             return self._append_locked(session_id, events, fence)
 
+    def _append_group(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
+        """Several appends (of any sessions) in one transaction, in their order per session.
+
+        Seqs stay gapless: each append bumps its session's last_seq in turn, within the
+        same transaction. When any of them is refused (a lost fence, a deleted session, a
+        bad payload), the whole transaction rolls back and each is retried on its own, so
+        one append's refusal is never another's.
+        """
+        if len(items) > 1:
+            try:
+                with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+                    return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
+            except Exception:  # noqa: S110 - each is retried alone below, and raises there
+                pass
+        results: list[list[Envelope] | Exception] = []
+        for item in items:
+            try:
+                results.append(self._append_in_own_transaction(item.session_id, item.events, item.fence))
+            except Exception as exc:
+                results.append(exc)
+        return results
+
     def _append_locked(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
         """The append proper; the caller holds a transaction open around it."""
         prepared = _prepare(events)
@@ -297,17 +334,18 @@ class DatabaseJournal:
         ]
         self._insert(connection, envelopes)
         if session is not None:
-            asks = [e.payload["ask_id"] for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
-            if asks:
-                models.AskIndex.objects.using(self.using).bulk_create(
-                    [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
-                )
             state = session.projection()
+            pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
             for envelope in envelopes:
                 apply_envelope(state, envelope)
+            if any(e.type in ASK_INDEX_TYPES for e in envelopes):
+                update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
+                observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+            # The audit (and notification outbox) of asks and decisions, in this transaction.
+            record_moderation(session, envelopes, state, using=self.using)
         return envelopes
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
@@ -419,3 +457,83 @@ class DatabaseJournal:
 def get_journal() -> DatabaseJournal:
     """The process's one DatabaseJournal (the runtime's too): every caller shares it."""
     return DatabaseJournal()
+
+
+@dataclass
+class _PendingAppend:
+    session_id: str
+    events: list[NewEvent]
+    fence: Any
+    future: asyncio.Future[list[Envelope]]
+
+
+class _GroupCommit:
+    """Group commit of one event loop's appends (a worker's runs, or a server's).
+
+    The first append after a quiet moment is written at once; appends that arrive while
+    its transaction is in flight wait and go out together in the next one (one BEGIN, one
+    COMMIT, one fsync for all of them): under load the transaction count drops by itself,
+    while an idle append is never delayed. Each append is published only after the
+    commit that holds it, and its caller returns after that publication, as before.
+    """
+
+    def __init__(self, journal: DatabaseJournal) -> None:
+        self.journal = journal
+        self.pending: list[_PendingAppend] = []
+        self.drainer: asyncio.Task[None] | None = None
+        self.groups = 0  # transactions, for tests and benchmarks
+        self.appends = 0
+
+    async def append(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+        future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
+        self.pending.append(_PendingAppend(session_id, events, fence, future))
+        if self.drainer is None or self.drainer.done():
+            self.drainer = asyncio.ensure_future(self._drain())
+        # Shielded: a cancelled caller does not take its append out of a transaction.
+        return await asyncio.shield(future)
+
+    async def _drain(self) -> None:
+        while self.pending:
+            group, self.pending = self.pending, []
+            # Stable sort: appends of one session keep their order; sessions are locked in
+            # one order by every group, so two processes' groups cannot deadlock on them.
+            group.sort(key=lambda item: item.session_id)
+            journal = self.journal
+            run = run_in_sqlite_writer_thread if connections[journal.using].vendor == "sqlite" else run_in_db_thread
+            try:
+                results = await run(journal._append_group, group)
+            except BaseException as exc:  # the thread itself failed: every caller learns it
+                for item in group:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                continue
+            self.groups += 1
+            self.appends += len(group)
+            for result in results:
+                if not isinstance(result, Exception):
+                    count_appended(result)  # committed: one batch per append
+            if journal.publish:
+                await self._publish(group, results)
+            for item, result in zip(group, results, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(result, Exception):
+                    item.future.set_exception(result)
+                else:
+                    item.future.set_result(result)
+
+    @staticmethod
+    async def _publish(group: list[_PendingAppend], results: list[list[Envelope] | Exception]) -> None:
+        """Publish each committed append: sessions side by side, each session's in seq order."""
+        by_session: dict[str, list[list[Envelope]]] = {}
+        for item, result in zip(group, results, strict=True):
+            if not isinstance(result, Exception) and result:
+                by_session.setdefault(item.session_id, []).append(result)
+
+        async def publish_session(batches: list[list[Envelope]]) -> None:
+            for envelopes in batches:
+                await apublish(envelopes)
+
+        await asyncio.gather(*(publish_session(batches) for batches in by_session.values()))

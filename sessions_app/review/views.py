@@ -20,15 +20,15 @@ from sessions_app.web import HtmxHttpRequest, get_session_for_request
 
 
 def _require_reviewer(request: HtmxHttpRequest) -> None:
-    if not access.is_reviewer(request.user):
-        raise PermissionDenied("team review is for reviewers, moderators and admins")
+    if not access.has_any_role(request.user, "reviewer"):
+        raise PermissionDenied("team review is for reviewers and moderators of a team, and staff")
 
 
 @login_required
 @require_GET
 def review(request: HtmxHttpRequest) -> HttpResponse:
     _require_reviewer(request)
-    sessions = Session.objects.select_related("owner").order_by("-updated_at")
+    sessions = access.reviewable_sessions(request.user).select_related("owner").order_by("-updated_at")
     owner = request.GET.get("owner", "").strip()
     if owner:
         sessions = sessions.filter(owner__username=owner)
@@ -76,7 +76,7 @@ def snapshot_fields(session: Session) -> list[tuple[str, Any]]:
 @require_GET
 def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     _require_reviewer(request)
-    session = get_session_for_request(request, session_id, "read")
+    session = get_session_for_request(request, session_id, "review")
     vm = build_view_model(session)
     context = {
         "vm": vm,
