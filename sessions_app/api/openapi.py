@@ -456,7 +456,10 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        if name in QUERY_PARAMETERS:
+        if name == "limit":
+            schema = {**QUERY_PARAMETERS["limit"]["schema"], "maximum": operation.limit_max}
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
+        elif name in QUERY_PARAMETERS:
             params.append({"name": name, "in": "query", "required": False, **QUERY_PARAMETERS[name]})
         else:
             schema = TEXT_QUERY.get(name, {"type": "integer", "minimum": 0})

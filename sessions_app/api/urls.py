@@ -270,6 +270,7 @@ ROUTES: tuple[Route, ...] = (
                 "The moderation audit the caller may read, newest first (paginated; ?format=csv streams it)",
                 response="AuditPage",
                 query=audit_api.AUDIT_QUERY,
+                limit_max=audit_api.AUDIT_LIMIT_MAX,
                 errors=(400,),
             )
         },

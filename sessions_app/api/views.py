@@ -68,6 +68,7 @@ class Operation:
     auth: bool = True
     body_limit: int = DEFAULT_BODY_LIMIT
     query: tuple[str, ...] = ()
+    limit_max: int = 100  # the largest ?limit= a paginated operation takes
     streaming: bool = False
     errors: tuple[int, ...] = ()
 
