@@ -415,18 +415,27 @@ SCHEMAS: dict[str, Any] = {
 }
 
 #: Query parameters that are text (the others are whole numbers: limit, offset, after).
+#: YYYY-MM-DD or an ISO 8601 time; empty means no bound.
+DATE_FILTER = {
+    "anyOf": [
+        {"type": "string", "format": "date"},
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "maxLength": 0},
+    ]
+}
 TEXT_QUERY: dict[str, dict[str, Any]] = {
     "state": {"type": "string", "enum": ["pending", "decided"]},
-    "team": {"type": "string", "maxLength": 100},
-    "tool": {"type": "string", "maxLength": 100},
+    # Filters: any text (one that matches nothing gives an empty page).
+    "team": STRING,
+    "tool": STRING,
     # GET /audit (sessions_app.api.audit)
     "format": {"type": "string", "enum": ["json", "csv"]},
-    "actor": {"type": "string", "maxLength": 150},
+    "actor": STRING,
     "verdict": VERDICT,
     "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
-    "session": {"type": "string", "maxLength": 40},
-    "from": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
-    "to": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+    "session": STRING,
+    "from": DATE_FILTER,
+    "to": DATE_FILTER,
 }
 
 ERROR_DESCRIPTIONS = {
