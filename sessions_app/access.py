@@ -80,3 +80,36 @@ def get_session_for_user(user: Any, session_id: str, need: Need = "read") -> Ses
 def visible_sessions(user: Any) -> Any:
     """The sessions `user` sees in lists: their own (team review lists all in /review/)."""
     return Session.objects.filter(owner=user)
+
+
+# ---- team review (issue 10) ----
+# The review pages ask these, so that teams and roles (issue 9) change them in one place.
+
+
+def reviewable_sessions(user: Any) -> Any:
+    """The sessions `user` may find in /review/ (search, usage, bulk export)."""
+    if not user.is_authenticated:
+        return Session.objects.none()
+    if is_reviewer(user):
+        return Session.objects.all()
+    return Session.objects.filter(owner=user)
+
+
+def can_review(user: Any, session: Session) -> bool:
+    """May rate, annotate, queue, export and share `session` (the reviewer role)."""
+    return can_read(user, session) and (is_reviewer(user) or session.owner_id == user.pk)
+
+
+def check_review(user: Any, session: Session) -> Session:
+    if not can_read(user, session):
+        raise NotFound("no such session")
+    if not can_review(user, session):
+        raise Forbidden("only a reviewer of this session's team can do this")
+    return session
+
+
+def usage_user_ids(user: Any) -> Any:
+    """Whose token usage `user` may see on /review/usage/ (None: everyone's)."""
+    if is_reviewer(user):
+        return None
+    return [user.pk]

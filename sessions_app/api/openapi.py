@@ -300,7 +300,10 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        params.append({"name": name, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
+        schema: dict[str, Any] = {"type": "integer", "minimum": 0}
+        if name == "format":  # the export's format (GET /sessions/{id}/export)
+            schema = {"type": "string", "enum": ["json", "markdown"]}
+        params.append({"name": name, "in": "query", "required": False, "schema": schema})
     if operation.streaming:
         params.append(
             {

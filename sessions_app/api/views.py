@@ -28,6 +28,7 @@ from sessions_app.access import Need, check_access, get_session_for_user, visibl
 from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
+from sessions_app.attribution import current_api_token_key
 from sessions_app.journal.snapshots import session_summary, snapshot, transcript
 from sessions_app.models import ApiToken, Run, Session
 
@@ -88,6 +89,7 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
             if operation.auth:
                 call.token = await authenticate(request)
                 await check_rate_limit(call.token)
+                current_api_token_key.set(call.token.pk)
             if operation.request is not None:
                 call.body = read_json_body(request, operation.body_limit)
             elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):

@@ -54,6 +54,7 @@ from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
+from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
 
 #: (run_id, lease_token) of the worker that writes.
@@ -303,8 +304,11 @@ class DatabaseJournal:
                     [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
                 )
             state = session.projection()
+            review = ReviewProjection(session, self.using)
             for envelope in envelopes:
+                review.observe(state, envelope)
                 apply_envelope(state, envelope)
+            review.write()
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
