@@ -119,13 +119,13 @@ def do_rate(
     thumbs: Any,
     message_id: str = "",
     score: Any = None,
-    tags: Any = (),
+    tags: Any = "",
     comment: Any = "",
 ) -> Rating:
     """A reviewer's rating of a session (message_id "") or one assistant message; rating
     the same thing again replaces the reviewer's earlier rating."""
     session = access.check_review(actor, access.get_session_for_user(actor, session_id, "read"))
-    return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, list(tags), comment)
+    return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, tags, comment)
 
 
 def do_end_user_feedback(actor: Any, session_id: str, message_id: str, thumbs: Any) -> Rating:
