@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from sectr.events import Envelope as JournalEnvelope
 from sectr.events import EventType
+from sectr.rules import Policy, Rule, rules_from_dicts
 from sectr.state import DEFAULT_LIMITS, SessionState, project
 
 
@@ -38,12 +39,109 @@ def default_limits() -> dict[str, int]:
     return dict(DEFAULT_LIMITS)
 
 
+class Team(models.Model):
+    """A group of people whose sessions are shared by role (SPEC section 11).
+
+    A session belongs to at most one team (`Session.team`); its members read it, its
+    reviewers also rate, annotate, export and share it, its moderators also decide its
+    asks and edit the team's approval rules. Who may do what: sessions_app.access.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    #: Asks no rule gives an expiry to expire after this many seconds (None: never).
+    ask_expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """One user's role in one team."""
+
+    MEMBER = "member"
+    REVIEWER = "reviewer"
+    MODERATOR = "moderator"
+    ROLES = (MEMBER, REVIEWER, MODERATOR)  # each role includes the ones before it
+    ROLE_CHOICES = [(role, role) for role in ROLES]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_memberships")
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES, default=MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_team_user_uniq")]
+        indexes = [models.Index(fields=["user", "role"], name="membership_user_role")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.team_id} ({self.role})"
+
+
+class ApprovalRule(models.Model):
+    """One of a team's ordered approval rules (sectr.rules): data, edited by moderators only.
+
+    Changed only through sessions_app.actions.rules (a moderator's action); the worker
+    reads the session's team's rules when it builds an invocation's context.
+    """
+
+    ACTION_CHOICES = [(a, a) for a in ("allow", "deny", "ask")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
+    position = models.PositiveIntegerField(default=0)  # 0 = first; renumbered on every change
+    tool = models.CharField(max_length=100)  # a tool name or fnmatch glob
+    arguments = models.JSONField(default=dict, blank=True)  # {argument name: glob}
+    action = models.CharField(max_length=8, choices=ACTION_CHOICES)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team", "position", "id"]
+        indexes = [models.Index(fields=["team", "position"], name="approvalrule_team_position")]
+
+    def __str__(self) -> str:
+        return f"rule:{self.pk} {self.action} {self.tool}"
+
+    def to_core(self) -> Rule:
+        return rules_from_dicts([self.as_dict()])[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(self.pk),
+            "position": self.position,
+            "tool": self.tool,
+            "arguments": dict(self.arguments or {}),
+            "action": self.action,
+            "approvals_required": self.approvals_required,
+            "expires_after_s": self.expires_after_s,
+        }
+
+    @classmethod
+    def policy_for_session(cls, session_id: str) -> Policy:
+        """The policy the runtime applies to a session: its team's rules in order, and the
+        team's default expiry; a personal session has none. Two queries."""
+        team = Team.objects.filter(sessions__pk=session_id).values_list("pk", "ask_expires_after_s").first()
+        if team is None:
+            return Policy()
+        rows = cls.objects.filter(team_id=team[0]).order_by("position", "id")
+        return Policy(tuple(row.to_core() for row in rows), team[1] or None)
+
+
 class Session(models.Model):
     STATUS_CHOICES = [(s, s) for s in ("idle", "running", "awaiting", "completed", "failed", "cancelled")]
     MODE_CHOICES = [(m, m) for m in ("default", "plan", "accept_edits")]
 
     id = models.CharField(primary_key=True, max_length=40, default=new_session_id, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_sessions")
+    # Chosen at creation; None = a personal session (its owner's and staff's only).
+    # Deleting a team makes its sessions personal rather than visible to anyone else.
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="sessions")
     title = models.CharField(max_length=120, blank=True, default="")
     # None until a title is set; "user" (created with one or renamed) or "prompt" (first message).
     title_source = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - mirrors SessionState
@@ -64,18 +162,13 @@ class Session(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        # Team roles (sessions_app.access): reviewers read every session, moderators
-        # also decide approval asks. Grant them to groups in the admin.
         indexes = [
-            # The /review/ filters (User, Model, From/To) and the admin's changelist.
+            # The /review/ filters (Team, User, Model, State, From/To) and the admin's changelist.
+            models.Index(fields=["team", "updated_at"], name="session_team_updated"),
             models.Index(fields=["owner", "updated_at"], name="session_owner_updated"),
             models.Index(fields=["model", "updated_at"], name="session_model_updated"),
             models.Index(fields=["status", "updated_at"], name="session_status_updated"),
             models.Index(fields=["created_at"], name="session_created"),
-        ]
-        permissions = [
-            ("review_session", "Can read every session (team review)"),
-            ("moderate_session", "Can decide approval asks of every session (moderation)"),
         ]
 
     def __str__(self) -> str:
@@ -228,14 +321,32 @@ class Run(models.Model):
 
 
 class AskIndex(models.Model):
-    """Which session an approval ask belongs to (POST /asks/{ask_id} names only the ask).
+    """Every approval ask, indexed: which session it belongs to (POST /asks/{ask_id} names
+    only the ask), its tool, status and deadline (for GET /asks and the expiry sweep).
 
-    Written by DatabaseJournal in the same transaction as the APPROVAL_REQUESTED it
-    indexes; the ask itself (its status, verdict, approver) lives in the journal.
+    A projection of the journal like the Session row's cache: DatabaseJournal writes it
+    in the same transaction as the envelopes that ask, decide or withdraw
+    (sessions_app.journal.ask_index), and `rebuild_ask_index` recomputes it.
     """
+
+    PENDING = "pending"
+    STATUS_CHOICES = [(s, s) for s in ("pending", "approved", "denied", "withdrawn")]
 
     ask_id = models.CharField(primary_key=True, max_length=64)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="ask_index")
+    tool = models.CharField(max_length=100, blank=True, default="", db_index=True)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default=PENDING)
+    requested_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # requested_at + expires_after_s: the expiry sweep denies the ask once it has passed.
+    deadline = models.DateTimeField(null=True, blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    rule_id = models.CharField(max_length=64, blank=True, default="")  # the rule that matched, if any
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True, default="")  # approver (user, rule:<id>, policy:expired)
+    verdict = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "deadline"], name="askindex_status_deadline")]
 
     def __str__(self) -> str:
         return f"{self.ask_id} in {self.session_id}"
@@ -420,13 +531,15 @@ class SearchEntry(models.Model):
 
 
 class UsageDaily(models.Model):
-    """Tokens per (UTC day, session owner, API token, model), summed from MESSAGE_END usage
-    as the journal writes it. `api_token_key` is the ApiToken's id, 0 for the web UI
-    (0, not NULL: a unique constraint treats NULLs as distinct, and the upsert needs one
-    row per key)."""
+    """Tokens per (UTC day, session owner, session team, API token, model), summed from
+    MESSAGE_END usage as the journal writes it. `team_key` is the session's Team id and
+    `api_token_key` the ApiToken's id, 0 for none (a personal session; the web UI): 0,
+    not NULL, because a unique constraint treats NULLs as distinct and the upsert needs
+    one row per key. Plain integers, not foreign keys: usage outlives a deleted token."""
 
     day = models.DateField()
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team_key = models.BigIntegerField(default=0)
     api_token_key = models.BigIntegerField(default=0)
     model = models.CharField(max_length=200)
     input_tokens = models.BigIntegerField(default=0)
@@ -437,9 +550,14 @@ class UsageDaily(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["day", "user", "api_token_key", "model"], name="usagedaily_key_uniq")
+            models.UniqueConstraint(
+                fields=["day", "user", "team_key", "api_token_key", "model"], name="usagedaily_key_uniq"
+            )
         ]
-        indexes = [models.Index(fields=["user", "day"], name="usagedaily_user_day")]
+        indexes = [
+            models.Index(fields=["user", "day"], name="usagedaily_user_day"),
+            models.Index(fields=["team_key", "day"], name="usagedaily_team_day"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.day} {self.user_id} {self.model}"

@@ -11,7 +11,8 @@ another worker, which journals SESSION_ERROR and a `recover` invocation that con
 the partial message (crash stitching); after `max_attempts` it fails instead.
 
 Workers wake on commit (channel layer group "sectr.workers", or in-process pokes) and
-poll as a fallback.
+poll as a fallback. Every second each also sweeps for approval asks past their deadline
+and denies them (sessions_app.moderation.expiry: exactly once, however many sweep).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from sectr.runtime import Runtime
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
@@ -66,8 +68,11 @@ class Worker:
         worker_id: str | None = None,
         runtime: Runtime | None = None,
         listen: bool | None = None,
+        expiry_interval: float = 1.0,
     ) -> None:
         self.concurrency = concurrency
+        #: How often this worker sweeps for expired asks (0: never).
+        self.expiry_interval = expiry_interval
         self.lease = lease if lease is not None else runs.lease_seconds()
         self.poll_interval = poll_interval
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
@@ -111,6 +116,7 @@ class Worker:
         runs.local_listeners.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
+        expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -127,6 +133,8 @@ class Worker:
             runs.local_listeners.discard(self)
             if listener is not None:
                 listener.cancel()
+            if expiry is not None:
+                expiry.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
             finally:
@@ -218,6 +226,16 @@ class Worker:
                 control = self.controls.get(claim.run_id)
                 if cancel_by is not None and control is not None:
                     control.cancel(cancel_by or None)
+
+    async def _expire_asks(self) -> None:
+        """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the
+        resumed run, which this worker or another claims like any other."""
+        while True:
+            await asyncio.sleep(self.expiry_interval)
+            try:
+                await run_in_db_thread(expire_due_asks)
+            except Exception:
+                log.warning("the expiry sweep failed", exc_info=True)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:

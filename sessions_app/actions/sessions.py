@@ -34,10 +34,11 @@ from sectr.fold import fold_messages
 from sectr.journal import NewEvent
 from sectr.providers import default_model_from_env
 from sectr.state import SessionState
-from sessions_app import media, runs
+from sessions_app import access, media, runs
 from sessions_app.access import check_access, get_session_for_user
+from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.journal import get_journal
-from sessions_app.models import AskIndex, MediaBlob, Run, Session
+from sessions_app.models import MediaBlob, Run, Session
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info
 
@@ -74,7 +75,11 @@ def do_create_session(
     model: str | None = None,
     limits: dict[str, int] | None = None,
     reasoning_effort: str | None = None,
+    team: Any = DEFAULT_TEAM,
 ) -> Session:
+    """A new session of `owner`, in `team` (a name; None: personal; left out: the owner's
+    team when they have exactly one)."""
+    chosen = check_session_team(owner, team)
     events = operations.create_events(
         title=title,
         mode=mode,
@@ -84,10 +89,15 @@ def do_create_session(
         default_model=default_model_from_env(),
     )
     with transaction.atomic():
-        session = Session.objects.create(owner=owner)
+        session = Session.objects.create(owner=owner, team=chosen)
         get_journal().append_sync(session.pk, events)
     session.refresh_from_db()
     return session
+
+
+def _inherited_team(actor: Any, source: Session) -> Any:
+    """A fork or clear stays in the source's team when its new owner has a role there."""
+    return source.team_id if access.team_role(actor, source.team_id) is not None else None
 
 
 # ---- runs ----
@@ -131,30 +141,6 @@ def check_content(content: Any) -> None:
             )
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise ValidationFailed("a text part needs a string text", code="prompt")
-
-
-def find_ask_session(ask_id: str) -> Session:
-    if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
-        raise NotFound("no such ask")
-    index = AskIndex.objects.select_related("session").filter(pk=ask_id).first()
-    if index is None:
-        raise NotFound("no such ask")
-    return index.session
-
-
-def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run:
-    """Record the first verdict on an ask and resume the session as a new run.
-
-    Two simultaneous decisions serialise on the session lock: the second finds the ask
-    no longer pending and gets AskNotPending (409).
-    """
-    session = find_ask_session(ask_id)
-    check_access(actor, session, "approve")
-    if note is not None and (not isinstance(note, str) or len(note) > 2000):
-        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
-    with _locked(session.pk) as (session, state):
-        invocation_id, events = operations.decision_events(state, ask_id, verdict, approver=_username(actor), note=note)
-        return runs.queue_run(session, invocation_id, events)
 
 
 def do_retry(actor: Any, session_id: str) -> Run:
@@ -256,7 +242,7 @@ def do_fork(
         state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort
     )
     with transaction.atomic():
-        fork = Session.objects.create(owner=actor)
+        fork = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(fork.pk, events)
     fork.refresh_from_db()
     return fork
@@ -266,7 +252,7 @@ def do_clear(actor: Any, session_id: str) -> Session:
     source = get_session_for_user(actor, session_id, "write")
     events = operations.clear_events(source.projection())
     with transaction.atomic():
-        cleared = Session.objects.create(owner=actor)
+        cleared = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(cleared.pk, events)
     cleared.refresh_from_db()
     return cleared

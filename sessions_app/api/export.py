@@ -12,7 +12,7 @@ from sessions_app.review import export
 
 
 def _export(user: object, session_id: str, fmt: str) -> HttpResponse:
-    session = access.check_review(user, access.get_session_for_user(user, check_id(session_id, "session"), "read"))
+    session = access.get_session_for_user(user, check_id(session_id, "session"), "review")
     if fmt == "markdown":
         return HttpResponse(export.export_markdown(session), content_type="text/markdown; charset=utf-8")
     return HttpResponse(export.export_json(session), content_type="application/json")

@@ -256,12 +256,56 @@ ROUTES: tuple[Route, ...] = (
         {
             "POST": op(
                 views.decide_ask,
-                "Decide an approval ask; the resumed session is a new run",
+                "Decide (or vote on) an approval ask; the resumed session is a new run",
                 status=202,
                 request="Decide",
-                response="Run",
+                response="Decision",
                 errors=(400, 403, 404, 409),
             )
+        },
+    ),
+    Route(
+        "asks",
+        "asks",
+        {
+            "GET": op(
+                views.list_asks,
+                "The approval asks the caller may see, newest first (paginated; filters state, team, tool)",
+                response="AskList",
+                query=("state", "team", "tool", "limit", "offset"),
+                errors=(400,),
+            )
+        },
+    ),
+    Route(
+        "teams/<str:name>/rules",
+        "team-rules",
+        {
+            "GET": op(views.list_rules, "A team's approval rules, in order", response="RuleList", errors=(404,)),
+            "POST": op(
+                views.create_rule,
+                "Add an approval rule (moderators of the team)",
+                status=201,
+                request="RuleInput",
+                response="Rule",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/rules/<str:rule_id>",
+        "team-rule",
+        {
+            "PUT": op(
+                views.update_rule,
+                "Replace (and move) an approval rule (moderators of the team)",
+                request="RuleInput",
+                response="Rule",
+                errors=(400, 403, 404),
+            ),
+            "DELETE": op(
+                views.delete_rule, "Delete an approval rule (moderators of the team)", status=204, errors=(403, 404)
+            ),
         },
     ),
     Route("openapi.json", "openapi", {"GET": op(openapi_document, "This document", response=None, auth=False)}),

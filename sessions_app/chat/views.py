@@ -114,11 +114,15 @@ def _active_run(session: Session) -> Run:
 def home(request: HtmxHttpRequest) -> HttpResponse:
     sessions = access.visible_sessions(request.user).order_by("-updated_at")
     page = Paginator(sessions, 50).get_page(request.GET.get("page"))
+    teams = list(access.member_teams(request.user))
     return render(
         request,
         "chat/home.html",
         {
             "page": page,
+            "teams": teams,
+            # The New session form preselects the owner's team when they have exactly one.
+            "default_team": teams[0].name if len(teams) == 1 else "",
             "modes": mode_choices(),
             "models": model_choices(),
             "default_model": default_model_from_env(),
@@ -137,6 +141,8 @@ def create_session(request: HtmxHttpRequest) -> HttpResponse:
         title=title,
         mode=request.POST.get("mode") or None,
         model=request.POST.get("model") or None,
+        # The form always sends its Team choice; "" is a personal session.
+        team=request.POST.get("team") or None if "team" in request.POST else actions.DEFAULT_TEAM,
     )
     return go_to(request, reverse("chat", args=[session.pk]))
 

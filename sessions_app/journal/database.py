@@ -54,8 +54,14 @@ from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
+from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
+
+#: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
+ASK_INDEX_TYPES = frozenset(
+    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
+)
 
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
@@ -298,17 +304,15 @@ class DatabaseJournal:
         ]
         self._insert(connection, envelopes)
         if session is not None:
-            asks = [e.payload["ask_id"] for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
-            if asks:
-                models.AskIndex.objects.using(self.using).bulk_create(
-                    [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
-                )
             state = session.projection()
+            pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
             review = ReviewProjection(session, self.using)
             for envelope in envelopes:
                 review.observe(state, envelope)
                 apply_envelope(state, envelope)
             review.write()
+            if any(e.type in ASK_INDEX_TYPES for e in envelopes):
+                update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)

@@ -154,14 +154,22 @@ class ReviewProjection:
         counters = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens", "messages")
         updates = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in counters)
         sql = (
-            f"INSERT INTO {table} (day, user_id, api_token_key, model, {', '.join(counters)}) "  # noqa: S608 - fixed names
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            f"ON CONFLICT (day, user_id, api_token_key, model) DO UPDATE SET {updates}"
+            f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, {', '.join(counters)}) "  # noqa: S608
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            f"ON CONFLICT (day, user_id, team_key, api_token_key, model) DO UPDATE SET {updates}"
         )
         with connection.cursor() as cursor:
             for (day, token_key, model), row in self.usage.items():
                 cursor.execute(
-                    sql, [connection.ops.adapt_datefield_value(day), self.session.owner_id, token_key, model, *row]
+                    sql,
+                    [
+                        connection.ops.adapt_datefield_value(day),
+                        self.session.owner_id,
+                        self.session.team_id or 0,
+                        token_key,
+                        model,
+                        *row,
+                    ],
                 )
 
 

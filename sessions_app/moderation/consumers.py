@@ -29,7 +29,7 @@ from sessions_app.models import Session
 def queue_viewer(user: Any) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         raise Forbidden("log in first")
-    return {"user_id": user.pk, "moderator": access.is_moderator(user)}
+    return {"user": user}
 
 
 @database_sync_to_async
@@ -38,7 +38,7 @@ def approval_cards(
 ) -> list[tuple[str, ApprovalView]]:
     """(what happened, card) for the asks in `envelopes` that this viewer may decide."""
     session = Session.objects.select_related("owner").filter(pk=session_id).first()
-    if session is None or not (viewer["moderator"] or session.owner_id == viewer["user_id"]):
+    if session is None or not access.can_approve(viewer["user"], session):
         return []
     state = session.projection()
     cards: list[tuple[str, ApprovalView]] = []

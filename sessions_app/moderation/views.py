@@ -19,15 +19,12 @@ from django.views.decorators.http import require_GET, require_POST
 from sectr.errors import Forbidden, NotFound, SectrError
 from sessions_app import access, actions
 from sessions_app.chat.view_model import ApprovalView
-from sessions_app.models import Session
 from sessions_app.web import HtmxHttpRequest, refusals_as_messages
 
 
 def pending_approvals(user: Any) -> list[ApprovalView]:
-    """Every pending ask `user` may decide: all sessions' for moderators, their own otherwise."""
-    sessions = Session.objects.filter(status="awaiting").select_related("owner").order_by("updated_at")
-    if not access.is_moderator(user):
-        sessions = sessions.filter(owner=user)
+    """Every pending ask `user` may decide: their own sessions' and their moderated teams'."""
+    sessions = access.approvable_sessions(user).filter(status="awaiting").select_related("owner").order_by("updated_at")
     cards = []
     for session in sessions:
         ask = session.projection().pending_ask
@@ -46,7 +43,7 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
         "cards": pending_approvals(request.user),
         "can_approve": True,  # pending_approvals lists only asks this user may decide
         "show_session": True,
-        "is_moderator": access.is_moderator(request.user),
+        "is_moderator": access.has_any_role(request.user, "moderator"),
     }
     if request.htmx and request.GET.get("partial") == "queue":
         return render(request, "moderation/_approval_queue.html", context)

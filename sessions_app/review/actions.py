@@ -124,7 +124,7 @@ def do_rate(
 ) -> Rating:
     """A reviewer's rating of a session (message_id "") or one assistant message; rating
     the same thing again replaces the reviewer's earlier rating."""
-    session = access.check_review(actor, access.get_session_for_user(actor, session_id, "read"))
+    session = access.get_session_for_user(actor, session_id, "review")
     return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, tags, comment)
 
 
@@ -136,7 +136,7 @@ def do_end_user_feedback(actor: Any, session_id: str, message_id: str, thumbs: A
 
 
 def do_set_reviewed(actor: Any, session_id: str, reviewed: bool) -> bool:
-    session = access.check_review(actor, access.get_session_for_user(actor, session_id, "read"))
+    session = access.get_session_for_user(actor, session_id, "review")
     with transaction.atomic():
         if reviewed:
             ReviewMark.objects.update_or_create(
@@ -151,7 +151,7 @@ MAX_NOTE = 10_000
 
 
 def do_add_note(actor: Any, session_id: str, body: Any, seq: int | None = None) -> ReviewNote:
-    session = access.check_review(actor, access.get_session_for_user(actor, session_id, "read"))
+    session = access.get_session_for_user(actor, session_id, "review")
     text = str(body or "").strip()
     if not 1 <= len(text) <= MAX_NOTE:
         raise ValidationFailed(f"a note needs 1 to {MAX_NOTE} characters", code="note")
@@ -159,6 +159,11 @@ def do_add_note(actor: Any, session_id: str, body: Any, seq: int | None = None) 
 
 
 # ---- queues ----
+
+
+def is_moderator(user: Any) -> bool:
+    """A moderator of some team (or staff): sees every item of the queues they open."""
+    return access.has_any_role(user, "moderator")
 
 
 def check_queue_name(name: Any) -> str:
@@ -169,7 +174,7 @@ def check_queue_name(name: Any) -> str:
 
 
 def _require_reviewer(actor: Any) -> None:
-    if not access.is_reviewer(actor):
+    if not access.has_any_role(actor, "reviewer"):
         raise Forbidden("review queues are for reviewers and moderators")
 
 
@@ -178,7 +183,7 @@ def do_create_queue(actor: Any, name: Any, reviewers: Iterable[Any] = ()) -> Rev
     text = check_queue_name(name)
     people = list(reviewers)
     for person in people:
-        if not access.is_reviewer(person):
+        if not access.has_any_role(person, "reviewer"):
             raise ValidationFailed(f"{person.get_username()} is not a reviewer", code="reviewers")
     try:
         with transaction.atomic():
@@ -192,11 +197,9 @@ def do_create_queue(actor: Any, name: Any, reviewers: Iterable[Any] = ()) -> Rev
 def get_queue_for_user(actor: Any, queue_id: int) -> ReviewQueue:
     """A queue its reviewers, its creator and moderators may work with; 404 for others."""
     queue = ReviewQueue.objects.filter(pk=queue_id).first()
-    if queue is None or not access.is_reviewer(actor):
+    if queue is None or not access.has_any_role(actor, "reviewer"):
         raise NotFound("no such queue")
-    if not (
-        access.is_moderator(actor) or queue.created_by_id == actor.pk or queue.reviewers.filter(pk=actor.pk).exists()
-    ):
+    if not (is_moderator(actor) or queue.created_by_id == actor.pk or queue.reviewers.filter(pk=actor.pk).exists()):
         raise NotFound("no such queue")
     return queue
 
@@ -209,7 +212,9 @@ def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> t
     with transaction.atomic():
         queue = get_queue_for_user(actor, queue_id)
         ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()
-        candidates = [s for s in sessions if access.can_review(actor, s)]
+        # One query for the whole batch (a search may put thousands in): what `actor` may review.
+        wanted = [s.pk for s in sessions]
+        candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted))
         present = set(
             ReviewQueueItem.objects.filter(queue=queue, session__in=[s.pk for s in candidates]).values_list(
                 "session_id", flat=True
@@ -233,7 +238,7 @@ def do_assign(actor: Any, item_id: int, assignee: Any | None) -> ReviewQueueItem
     if item is None:
         raise NotFound("no such queue item")
     get_queue_for_user(actor, item.queue_id)
-    if assignee is not None and not access.is_reviewer(assignee):
+    if assignee is not None and not access.has_any_role(assignee, "reviewer"):
         raise ValidationFailed(f"{assignee.get_username()} is not a reviewer", code="assignee")
     ReviewQueueItem.objects.filter(pk=item.pk).update(assignee=assignee)
     item.assignee = assignee
@@ -245,7 +250,7 @@ def do_mark_item_done(actor: Any, item_id: int, done: bool = True) -> ReviewQueu
     if item is None:
         raise NotFound("no such queue item")
     get_queue_for_user(actor, item.queue_id)
-    if item.assignee_id not in (None, actor.pk) and not access.is_moderator(actor):
+    if item.assignee_id not in (None, actor.pk) and not is_moderator(actor):
         raise Forbidden("this item is assigned to someone else")
     item.done_at = timezone.now() if done else None
     ReviewQueueItem.objects.filter(pk=item.pk).update(done_at=item.done_at)
@@ -257,7 +262,7 @@ def do_mark_item_done(actor: Any, item_id: int, done: bool = True) -> ReviewQueu
 
 def do_create_share(actor: Any, session_id: str, *, days: Any = 7, require_login: bool = False) -> ShareLink:
     """A read-only link to the transcript as it is now (the session's last seq)."""
-    session = access.check_review(actor, access.get_session_for_user(actor, session_id, "read"))
+    session = access.get_session_for_user(actor, session_id, "review")
     try:
         lifetime = int(days)
     except (TypeError, ValueError):

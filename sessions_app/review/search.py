@@ -144,10 +144,7 @@ def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
 
 
 def _filter_team(sessions: QuerySet[Session], team: str) -> QuerySet[Session]:
-    # Teams arrive with issue 9 (Session.team); until then no session has a team.
-    if any(f.name == "team" for f in Session._meta.get_fields()):
-        return sessions.filter(team__name=team)
-    return sessions.none()
+    return sessions.filter(team__name=team)
 
 
 @dataclass(frozen=True)

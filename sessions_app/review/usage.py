@@ -19,7 +19,7 @@ from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from sessions_app import access
-from sessions_app.models import ApiToken, ModelPrice, UsageDaily
+from sessions_app.models import ApiToken, ModelPrice, Team, UsageDaily
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -67,18 +67,12 @@ def _date(value: Any, default: date, errors: list[str], label: str) -> date:
 
 def usage_rows(user: Any, date_from: date, date_to: date, team: str = "") -> QuerySet[UsageDaily]:
     rows = UsageDaily.objects.filter(day__gte=date_from, day__lte=date_to)
-    allowed = access.usage_user_ids(user)
-    if allowed is not None:
-        rows = rows.filter(user_id__in=allowed)
+    scope = access.usage_scope(user)
+    if scope is not None:
+        rows = rows.filter(scope)
     if team:
-        rows = rows.filter(user_id__in=_team_member_ids(team))
+        rows = rows.filter(team_key__in=Team.objects.filter(name=team).values("pk"))
     return rows
-
-
-def _team_member_ids(team: str) -> list[int]:
-    # Teams arrive with issue 9; until then no user is in a team.
-    members = getattr(access, "team_member_ids", None)
-    return list(members(team)) if callable(members) else []
 
 
 def _prices() -> dict[str, ModelPrice]:

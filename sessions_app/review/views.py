@@ -83,7 +83,11 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
     rows = list(page.object_list)
     found = search.snippets_for([s.pk for s in rows], filters.q)
     reviewed = set(ReviewMark.objects.filter(session__in=rows).values_list("session_id", flat=True))
-    queues = ReviewQueue.objects.order_by("name") if access.is_reviewer(request.user) else ReviewQueue.objects.none()
+    queues = (
+        ReviewQueue.objects.order_by("name")
+        if access.has_any_role(request.user, "reviewer")
+        else ReviewQueue.objects.none()
+    )
     context = {
         "page": page,
         "rows": [(s, found.get(s.pk), s.pk in reviewed) for s in rows],
@@ -91,7 +95,7 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
         "query": urlencode(filters.as_query()),
         "states": search.STATES,
         "queues": queues,
-        "is_reviewer": access.is_reviewer(request.user),
+        "is_reviewer": access.has_any_role(request.user, "reviewer"),
     }
     return render(request, "review/review.html", context)
 
@@ -100,7 +104,7 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def export_results(request: HtmxHttpRequest) -> StreamingHttpResponse:
     """Every session the search finds, one JSON export a line (JSONL), streamed."""
-    if not access.is_reviewer(request.user):
+    if not access.has_any_role(request.user, "reviewer"):
         raise PermissionDenied("bulk export is for reviewers")
     filters = search.Filters.from_query(request.GET)
     sessions = search.search_sessions(request.user, filters)
@@ -182,7 +186,7 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
 
 def _my_items(user: Any, queue: ReviewQueue) -> Any:
     items = ReviewQueueItem.objects.filter(queue=queue)
-    if not access.is_moderator(user):
+    if not actions.is_moderator(user):
         items = items.filter(Q(assignee=user) | Q(assignee__isnull=True))
     return items.order_by("position")
 
@@ -190,7 +194,7 @@ def _my_items(user: Any, queue: ReviewQueue) -> Any:
 @login_required
 @require_GET
 def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "read")
+    session = get_session_for_request(request, session_id, "review")
     timeline = build_timeline(export.load_envelopes(session))
     ratings = list(Rating.objects.filter(session=session).select_related("author").order_by("seq", "created_at"))
     reviewer_ratings = [r for r in ratings if r.source == Rating.REVIEWER]
@@ -220,7 +224,7 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "fork_children": children,
         "mark": mark,
         "can_review": access.can_review(request.user, session),
-        "queues": ReviewQueue.objects.order_by("name") if access.is_reviewer(request.user) else [],
+        "queues": ReviewQueue.objects.order_by("name") if access.has_any_role(request.user, "reviewer") else [],
         "queue_nav": _queue_nav(request.user, session, request.GET.get("queue")),
         "here": request.get_full_path(),
     }
@@ -285,7 +289,7 @@ def end_user_feedback(request: HtmxHttpRequest, session_id: str, message_id: str
 
 @login_required
 def queues(request: HtmxHttpRequest) -> HttpResponse:
-    if not access.is_reviewer(request.user):
+    if not access.has_any_role(request.user, "reviewer"):
         raise PermissionDenied("review queues are for reviewers")
     if request.method == "POST":
         try:
@@ -360,7 +364,7 @@ def queue_item_done(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 @require_GET
 @review_refusals
 def export_session(request: HtmxHttpRequest, session_id: str, fmt: str) -> HttpResponse:
-    session = access.check_review(request.user, access.get_session_for_user(request.user, session_id, "read"))
+    session = access.get_session_for_user(request.user, session_id, "review")
     if fmt == "json":
         response = HttpResponse(export.export_json(session), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.json"'

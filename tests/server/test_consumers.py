@@ -22,7 +22,8 @@ from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Session
-from tests.server.test_web import append, asked, assert_inert, completed, grant, reply, started
+from tests.server.conftest import join_team
+from tests.server.test_web import append, asked, assert_inert, completed, reply, started
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -115,7 +116,7 @@ async def test_a_socket_without_an_origin_is_refused(owner: Any, session: Sessio
 
 
 async def test_a_reviewer_connects_without_decision_buttons(teammate: Any, session: Session) -> None:
-    reviewer = await database_sync_to_async(grant)(teammate, "review_session")
+    reviewer = await database_sync_to_async(join_team)(teammate, "reviewer", session)
     await database_sync_to_async(append)(session, [started("note: buy milk", inv="inv_2"), *asked()])
     communicator, connected, _ = await connect(reviewer, chat_path(session))
     assert connected
@@ -272,7 +273,7 @@ async def test_a_decision_updates_the_card(owner: Any, session: Session) -> None
 async def test_the_queue_gets_new_asks_of_sessions_the_user_may_decide(
     owner: Any, outsider: Any, teammate: Any, session: Session
 ) -> None:
-    moderator = await database_sync_to_async(grant)(teammate, "moderate_session")
+    moderator = await database_sync_to_async(join_team)(teammate, "moderator", session)
     sockets = {}
     for name, user in (("owner", owner), ("outsider", outsider), ("moderator", moderator)):
         communicator, connected, _ = await connect(user, "/ws/approvals/")

@@ -41,12 +41,14 @@ from sessions_app.models import (
     UsageDaily,
 )
 from sessions_app.review import actions, export, search, usage
-from tests.server.test_web import append, asked, completed, grant, logged_in, reply, started
+from tests.server.conftest import join_team
+from tests.server.test_web import append, asked, completed, logged_in, reply, started
 
 
 @pytest.fixture
-def reviewer(teammate: Any) -> Any:
-    return grant(teammate, "review_session")
+def reviewer(teammate: Any, owner: Any) -> Any:
+    """A reviewer of the owner's team "crew" (the owner's sessions are in it)."""
+    return join_team(teammate, "reviewer", owner)
 
 
 @pytest.fixture
@@ -131,14 +133,16 @@ def test_search_filters_by_user_state_model_dates_asks_and_failures(
         found = search.search_sessions(reviewer, search.Filters.from_query({"q": "alpha", **params}))
         return {s.title for s in found}
 
-    assert titles() == {"plain", "asking", "failing", "outsiders"}
-    assert titles(user="outsider") == {"outsiders"}
+    assert titles() == {"plain", "asking", "failing"}  # not the outsider's personal session
+    assert titles(user="owner") == {"plain", "asking", "failing"}
+    assert titles(user="outsider") == set()
+    assert titles(team="crew") == {"plain", "asking", "failing"}
     assert titles(state="awaiting") == {"asking"}
     assert titles(model="other-model") == {"asking"}
     assert titles(has_asks="1") == {"asking"}
     assert titles(failed="1") == {"failing"}
     today = timezone.now().date()
-    assert titles(**{"from": today.isoformat(), "to": today.isoformat()}) == {"plain", "asking", "failing", "outsiders"}
+    assert titles(**{"from": today.isoformat(), "to": today.isoformat()}) == {"plain", "asking", "failing"}
     assert titles(**{"to": (today - timedelta(days=1)).isoformat()}) == set()
     assert titles(team="nobody") == set()
     bad = search.Filters.from_query({"from": "yesterday"})
