@@ -25,7 +25,6 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError
 from sessions_app import access
-from sessions_app.journal import snapshots
 from sessions_app.models import (
     ForkLink,
     Rating,
@@ -36,6 +35,7 @@ from sessions_app.models import (
     Session,
 )
 from sessions_app.review import actions, export, search, usage
+from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.transcript import build_timeline
 from sessions_app.web import HtmxHttpRequest, get_session_for_request
 
@@ -69,12 +69,20 @@ def _back(request: HttpRequest) -> str:
     return target if target.startswith("/") and not target.startswith("//") else reverse("review")
 
 
+def _require_reviewer(request: HtmxHttpRequest) -> None:
+    """The review pages are for reviewers and moderators of some team, and staff (what
+    each of them shows is then narrowed to their teams' sessions by sessions_app.access)."""
+    if not access.has_any_role(request.user, "reviewer"):
+        raise PermissionDenied("team review is for reviewers and moderators of a team, and staff")
+
+
 # ---- find ----
 
 
 @login_required
 @require_GET
 def review(request: HtmxHttpRequest) -> HttpResponse:
+    _require_reviewer(request)
     filters = search.Filters.from_query(request.GET)
     for error in filters.errors:
         messages.warning(request, error)
@@ -114,38 +122,6 @@ def export_results(request: HtmxHttpRequest) -> StreamingHttpResponse:
 
 
 # ---- read ----
-
-
-def _when(iso: str | None) -> str:
-    return f"{iso[:19].replace('T', ' ')} UTC" if iso else "—"
-
-
-def snapshot_fields(session: Session) -> list[tuple[str, Any]]:
-    """The snapshot of SPEC section 6 (as the API serves it) as labelled rows."""
-    snap = snapshots.snapshot(session)
-    model = snap["resolved_model"]
-    ask = snap["pending_ask"]
-    media = [kind for kind, accepted in snap["media"].items() if accepted]
-    placement = snap.get("placement")
-    return [
-        ("State", snap["state"]),
-        ("Owner", snap["owner"]),
-        ("Mode", snap["mode"]),
-        ("Model", f"{model['provider_id']} / {model['model_id']}"),
-        ("Context window", f"{model['context_window']:,} tokens" if model["context_window"] else "—"),
-        ("Reasoning effort", model["reasoning_effort"] or "provider default"),
-        ("Limits", ", ".join(f"{key.replace('_', ' ')} {value or 'off'}" for key, value in snap["limits"].items())),
-        ("Turns", snap["turns"]),
-        ("Tool calls", snap["tool_calls"]),
-        ("Accepts media", ", ".join(media) or "none"),
-        ("Pending ask", f"{ask['name']}" if ask else "none"),
-        ("Worker", (placement.get("worker") or "not yet claimed") if placement else "—"),
-        ("Stop reason", snap.get("stop_reason") or "—"),
-        ("Last error", (snap.get("last_error") or {}).get("error") if snap.get("last_error") else "—"),
-        ("Created", _when(snap["created_at"])),
-        ("Updated", _when(snap["updated_at"])),
-        ("Events", snap.get("last_seq")),
-    ]
 
 
 def _fork_links(user: Any, session: Session) -> tuple[Any, list[Any]]:
@@ -194,6 +170,7 @@ def _my_items(user: Any, queue: ReviewQueue) -> Any:
 @login_required
 @require_GET
 def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    _require_reviewer(request)
     session = get_session_for_request(request, session_id, "review")
     timeline = build_timeline(export.load_envelopes(session))
     ratings = list(Rating.objects.filter(session=session).select_related("author").order_by("seq", "created_at"))
@@ -412,5 +389,6 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
 @login_required
 @require_GET
 def usage_page(request: HtmxHttpRequest) -> HttpResponse:
+    _require_reviewer(request)
     report = usage.build_report(request.user, request.GET)
     return render(request, "review/usage.html", {"report": report})

@@ -149,17 +149,24 @@ def test_search_filters_by_user_state_model_dates_asks_and_failures(
     assert bad.date_from is None and bad.errors
 
 
-def test_an_outsider_finds_none_of_the_owners_sessions(outsider_client: Client, session: Session) -> None:
+def test_an_outsider_finds_none_of_the_owners_sessions(
+    outsider_client: Client, outsider: Any, session: Session
+) -> None:
     converse(session, "secret plans", "the plans")
     page = outsider_client.get("/review/", {"q": "secret"}).content.decode()
     assert "Test session" not in page and "plans" not in page
     sid = session.pk
-    assert outsider_client.get(f"/review/{sid}/").status_code == 404
+    assert outsider_client.get(f"/review/{sid}/").status_code == 403  # no role anywhere: the same for any id
     assert outsider_client.get(f"/review/{sid}/export.json").status_code == 404
     assert outsider_client.post(f"/review/{sid}/rate", {"thumbs": "up"}).status_code == 404
     assert outsider_client.post(f"/review/{sid}/share", {"days": "7"}).status_code == 404
     assert outsider_client.get("/review/export.jsonl").status_code == 403
-    assert "owner" not in outsider_client.get("/review/usage/").content.decode().split("<main>")[1]
+    assert outsider_client.get("/review/usage/").status_code == 403
+    # A reviewer of another team finds nothing of this one.
+    other = logged_in(join_team(outsider, "reviewer", team="elsewhere"))
+    assert "Test session" not in other.get("/review/", {"q": "secret"}).content.decode()
+    assert other.get(f"/review/{sid}/").status_code == 404
+    assert "owner" not in other.get("/review/usage/").content.decode().split("<main>")[1]
     assert not ShareLink.objects.exists() and not Rating.objects.exists()
 
 
