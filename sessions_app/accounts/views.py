@@ -54,7 +54,8 @@ def revoke_token(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
 @require_GET
 def shares(request: HtmxHttpRequest) -> HttpResponse:
     """The user's share links, newest first, with `Revoke`."""
-    listed = ShareLink.objects.filter(created_by=request.user).select_related("session").order_by("-created_at")
+    user: Any = request.user
+    listed = ShareLink.objects.filter(created_by=user).select_related("session").order_by("-created_at")
     new_id = request.GET.get("new", "")
     context = {
         "shares": [(share, request.build_absolute_uri(reverse("shared", args=[share.token]))) for share in listed],

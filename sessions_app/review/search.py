@@ -147,11 +147,94 @@ def _filter_team(sessions: QuerySet[Session], team: str) -> QuerySet[Session]:
     return sessions.filter(team__name=team)
 
 
+@dataclass
+class ResultPage:
+    """One page of results without counting them all: a COUNT(*) of a search that matches
+    most of 100,000 sessions costs more than the page itself, so a page reads one row
+    more than it shows to know whether there is a next one."""
+
+    number: int
+    object_list: list[Session]
+    has_next: bool
+
+    @classmethod
+    def of(cls, sessions: QuerySet[Session], number: Any, size: int) -> ResultPage:
+        try:
+            page = max(1, min(int(number or 1), 10_000))
+        except (TypeError, ValueError):
+            page = 1
+        rows = list(sessions[(page - 1) * size : page * size + 1])
+        return cls(page, rows[:size], len(rows) > size)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+
 @dataclass(frozen=True)
 class Snippet:
     seq: int
     kind: str
     html: SafeString
+
+
+SNIPPET_WORDS = 12
+
+
+def _highlight_in_python(session_ids: list[str], q: str, placeholders: str) -> dict[str, Snippet]:
+    terms = [word.lower() for word in _WORD.findall(q)]
+    if not terms:
+        return {}
+    sql = (
+        "SELECT session_id, seq, kind, text FROM sessions_app_searchentry "  # noqa: S608 - placeholders only
+        f"WHERE session_id IN ({placeholders}) ORDER BY session_id, seq"
+    )
+    found: dict[str, Snippet] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, session_ids)
+        for session_id, seq, kind, text in cursor.fetchall():
+            if session_id in found:
+                continue
+            marked = _mark_terms(text, terms)
+            if marked is not None:
+                found[session_id] = Snippet(seq, kind, highlight(marked))
+    return found
+
+
+def _mark_terms(text: str, terms: list[str]) -> str | None:
+    """A window of `text` around its first word that starts with a search term (FTS5's
+    porter stemmer matches "penguins" for "penguin": a prefix is the near equivalent),
+    with every such word between the markers; None when no word matches."""
+    words = text.split()
+    hits = [
+        i
+        for i, word in enumerate(words)
+        if any(token.lower().startswith(terms_) for token in _WORD.findall(word) for terms_ in terms)
+    ]
+    if not hits:
+        return None
+    start = max(0, hits[0] - SNIPPET_WORDS // 3)
+    window = words[start : start + SNIPPET_WORDS]
+    prefix = "… " if start else ""
+    suffix = " …" if start + SNIPPET_WORDS < len(words) else ""
+
+    def mark(found: re.Match[str]) -> str:
+        token = found.group(0)
+        return f"{MARK_START}{token}{MARK_END}" if any(token.lower().startswith(t) for t in terms) else token
+
+    return prefix + _WORD.sub(mark, " ".join(window)) + suffix
 
 
 def highlight(raw: str) -> SafeString:
@@ -175,15 +258,10 @@ def snippets_for(session_ids: list[str], q: str) -> dict[str, Snippet]:
         )
         params: list[Any] = [options, q, *session_ids]
     else:
-        match = fts5_query(q)
-        if not match:
-            return {}
-        sql = (
-            f"SELECT e.session_id, e.seq, e.kind, snippet({FTS_TABLE}, 0, %s, %s, '…', 16) "  # noqa: S608 - fixed name
-            f"FROM {FTS_TABLE} JOIN sessions_app_searchentry e ON e.id = {FTS_TABLE}.rowid "
-            f"WHERE {FTS_TABLE} MATCH %s AND e.session_id IN ({placeholders}) ORDER BY e.session_id, e.seq"
-        )
-        params = [MARK_START, MARK_END, match, *session_ids]
+        # FTS5's snippet() would evaluate the MATCH over the whole index before the
+        # session filter applies; the page's own entries (a few per session, on the
+        # (session, seq) index) are highlighted here instead, word by word.
+        return _highlight_in_python(session_ids, q, placeholders)
     found: dict[str, Snippet] = {}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

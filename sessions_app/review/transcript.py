@@ -163,10 +163,10 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
             else:
                 entries.append(TimelineEntry("assistant", env.seq, env.created_at, tool_calls=[call]))
         elif t == "TOOL_RESULT":
-            call = calls.get(str(p.get("tool_call_id")))
-            if call is not None:
-                call.result = str(p.get("content", ""))
-                call.is_error = bool(p.get("is_error"))
+            answered = calls.get(str(p.get("tool_call_id")))
+            if answered is not None:
+                answered.result = str(p.get("content", ""))
+                answered.is_error = bool(p.get("is_error"))
         elif t == "APPROVAL_REQUESTED":
             asks[str(p.get("ask_id"))] = p
             entries.append(

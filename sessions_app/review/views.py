@@ -16,7 +16,6 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.db.models import Count, Q
 from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
@@ -87,8 +86,8 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
     for error in filters.errors:
         messages.warning(request, error)
     sessions = search.search_sessions(request.user, filters)
-    page = Paginator(sessions, PAGE_SIZE).get_page(request.GET.get("page"))
-    rows = list(page.object_list)
+    page = search.ResultPage.of(sessions, request.GET.get("page"), PAGE_SIZE)
+    rows = page.object_list
     found = search.snippets_for([s.pk for s in rows], filters.q)
     reviewed = set(ReviewMark.objects.filter(session__in=rows).values_list("session_id", flat=True))
     queues = (

@@ -105,7 +105,7 @@ def test_search_finds_message_text_and_tool_names_with_a_highlighted_escaped_sni
     # The user's markup never becomes markup (PostgreSQL's headline drops tags, SQLite's keeps them as text).
     assert "<b>penguins" not in page.lower()
     if connection.vendor == "sqlite":
-        assert "&lt;b&gt;<mark>penguins</mark>" in page
+        assert "&lt;b&gt;<mark>penguins</mark>&lt;/b&gt;" in page
 
     page = reviewer_client.get("/review/", {"q": "write_note"}).content.decode()
     assert "Tools" in page and "Penguins" not in page
@@ -175,7 +175,7 @@ def test_search_pages_results(reviewer_client: Client, make_session: Any) -> Non
         converse(make_session(title=f"s{i:02d}"), "common word", "ok")
     first = reviewer_client.get("/review/", {"q": "common"}).content.decode()
     second = reviewer_client.get("/review/", {"q": "common", "page": "2"}).content.decode()
-    assert "page 1 of 2" in first and "page 2 of 2" in second
+    assert "page 1" in first and "Older" in first and "page 2" in second and "Older" not in second
     assert first.count("data-session=") == 25 and second.count("data-session=") == 5
     assert "q=common" in first  # the pager keeps the search
 

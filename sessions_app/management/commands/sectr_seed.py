@@ -41,6 +41,10 @@ WORDS = (
     "report customer password outage backup python rust pricing contract holiday translation "
     "summary meeting roadmap incident certificate billing analytics forecast inventory shipping"
 ).split()
+# Plus ~1,000 made-up words, so that a search word matches a few percent of the sessions
+# as in real text, not all of them.
+SYLLABLES = "ka lo mi re su ta ve no pi da ri zo".split()
+WORDS += [a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES[:7]]
 MODELS = ("demo", "gpt-4o-mini", "llama-3.1-8b")
 BATCH = 2000
 
@@ -106,7 +110,7 @@ class Command(BaseCommand):
             at = now - timedelta(seconds=rng.randrange(days * 86400))
             model = rng.choice(MODELS)
             sid = f"ses_{uuid.uuid4().hex}"
-            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))
+            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))  # noqa: S311 - not crypto
             answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))
             journal = _conversation(sid, at, model, prompt, answer, rng)
             state = project(journal, session_id=sid)
