@@ -20,7 +20,10 @@ from sectr.errors import SectrError
 from sessions_app import actions as session_actions
 from sessions_app.models import (
     ApiToken,
+    ApprovalRule,
+    AskIndex,
     Envelope,
+    Membership,
     ModelPrice,
     Rating,
     ReviewMark,
@@ -30,6 +33,7 @@ from sessions_app.models import (
     Run,
     Session,
     ShareLink,
+    Team,
     UsageDaily,
 )
 from sessions_app.review.export import load_envelopes
@@ -231,6 +235,61 @@ class ReviewNoteAdmin(admin.ModelAdmin):
     list_display = ("session", "author", "seq", "created_at")
     search_fields = ("=session__id", "body")
     list_select_related = ("session", "author")
+
+
+# ---- teams (issue 9) ----
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ("user",)
+
+
+class ApprovalRuleInline(admin.TabularInline):
+    """A team's rules, in order. Staff only; moderators edit them on the site and the API
+    (sessions_app.actions.rules, which validates the same fields)."""
+
+    model = ApprovalRule
+    extra = 0
+    fields = ("position", "tool", "arguments", "action", "approvals_required", "expires_after_s", "created_by")
+    readonly_fields = ("created_by",)
+    ordering = ("position", "id")
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "ask_expires_after_s", "created_at")
+    search_fields = ("name",)
+    inlines = (MembershipInline, ApprovalRuleInline)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("team", "user", "role", "created_at")
+    list_filter = ("role", "team")
+    search_fields = ("team__name", "user__username")
+    list_select_related = ("team", "user")
+    autocomplete_fields = ("user",)
+
+
+@admin.register(AskIndex)
+class AskIndexAdmin(admin.ModelAdmin):
+    """The ask index is a projection of the journal: read-only."""
+
+    list_display = ("ask_id", "session", "tool", "status", "requested_at", "deadline", "decided_by")
+    list_filter = ("status",)
+    search_fields = ("ask_id", "session__id", "tool")
+    list_select_related = ("session",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 # ---- team review (issue 10) ----

@@ -68,7 +68,7 @@ def update_ask_index(
         rows = []
         for envelope in requested:
             ask_id = str(envelope.payload["ask_id"])
-            ask = state.asks.get(ask_id) or {**envelope.payload, "status": "pending"}
+            ask: dict[str, Any] = state.asks.get(ask_id) or {**envelope.payload, "status": "pending"}
             rows.append(
                 models.AskIndex(
                     ask_id=ask_id, session_id=session_id, **_row_fields(ask, envelope.created_at, envelope.created_at)
@@ -76,15 +76,15 @@ def update_ask_index(
             )
         manager.bulk_create(rows)
     for ask_id in closed:
-        ask = state.asks.get(ask_id)
-        if ask is None:
+        closed_ask = state.asks.get(ask_id)
+        if closed_ask is None:
             continue
         decided_at = envelopes[-1].created_at
         manager.filter(pk=ask_id, session_id=session_id).update(
-            status=str(ask.get("status") or "pending"),
+            status=str(closed_ask.get("status") or "pending"),
             decided_at=decided_at,
-            decided_by=str(ask.get("approver") or "")[:150],
-            verdict=str(ask.get("verdict") or "")[:16],
+            decided_by=str(closed_ask.get("approver") or "")[:150],
+            verdict=str(closed_ask.get("verdict") or "")[:16],
         )
 
 
