@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
@@ -22,6 +23,7 @@ Membership.objects.update_or_create(team=team, user=users.get(username="rita"), 
 """
 
 
+@pytest.mark.timeout(400)  # one long journey through eight pages on a shared machine
 def test_a_reviewer_finds_rates_queues_exports_and_shares(page: Page, browser: Browser, live: LiveSectr) -> None:
     live.create_user("rita", password=PASSWORD)
     live.manage("shell", "-c", TEAM_SETUP)

@@ -50,9 +50,7 @@ def test_the_admin_refuses_to_add_change_or_delete_envelopes(admin_client_: Clie
 
 
 def test_sessions_are_deleted_through_the_delete_action(admin_client_: Client, session: Session) -> None:
-    admin_client_.post(
-        "/admin/sessions_app/session/", {"action": "delete_sessions", "_selected_action": [session.pk]}
-    )
+    admin_client_.post("/admin/sessions_app/session/", {"action": "delete_sessions", "_selected_action": [session.pk]})
     assert not Session.objects.filter(pk=session.pk).exists()
     assert not Envelope.objects.filter(session_id=session.pk).exists()
 
