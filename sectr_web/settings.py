@@ -126,8 +126,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The cache holds the API's per-token rate-limit counters: shared through Redis when
-# there is one (every server process counts against the same budget), else per process.
+# The cache: shared through Redis when there is one, else per process.
 CACHES: dict[str, dict[str, Any]] = {
     "default": (
         {
@@ -139,6 +138,8 @@ CACHES: dict[str, dict[str, Any]] = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
+SECTR_COUNTER_PREFIX = os.environ.get("SECTR_CHANNEL_PREFIX", "sectr")
 SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [
