@@ -29,7 +29,7 @@ def test_the_token_budget_holds_under_concurrency(owner: Any) -> None:
         _, raw = do_issue_token(owner, "burst")
         window_before = int(time.time() // WINDOW)
 
-        def burst(thread: int) -> list[int]:
+        def burst(thread: int, raw: str = raw) -> list[int]:
             client = Client()
             count = 1000 // 32 + (1 if thread < 1000 % 32 else 0)
             return [client.get("/api/v1/sessions/none", **bearer(raw)).status_code for _ in range(count)]
