@@ -12,8 +12,12 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
 from sessions_app.actions.tokens import do_revoke_tokens
 from sessions_app.models import ApiToken, Envelope, ReviewNote, Run, Session
+
+# The admin's sign-in spends the same per-account and per-address budgets as the site's.
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 @admin.register(Session)

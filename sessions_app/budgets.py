@@ -13,6 +13,7 @@ A deployment with several server processes and no Redis counts per process.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+
+from sectr.errors import SectrError
 
 # INCR, and on the window's first hit its expiry: one atomic step on the Redis server.
 SPEND_SCRIPT = """
@@ -32,10 +35,28 @@ return count
 """
 
 
+class BudgetExceeded(SectrError):
+    """429: this budget is spent for the window; Retry-After says when the next one starts."""
+
+    code = "rate_limited"
+    status = 429
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.headers = {"Retry-After": str(retry_after)}
+
+
 @dataclass(frozen=True)
 class Spent:
     count: int  # requests counted in this window, this one included
     retry_after: int  # whole seconds until the window ends (at least 1)
+
+
+def setting_budget(name: str, default: str) -> tuple[int, int]:
+    """A budget from a Django setting or the environment ("30/60"); `default` when unset or malformed."""
+    raw = getattr(settings, name, "") or os.environ.get(name, "") or default
+    return parse_budget(raw, parse_budget(default, (0, 60)))
 
 
 def parse_budget(raw: Any, default: tuple[int, int]) -> tuple[int, int]:

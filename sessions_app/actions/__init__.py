@@ -12,6 +12,7 @@ model itself.
 
 from sessions_app.actions.sessions import (
     check_content,
+    check_new_session_budget,
     do_cancel,
     do_clear,
     do_close,
@@ -33,6 +34,7 @@ from sessions_app.runs import promote_pending_run
 
 __all__ = [
     "check_content",
+    "check_new_session_budget",
     "do_cancel",
     "do_clear",
     "do_close",

@@ -10,14 +10,11 @@ Past the budget the API answers 429 with ``Retry-After``.
 
 from __future__ import annotations
 
-import os
-
 from asgiref.sync import sync_to_async
-from django.conf import settings
 from django.http import HttpRequest
 
 from sessions_app.api.errors import ApiError
-from sessions_app.budgets import aspend, parse_budget
+from sessions_app.budgets import aspend, setting_budget
 from sessions_app.models import ApiToken
 
 DEFAULT_RATE_LIMIT = "600/60"
@@ -50,12 +47,7 @@ async def authenticate(request: HttpRequest) -> ApiToken:
 
 def rate_limit() -> tuple[int, int]:
     """(requests, window seconds); 0 requests = no limit."""
-    raw = str(
-        getattr(settings, "SECTR_API_RATE_LIMIT", "")
-        or os.environ.get("SECTR_API_RATE_LIMIT", "")
-        or DEFAULT_RATE_LIMIT
-    )
-    return parse_budget(raw, (600, 60))
+    return setting_budget("SECTR_API_RATE_LIMIT", DEFAULT_RATE_LIMIT)
 
 
 async def check_rate_limit(token: ApiToken) -> None:

@@ -291,6 +291,7 @@ async def create_session(call: ApiCall) -> HttpResponse:
     check_fields(body, "title", "mode", "model", "limits", "reasoning_effort")
 
     def create() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         session = actions.do_create_session(
             call.user,
             title=optional(body, "title", str),
@@ -325,6 +326,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
     check_fields(body, "title", "model", "reasoning_effort", "at_seq")
 
     def fork() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         forked = actions.do_fork(
             call.user,
             check_id(session_id, "session"),
@@ -340,6 +342,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 async def clear_session(call: ApiCall, session_id: str) -> HttpResponse:
     def clear() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         cleared = actions.do_clear(call.user, check_id(session_id, "session"))
         return _snapshot_of(call.user, cleared.pk)
 

@@ -132,6 +132,7 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
 @refusals_as_messages
 def create_session(request: HtmxHttpRequest) -> HttpResponse:
     title = request.POST.get("title", "").strip() or None
+    actions.check_new_session_budget(request.user)
     session = actions.do_create_session(
         request.user,
         title=title,
@@ -212,6 +213,7 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         if not raw_seq.isdigit():
             raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
         at_seq = int(raw_seq)
+    actions.check_new_session_budget(request.user)
     forked = actions.do_fork(request.user, session.pk, at_seq=at_seq)
     return go_to(request, reverse("chat", args=[forked.pk]))
 
@@ -221,6 +223,7 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
+    actions.check_new_session_budget(request.user)
     cleared = actions.do_clear(request.user, session.pk)
     return go_to(request, reverse("chat", args=[cleared.pk]))
 
