@@ -140,6 +140,9 @@ CACHES: dict[str, dict[str, Any]] = {
 }
 # Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
 SECTR_COUNTER_PREFIX = os.environ.get("SECTR_CHANNEL_PREFIX", "sectr")
+# Request bodies over this many bytes are refused (413) before they are buffered
+# (sectr_web.body_limits: Daphne and the ASGI app); the API's prompts carry up to 32 MiB.
+SECTR_MAX_REQUEST_BYTES = int(os.environ.get("SECTR_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
 SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [
