@@ -2,6 +2,10 @@
 /approvals/: new asks of the sessions the user may decide (every session's for
 moderators) and their decisions and withdrawals.
 
+The socket re-checks its viewer every SECTR_WS_ACCESS_SECONDS (sessions_app.socket_access):
+logging out closes it (4401), and so does losing the moderator role (4403: the page
+reconnects and gets the narrower queue); nothing is sent after that.
+
 Database access only through database_sync_to_async; HTML only through Django templates
 (auto-escaped).
 """
@@ -13,7 +17,6 @@ import json
 from typing import Any
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from sectr.errors import Forbidden
@@ -23,6 +26,7 @@ from sessions_app.chat.consumers import CLOSE_FORBIDDEN
 from sessions_app.chat.view_model import ApprovalView
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
+from sessions_app.socket_access import RecheckedConsumer, reloaded_user
 
 
 @database_sync_to_async
@@ -30,6 +34,12 @@ def queue_viewer(user: Any) -> dict[str, Any]:
     if user is None or not user.is_authenticated:
         raise Forbidden("log in first")
     return {"user_id": user.pk, "moderator": access.is_moderator(user)}
+
+
+@database_sync_to_async
+def current_queue_viewer(user: Any) -> dict[str, Any]:
+    fresh = reloaded_user(user)
+    return {"user_id": fresh.pk, "moderator": access.is_moderator(fresh)}
 
 
 @database_sync_to_async
@@ -61,7 +71,7 @@ def approval_cards(
     return cards
 
 
-class ApprovalsConsumer(AsyncWebsocketConsumer):
+class ApprovalsConsumer(RecheckedConsumer):
     async def connect(self) -> None:
         try:
             self.viewer = await queue_viewer(self.scope.get("user"))
@@ -69,14 +79,26 @@ class ApprovalsConsumer(AsyncWebsocketConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         await self.channel_layer.group_add(MODERATION_GROUP, self.channel_name)
+        self.groups_joined = [MODERATION_GROUP]
         await self.accept()
+        self.start_rechecking()
+
+    async def current_access(self) -> int | None:
+        viewer = await current_queue_viewer(self.scope.get("user"))
+        if self.viewer["moderator"] and not viewer["moderator"]:
+            return CLOSE_FORBIDDEN  # its cards of other people's sessions must go too
+        self.viewer = viewer
+        return None
 
     async def disconnect(self, code: int) -> None:
+        await self.stop_rechecking()
         if getattr(self, "viewer", None):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(MODERATION_GROUP, self.channel_name)
 
     async def journal_envelopes(self, message: dict[str, Any]) -> None:
+        if self.access_revoked:
+            return
         envelopes = [Envelope.from_dict(data) for data in message.get("envelopes", [])]
         cards = await approval_cards(self.viewer, str(message.get("session_id")), envelopes)
         parts = []
