@@ -53,6 +53,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # NUL and lone surrogates in a page's form or query string: 400 before any view.
+    "sessions_app.input_checks.RefuseUnstorableText",
 ]
 
 ROOT_URLCONF = "sectr_web.urls"

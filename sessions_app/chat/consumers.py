@@ -44,6 +44,7 @@ from sectr.events import Envelope
 from sessions_app import access
 from sessions_app.chat.render import chat_context, render_changes
 from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
@@ -94,7 +95,7 @@ def journal_last_seq(session_id: str) -> int | None:
 def parse_after(scope: dict[str, Any]) -> int:
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     raw = (query.get("after") or ["0"])[0]
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if is_whole_number(raw) else 0
 
 
 class ChatConsumer(RecheckedConsumer):

@@ -31,6 +31,7 @@ from sectr.providers import default_model_from_env
 from sessions_app import access, actions
 from sessions_app.chat.render import chat_context, mode_choices, model_choices
 from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
 from sessions_app.models import MediaBlob, Run, Session
@@ -210,7 +211,7 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     raw_seq = request.POST.get("at_seq", "").strip()
     at_seq: int | None = None
     if raw_seq:
-        if not raw_seq.isdigit():
+        if not is_whole_number(raw_seq):
             raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
         at_seq = int(raw_seq)
     actions.check_new_session_budget(request.user)
