@@ -28,7 +28,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]  # Django's and Channels' handlers type their arguments apart
 
 DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
 
@@ -124,7 +124,7 @@ def cap_daphne_request_bodies(limit: int | None = None) -> bool:
     cap = limit if limit is not None else max_request_bytes()
     base: Any = getattr(http_protocol.WebRequest, "sectr_uncapped", http_protocol.WebRequest)
 
-    class CappedWebRequest(base):  # type: ignore[misc, valid-type]
+    class CappedWebRequest(base):
         sectr_uncapped = base
         max_body_bytes = cap
 

@@ -59,8 +59,8 @@ class ThrottledLoginMixin(Form):
                 code=THROTTLED,
                 params={"seconds": wait},
             )
-        cleaned: dict[str, Any] = super().clean()
-        return cleaned
+        cleaned: dict[str, Any] | None = super().clean()
+        return cleaned if cleaned is not None else self.cleaned_data
 
 
 class ThrottledAuthenticationForm(ThrottledLoginMixin, AuthenticationForm):

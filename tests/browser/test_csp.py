@@ -30,9 +30,11 @@ def test_every_page_has_the_policy_and_breaks_none_of_it(page: Page) -> None:
     policies: dict[str, str] = {}
     page.on(
         "response",
-        lambda response: policies.__setitem__(response.url, response.headers.get("content-security-policy", ""))
-        if response.request.resource_type == "document"
-        else None,
+        lambda response: (
+            policies.__setitem__(response.url, response.headers.get("content-security-policy", ""))
+            if response.request.resource_type == "document"
+            else None
+        ),
     )
     seen: list[dict[str, Any]] = []
 
