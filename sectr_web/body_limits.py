@@ -43,7 +43,7 @@ def max_request_bytes() -> int:
 
 def refusal_body(limit: int) -> bytes:
     message = f"the request body is larger than {limit} bytes"
-    return json.dumps({"error": {"code": "payload_too_large", "message": message}}).encode()
+    return json.dumps({"error": {"code": "too_large", "message": message}}).encode()
 
 
 class RequestBodyLimit:
