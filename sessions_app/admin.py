@@ -13,6 +13,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
+from sessions_app.actions.tokens import do_revoke_tokens
 from sessions_app.models import (
     ApiToken,
     ApprovalRule,
@@ -27,6 +29,9 @@ from sessions_app.models import (
     Team,
     TeamWebhook,
 )
+
+# The admin's sign-in spends the same per-account and per-address budgets as the site's.
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 @admin.register(Session)
@@ -106,7 +111,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = do_revoke_tokens(queryset)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
 
 
