@@ -34,6 +34,7 @@ from sectr.providers.base import (
 )
 from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
+from sectr.telemetry import traced_model_step, traced_tool_call
 from sectr.tools import ToolContext, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
@@ -311,6 +312,7 @@ class SessionContext:
     async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
         return await self.execute_tool(name, arguments, call_id)
 
+    @traced_tool_call  # the `execute_tool {name}` span
     async def execute_tool(self, name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolResult:
         """Run a registered tool under the session's rules and journal its TOOL_RESULT.
 
@@ -473,6 +475,7 @@ class SessionContext:
                 return {}
         return {}
 
+    @traced_model_step  # the `chat {model}` span
     async def complete(
         self,
         *,

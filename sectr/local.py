@@ -1,10 +1,10 @@
 """LocalRuntime: sessions in memory, without Django (SPEC section 5).
 
-    rt = sectr.LocalRuntime(tools=[my_tool])
-    sid = await rt.create_session(mode="default")
-    outcome = await rt.send(sid, "hello")          # the invocation's terminal envelope
-    outcome = await rt.decide(sid, ask_id, "allow_once", approver="bob")
-    envelopes = rt.journal.read(sid)
+rt = sectr.LocalRuntime(tools=[my_tool])
+sid = await rt.create_session(mode="default")
+outcome = await rt.send(sid, "hello")          # the invocation's terminal envelope
+outcome = await rt.decide(sid, ask_id, "allow_once", approver="bob")
+envelopes = rt.journal.read(sid)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sectr import operations
+from sectr import operations, telemetry
 from sectr.compaction import compacted_payload
 from sectr.control import RunControl
 from sectr.errors import AskNotPending, NotAtTurnBoundary, SessionBusy, StaleRunControl
@@ -75,6 +75,8 @@ class LocalRuntime:
             state = await self.journal.state(session_id)
             invocation_id, events = build(state)
             appended = await self.journal.append(session_id, events)
+            for decision in telemetry.decisions_in(state.asks, appended):
+                telemetry.record_approval(decision)  # the `approval` span, from ask to decision
             if invocation_id is None:  # a vote that leaves the quorum short: no run yet
                 return appended[-1]
             control = self._controls[session_id] = RunControl()

@@ -33,6 +33,7 @@ from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
 from sectr.rules import Policy, Rule, as_policy
+from sectr.telemetry import traced_invocation
 from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
 
@@ -122,6 +123,7 @@ class Runtime:
             return self._policy
         return await self._policy_source(session_id)
 
+    @traced_invocation  # the `invoke_agent` span and the ids of the log context
     async def run_invocation(
         self,
         session_id: str,

@@ -18,13 +18,17 @@ from django.utils.html import format_html
 
 from sectr.errors import SectrError
 from sessions_app import actions as session_actions
+from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
+from sessions_app.actions.tokens import do_revoke_tokens
 from sessions_app.models import (
     ApiToken,
     ApprovalRule,
     AskIndex,
+    AuditEntry,
     Envelope,
     Membership,
     ModelPrice,
+    NotificationDelivery,
     Rating,
     ReviewMark,
     ReviewNote,
@@ -34,6 +38,7 @@ from sessions_app.models import (
     Session,
     ShareLink,
     Team,
+    TeamWebhook,
     UsageDaily,
 )
 from sessions_app.review.export import load_envelopes
@@ -43,6 +48,10 @@ from sessions_app.review.transcript import build_timeline
 
 def _link(url: str, text: str) -> str:
     return format_html('<a href="{}">{}</a>', url, text)
+
+
+# The admin's sign-in spends the same per-account and per-address budgets as the site's.
+admin.site.login_form = ThrottledAdminAuthenticationForm
 
 
 class SessionAdmin(admin.ModelAdmin):
@@ -235,7 +244,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = do_revoke_tokens(queryset)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
 
 
@@ -244,6 +253,76 @@ class ReviewNoteAdmin(admin.ModelAdmin):
     list_display = ("session", "author", "seq", "created_at")
     search_fields = ("=session__id", "body")
     list_select_related = ("session", "author")
+
+
+# ---- moderation: notifications and the audit ----
+
+
+class WebhookDeliveryInline(admin.TabularInline):
+    model = NotificationDelivery
+    fields = ("created_at", "event", "ask_id", "status", "attempts", "last_status_code", "last_error")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    ordering = ("-id",)
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[NotificationDelivery]:
+        return super().get_queryset(request).order_by("-id")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TeamWebhook)
+class TeamWebhookAdmin(admin.ModelAdmin):
+    """A team's webhook: the URL and the signing secret (shown to the operator, who gives
+    it to the receiver). Its deliveries are listed below it."""
+
+    list_display = ("team", "url", "active", "created_at")
+    list_filter = ("active", "team")
+    search_fields = ("url", "team__name")
+    inlines = (WebhookDeliveryInline,)
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(admin.ModelAdmin):
+    """The delivery log: read-only (the worker loop writes it); retry a failed one with the action."""
+
+    list_display = ("created_at", "channel", "team", "event", "ask_id", "status", "attempts", "last_status_code")
+    list_filter = ("status", "channel", "event", "team")
+    search_fields = ("=ask_id", "=session_id")
+    date_hierarchy = "created_at"
+    actions = ("retry_now",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in NotificationDelivery._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Send again now (failed or pending deliveries)")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[NotificationDelivery]) -> None:
+        count = queryset.exclude(status=NotificationDelivery.DELIVERED).update(
+            status=NotificationDelivery.PENDING, next_attempt_at=timezone.now(), attempts=0
+        )
+        self.message_user(request, f"{count} delivery(ies) will be sent again.", messages.SUCCESS)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit is a projection of the journal: read-only (rebuild: manage.py sectr_rebuild_audit)."""
+
+    list_display = ("at", "kind", "actor", "verdict", "tool", "ask_id", "session", "seconds_to_decide")
+    list_filter = ("kind", "verdict")
+    search_fields = ("=ask_id", "=session__id", "actor", "tool")
+    date_hierarchy = "at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in AuditEntry._meta.fields]
 
 
 # ---- teams (issue 9) ----

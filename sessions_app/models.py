@@ -50,6 +50,9 @@ class Team(models.Model):
     name = models.SlugField(max_length=64, unique=True)
     #: Asks no rule gives an expiry to expire after this many seconds (None: never).
     ask_expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    #: Sessions idle this many days are deleted by `manage.py sectr_retention` (None: the
+    #: default, SECTR_RETENTION_DAYS; 0: kept for ever). sessions_app.ops.retention.
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -694,3 +697,108 @@ class ShareLink(models.Model):
 
     def is_live(self, now: Any = None) -> bool:
         return self.revoked_at is None and self.expires_at > (now or timezone.now())
+
+
+class AuditEntry(models.Model):
+    """One row of the moderation audit: an ask, a vote, a decision (a person's, a rule's
+    or the expiry policy's) or a withdrawal, as the journal recorded it.
+
+    A projection of the journal, never a second truth: sessions_app.journal.moderation
+    writes these in the same transaction as the envelopes they reflect, and
+    `manage.py sectr_rebuild_audit` recomputes the whole table from the journal alone.
+    `seq` is the seq of the envelope the row comes from (an ask a rule decided at once
+    gives two rows of one envelope: the ask and the rule's decision).
+    """
+
+    ASK = "ask"
+    VOTE = "vote"
+    DECISION = "decision"  # a person's verdict that resumed the run
+    RULE = "rule"  # an approval rule decided at once (approver "rule:<id>")
+    EXPIRY = "expiry"  # denied by the expiry policy (approver "policy:expired")
+    WITHDRAWN = "withdrawn"  # the paused run was cancelled
+    KIND_CHOICES = [(k, k) for k in (ASK, VOTE, DECISION, RULE, EXPIRY, WITHDRAWN)]
+    #: the kinds that end an ask with a verdict (time-to-decision counts these)
+    VERDICT_KINDS = (DECISION, RULE, EXPIRY)
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="audit_entries")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    ask_id = models.CharField(max_length=64, db_index=True)
+    actor = models.CharField(max_length=150, blank=True, default="")  # username, "rule:<id>", "policy:expired"
+    verdict = models.CharField(max_length=16, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    tool = models.CharField(max_length=100, blank=True, default="")
+    arguments = models.JSONField(default=dict, blank=True)
+    requester = models.CharField(max_length=150, blank=True, default="")  # the session's owner
+    rule = models.CharField(max_length=200, blank=True, default="")  # the approval rule that matched, if any
+    asked_at = models.DateTimeField(null=True, blank=True)
+    at = models.DateTimeField(db_index=True)  # the envelope's time
+    seconds_to_decide = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq", "kind"], name="auditentry_session_seq_kind_uniq")
+        ]
+        indexes = [models.Index(fields=["kind", "at"], name="auditentry_kind_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.verdict} on {self.ask_id} by {self.actor}"
+
+
+def new_webhook_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class TeamWebhook(models.Model):
+    """A team's webhook: called (JSON, HMAC-SHA256 signed with `secret`) on every new ask
+    and every vote, decision and withdrawal of the team's sessions. Managed in the admin;
+    deliveries are NotificationDelivery rows (sessions_app.moderation.notifications)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, default=new_webhook_secret)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.team} → {self.url}"
+
+
+class NotificationDelivery(models.Model):
+    """One notification to send (an outbox row) and its delivery log.
+
+    Written in the same transaction as the envelope it announces (so a rolled back
+    decision notifies nobody, and a committed one is never forgotten, even across a
+    restart); sent later by the worker loop with retries and backoff.
+    """
+
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+    CHANNEL_CHOICES = [(WEBHOOK, WEBHOOK), (EMAIL, EMAIL)]
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # gave up after the last retry
+    STATUS_CHOICES = [(s, s) for s in (PENDING, DELIVERED, FAILED)]
+
+    channel = models.CharField(max_length=8, choices=CHANNEL_CHOICES)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
+    webhook = models.ForeignKey(TeamWebhook, on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries")
+    event = models.CharField(max_length=32)  # ask.requested, ask.voted, ask.decided, ask.withdrawn
+    ask_id = models.CharField(max_length=64, db_index=True)
+    session_id = models.CharField(max_length=40)  # not a key: the log outlives a deleted session
+    payload = models.JSONField(default=dict)
+    recipients = models.JSONField(default=list, blank=True)  # email addresses (channel email)
+    status = models.CharField(max_length=12, choices=STATUS_CHOICES, default=PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_status_next")]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.event} {self.ask_id} ({self.status})"

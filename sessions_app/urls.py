@@ -11,6 +11,8 @@ from sessions_app.review import views as review
 urlpatterns = [
     path("", chat.home, name="home"),
     path("healthz", ops.healthz, name="healthz"),
+    path("readyz", ops.readyz, name="readyz"),
+    path("metrics", ops.metrics, name="metrics"),
     path("sessions/new", chat.create_session, name="create_session"),
     path("sessions/<str:session_id>/", chat.chat, name="chat"),
     path("sessions/<str:session_id>/messages", chat.post_message, name="post_message"),
@@ -27,6 +29,8 @@ urlpatterns = [
     path("sessions/<str:session_id>/media/<str:sha256>", chat.session_media, name="session_media"),
     path("asks/<str:ask_id>/decide", moderation.decide, name="decide"),
     path("approvals/", moderation.approvals, name="approvals"),
+    path("approvals/audit/", moderation.audit_page, name="approval_audit"),
+    path("approvals/audit.csv", moderation.audit_csv, name="approval_audit_csv"),
     path("review/", review.review, name="review"),
     path("review/export.jsonl", review.export_results, name="review_export_results"),
     path("review/usage/", review.usage_page, name="review_usage"),

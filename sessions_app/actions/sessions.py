@@ -13,8 +13,10 @@ lock itself (`_locked`), so callers must not hold other session locks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -37,6 +39,7 @@ from sectr.state import SessionState
 from sessions_app import access, media, runs
 from sessions_app.access import check_access, get_session_for_user
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
+from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
 from sessions_app.models import MediaBlob, Run, Session
 from sessions_app.runs import promote_pending_run
@@ -65,6 +68,24 @@ def _username(user: Any) -> str | None:
 
 
 # ---- create ----
+
+
+def check_new_session_budget(actor: Any) -> None:
+    """Spend one of `actor`'s new sessions this window (SECTR_SESSION_CREATE_LIMIT, "30/60");
+    BudgetExceeded (429) past it. The pages and the API call it before create, fork and
+    clear; scripts and commands that call the actions directly are not bounded.
+    """
+    limit, window = setting_budget("SECTR_SESSION_CREATE_LIMIT", "30/60")
+    if not limit or actor is None or not actor.is_authenticated:
+        return
+    # The join time is part of the key: a rebuilt database hands the same user id out again.
+    joined = getattr(actor, "date_joined", None)
+    spent = spend("new-session", f"{actor.pk}:{joined.timestamp() if joined else 0:.6f}", window)
+    if spent.count > limit:
+        raise BudgetExceeded(
+            f"at most {limit} new sessions per {window} s; try again in {spent.retry_after} s",
+            retry_after=spent.retry_after,
+        )
 
 
 def do_create_session(
@@ -274,6 +295,40 @@ def do_delete(actor: Any, session_id: str) -> None:
         blob_ids = list(session.media_links.values_list("blob_id", flat=True))
         session.delete()
         MediaBlob.delete_orphans(blob_ids)
+
+
+@dataclass(frozen=True)
+class DeletedSession:
+    """What a retention deletion removed (for its log line)."""
+
+    session_id: str
+    owner: str
+    updated_at: datetime
+    envelopes: int
+    media_blobs: int
+
+
+def do_delete_expired(
+    session_id: str, *, cutoff: datetime, held: Callable[[str], str | None] = lambda _session_id: None
+) -> DeletedSession | None:
+    """Retention's delete: the session, its journal, runs and media, like `do_delete`, if
+    under its lock it is still idle since before `cutoff`, has no active run and `held`
+    names no reason to keep it (under review, shared). None when it is kept.
+
+    No actor: retention is the system's decision (sectr_retention), not a user's.
+    """
+    with _locked(session_id) as (session, state):
+        if session.updated_at >= cutoff or state.is_active or runs.has_active_run(session):
+            return None  # used again since it was picked, or a run is going
+        if held(session_id):
+            return None
+        blob_ids = list(session.media_links.values_list("blob_id", flat=True))
+        envelopes = session.envelopes.count()
+        owner = session.owner.get_username()
+        updated_at = session.updated_at
+        session.delete()
+        blobs = MediaBlob.delete_orphans(blob_ids)
+    return DeletedSession(session_id, owner, updated_at, envelopes, blobs)
 
 
 def do_compact(actor: Any, session_id: str) -> bool:

@@ -70,21 +70,21 @@ LIMITS = _object(
 )
 
 RUN_PROPERTIES: dict[str, Any] = {
-            "run_id": STRING,
-            "session_id": STRING,
-            "status": RUN_STATUS,
-            "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
-            "stop_reason": nullable(STRING),
-            "usage": OBJECT,
-            "error": nullable(STRING),
-            "invocation_ids": {"type": "array", "items": STRING},
-            "start_seq": nullable(INTEGER),
-            "created_at": DATETIME,
-            "started_at": nullable(DATETIME),
-            "finished_at": nullable(DATETIME),
-            "events_url": STRING,
-            "result": nullable(ref("RunResult")),
-        }
+    "run_id": STRING,
+    "session_id": STRING,
+    "status": RUN_STATUS,
+    "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
+    "stop_reason": nullable(STRING),
+    "usage": OBJECT,
+    "error": nullable(STRING),
+    "invocation_ids": {"type": "array", "items": STRING},
+    "start_seq": nullable(INTEGER),
+    "created_at": DATETIME,
+    "started_at": nullable(DATETIME),
+    "finished_at": nullable(DATETIME),
+    "events_url": STRING,
+    "result": nullable(ref("RunResult")),
+}
 ACTION = {"type": "string", "enum": ["allow", "deny", "ask"]}
 
 SCHEMAS: dict[str, Any] = {
@@ -181,6 +181,36 @@ SCHEMAS: dict[str, Any] = {
         },
         ("sessions", "count", "next_offset"),
     ),
+    "AuditEntry": _object(
+        {
+            "at": DATETIME,
+            "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+            "actor": STRING,
+            "verdict": nullable(VERDICT),
+            "note": nullable(STRING),
+            "team": nullable(STRING),
+            "session_id": STRING,
+            "session_title": STRING,
+            "requester": STRING,
+            "ask_id": STRING,
+            "tool": STRING,
+            "arguments": OBJECT,
+            "seconds_to_decide": nullable({"type": "number"}),
+            "rule": nullable(STRING),
+            "seq": INTEGER,
+        },
+        ("at", "kind", "actor", "session_id", "ask_id", "tool", "seq"),
+    ),
+    "AuditPage": _object(
+        {
+            "entries": {"type": "array", "items": ref("AuditEntry")},
+            "count": INTEGER,
+            "limit": INTEGER,
+            "offset": INTEGER,
+            "next_offset": nullable(INTEGER),
+        },
+        ("entries", "count", "next_offset"),
+    ),
     "TranscriptMessage": _object(
         {
             "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
@@ -205,7 +235,8 @@ SCHEMAS: dict[str, Any] = {
         {"stop": STRING, "text": STRING, "usage": ref("Usage"), "error": nullable(STRING), "ask": ref("Ask")},
         ("stop", "text", "usage", "error"),
     ),
-    "Run": _object(RUN_PROPERTIES,
+    "Run": _object(
+        RUN_PROPERTIES,
         ("run_id", "session_id", "status", "events_url"),
     ),
     "Event": _object(
@@ -364,7 +395,14 @@ TEXT_QUERY: dict[str, dict[str, Any]] = {
     "state": {"type": "string", "enum": ["pending", "decided"]},
     "team": {"type": "string", "maxLength": 100},
     "tool": {"type": "string", "maxLength": 100},
-    "format": {"type": "string", "enum": ["json", "markdown"]},  # GET /sessions/{id}/export
+    # GET /audit (sessions_app.api.audit)
+    "format": {"type": "string", "enum": ["json", "csv", "markdown"]},  # also GET /sessions/{id}/export
+    "actor": {"type": "string", "maxLength": 150},
+    "verdict": VERDICT,
+    "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+    "session": {"type": "string", "maxLength": 40},
+    "from": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+    "to": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
 }
 
 ERROR_DESCRIPTIONS = {
@@ -418,6 +456,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
+    if "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
+        success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
     if operation.auth:

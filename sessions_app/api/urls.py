@@ -15,6 +15,7 @@ from typing import Any
 from django.http import HttpResponse
 from django.urls import URLPattern, path, re_path
 
+from sessions_app.api import audit as audit_api
 from sessions_app.api import export as session_export
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
@@ -261,6 +262,19 @@ ROUTES: tuple[Route, ...] = (
                 request="Decide",
                 response="Decision",
                 errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route(
+        "audit",
+        "audit",
+        {
+            "GET": op(
+                audit_api.list_audit,
+                "The moderation audit the caller may read, newest first (paginated; ?format=csv streams it)",
+                response="AuditPage",
+                query=audit_api.AUDIT_QUERY,
+                errors=(400,),
             )
         },
     ),
