@@ -46,6 +46,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Scripts from static/ only, no inline script (sectr_web/content_security_policy.py).
+    "sectr_web.content_security_policy.ContentSecurityPolicy",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -53,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # NUL and lone surrogates in a page's form or query string: 400 before any view.
+    "sessions_app.input_checks.RefuseUnstorableText",
 ]
 
 ROOT_URLCONF = "sectr_web.urls"
@@ -127,8 +131,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The cache holds the API's per-token rate-limit counters: shared through Redis when
-# there is one (every server process counts against the same budget), else per process.
+# The cache: shared through Redis when there is one, else per process.
 CACHES: dict[str, dict[str, Any]] = {
     "default": (
         {
@@ -156,6 +159,11 @@ DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sectr@localhost")
 SECTR_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("SECTR_WEBHOOK_BACKOFF_SECONDS", "10"))
 SECTR_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("SECTR_WEBHOOK_MAX_ATTEMPTS", "6"))
 
+# Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
+SECTR_COUNTER_PREFIX = os.environ.get("SECTR_CHANNEL_PREFIX", "sectr")
+# Request bodies over this many bytes are refused (413) before they are buffered
+# (sectr_web.body_limits: Daphne and the ASGI app); the API's prompts carry up to 32 MiB.
+SECTR_MAX_REQUEST_BYTES = int(os.environ.get("SECTR_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
 SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -192,3 +192,13 @@ def has_any_role(user: Any, at_least: Role) -> bool:
     if user is None or not user.is_authenticated:
         return False
     return Membership.objects.filter(user_id=user.pk, role__in=_roles(at_least)).exists()
+
+
+def usage_scope(user: Any) -> Q | None:
+    """Which usage rollup rows (sessions_app.models.UsageDaily) `user` may see on
+    /review/usage/: their own and those of teams where they review; None: all (staff)."""
+    if is_staff(user):
+        return None
+    if user is None or not user.is_authenticated:
+        return Q(pk__in=[])
+    return Q(user_id=user.pk) | Q(team_key__in=_team_ids(user, "reviewer"))

@@ -164,6 +164,16 @@ class Session(models.Model):
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # the last envelope's time
     closed_at = models.DateTimeField(null=True, blank=True)
 
+    class Meta:
+        indexes = [
+            # The /review/ filters (Team, User, Model, State, From/To) and the admin's changelist.
+            models.Index(fields=["team", "updated_at"], name="session_team_updated"),
+            models.Index(fields=["owner", "updated_at"], name="session_owner_updated"),
+            models.Index(fields=["model", "updated_at"], name="session_model_updated"),
+            models.Index(fields=["status", "updated_at"], name="session_status_updated"),
+            models.Index(fields=["created_at"], name="session_created"),
+        ]
+
     def __str__(self) -> str:
         return self.title or self.id
 
@@ -293,6 +303,8 @@ class Run(models.Model):
     pending_steer = models.TextField(blank=True, default="")
     steer_author = models.CharField(max_length=150, blank=True, default="")
     start_seq = models.PositiveIntegerField(null=True, blank=True)  # seq of its INVOCATION_STARTED
+    # The ApiToken id it was started through (0: the web UI), for the usage rollup.
+    api_token_key = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -491,6 +503,200 @@ class ReviewNote(models.Model):
 
     def __str__(self) -> str:
         return f"note by {self.author_id} on {self.session_id}"
+
+
+# ---- team review (issue 10): search index, usage rollup, forks, ratings, queues, shares ----
+#
+# SearchEntry, UsageDaily and ForkLink are projections of the journal: DatabaseJournal
+# writes them in the same transaction as the envelopes they reflect
+# (sessions_app.journal.projections), and `manage.py sectr_reindex` rebuilds them.
+
+
+class SearchEntry(models.Model):
+    """One searchable text of a session: a user message, an assistant message, a steer,
+    or a tool call's name. PostgreSQL searches it through a GIN index on its tsvector;
+    SQLite through the FTS5 table sessions_app_searchentry_fts, kept by triggers
+    (migration 0005)."""
+
+    KIND_CHOICES = [(k, k) for k in ("user", "assistant", "steer", "tool")]
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="search_entries", db_index=False)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    text = models.TextField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "seq"], name="searchentry_session_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.session_id}#{self.seq}"
+
+
+class UsageDaily(models.Model):
+    """Tokens per (UTC day, session owner, session team, API token, model), summed from
+    MESSAGE_END usage as the journal writes it. `team_key` is the session's Team id and
+    `api_token_key` the ApiToken's id, 0 for none (a personal session; the web UI): 0,
+    not NULL, because a unique constraint treats NULLs as distinct and the upsert needs
+    one row per key. Plain integers, not foreign keys: usage outlives a deleted token."""
+
+    day = models.DateField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team_key = models.BigIntegerField(default=0)
+    api_token_key = models.BigIntegerField(default=0)
+    model = models.CharField(max_length=200)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    messages = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "user", "team_key", "api_token_key", "model"], name="usagedaily_key_uniq"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["user", "day"], name="usagedaily_user_day"),
+            models.Index(fields=["team_key", "day"], name="usagedaily_team_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.user_id} {self.model}"
+
+
+class ForkLink(models.Model):
+    """A fork's source (SESSION_CREATED.forked_from), indexed both ways for the review page."""
+
+    child = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="fork_source")
+    source = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="fork_children")
+    seq = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.child_id} forked from {self.source_id}#{self.seq}"
+
+
+class ModelPrice(models.Model):
+    """What a model costs, per million tokens, set in the admin (the usage page's cost)."""
+
+    model = models.CharField(max_length=200, unique=True)
+    input_per_million = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    output_per_million = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    currency = models.CharField(max_length=8, default="USD")
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.input_per_million}/{self.output_per_million} {self.currency} per 1M"
+
+
+class Rating(models.Model):
+    """Feedback on a session (seq 0) or one assistant message (its MESSAGE_END seq).
+
+    `source` keeps reviewers' ratings apart from end users' own thumbs on the chat page:
+    the two are never mixed in one count. One rating per (session, seq, author, source):
+    rating again replaces it.
+    """
+
+    REVIEWER = "reviewer"
+    END_USER = "end_user"
+    SOURCE_CHOICES = [(REVIEWER, "reviewer"), (END_USER, "end user")]
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="ratings")
+    seq = models.PositiveIntegerField(default=0)  # 0: the whole session
+    message_id = models.CharField(max_length=64, blank=True, default="")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_ratings")
+    source = models.CharField(max_length=16, choices=SOURCE_CHOICES, default=REVIEWER)
+    thumbs = models.SmallIntegerField()  # +1 up, -1 down
+    score = models.PositiveSmallIntegerField(null=True, blank=True)  # optional 1-5
+    tags = models.JSONField(default=list, blank=True)
+    comment = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq", "author", "source"], name="rating_one_per_author")
+        ]
+        indexes = [models.Index(fields=["source", "created_at"], name="rating_source_created")]
+
+    def __str__(self) -> str:
+        target = f"#{self.seq}" if self.seq else "session"
+        return f"{'+' if self.thumbs > 0 else '-'} by {self.author_id} on {self.session_id} {target}"
+
+
+class ReviewMark(models.Model):
+    """A session marked reviewed (no row: unreviewed)."""
+
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="review_mark")
+    reviewed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reviewed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} reviewed by {self.reviewed_by_id}"
+
+
+class ReviewQueue(models.Model):
+    """A named list of sessions to review, worked through by its assigned reviewers."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="sectr_review_queues")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ReviewQueueItem(models.Model):
+    """One session in a queue; a session is in a queue at most once (duplicates refused)."""
+
+    queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="queue_items")
+    position = models.PositiveIntegerField()
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    added_at = models.DateTimeField(default=timezone.now)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "session"], name="queueitem_once_per_queue")]
+        indexes = [models.Index(fields=["queue", "assignee", "position"], name="queueitem_assignee_pos")]
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} in {self.queue_id}"
+
+
+def new_share_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+SHARE_DEFAULT_LIFETIME = timedelta(days=7)
+
+
+def default_share_expiry() -> Any:
+    return timezone.now() + SHARE_DEFAULT_LIFETIME
+
+
+class ShareLink(models.Model):
+    """A read-only link to a session's transcript as of `seq` (fixed when it was made)."""
+
+    token = models.CharField(max_length=64, unique=True, default=new_share_token, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="share_links")
+    seq = models.PositiveIntegerField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_shares")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=default_share_expiry)
+    require_login = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"share of {self.session_id} at #{self.seq}"
+
+    def is_live(self, now: Any = None) -> bool:
+        return self.revoked_at is None and self.expires_at > (now or timezone.now())
 
 
 class AuditEntry(models.Model):

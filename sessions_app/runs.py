@@ -72,6 +72,7 @@ from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import NewEvent
 from sectr.state import SessionState
+from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
 from sessions_app.models import Run, Session
@@ -180,6 +181,7 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
         reason=start.payload["reason"],
         status=Run.QUEUED,
         start_seq=start.seq,
+        api_token_key=current_api_token_key.get(),
     )
     if session.closed_at is not None:
         Session.objects.filter(pk=session.pk).update(closed_at=None)
@@ -189,7 +191,9 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
 
 def queue_pending_run(session: Session, reason: dict[str, Any]) -> Run:
     """A run that waits behind the active one; nothing is journaled until it is promoted."""
-    return Run.objects.create(session=session, reason=reason, status=Run.PENDING)
+    return Run.objects.create(
+        session=session, reason=reason, status=Run.PENDING, api_token_key=current_api_token_key.get()
+    )
 
 
 def has_pending_run(session: Session) -> bool:

@@ -18,6 +18,7 @@ from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update
 from sessions_app.actions.sessions import (
     DeletedSession,
     check_content,
+    check_new_session_budget,
     do_cancel,
     do_clear,
     do_close,
@@ -57,6 +58,7 @@ __all__ = [
     "list_rules",
     "visible_asks",
     "check_content",
+    "check_new_session_budget",
     "do_cancel",
     "do_clear",
     "do_close",

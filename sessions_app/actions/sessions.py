@@ -39,6 +39,7 @@ from sectr.state import SessionState
 from sessions_app import access, media, runs
 from sessions_app.access import check_access, get_session_for_user
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
+from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
 from sessions_app.models import MediaBlob, Run, Session
 from sessions_app.runs import promote_pending_run
@@ -67,6 +68,24 @@ def _username(user: Any) -> str | None:
 
 
 # ---- create ----
+
+
+def check_new_session_budget(actor: Any) -> None:
+    """Spend one of `actor`'s new sessions this window (SECTR_SESSION_CREATE_LIMIT, "30/60");
+    BudgetExceeded (429) past it. The pages and the API call it before create, fork and
+    clear; scripts and commands that call the actions directly are not bounded.
+    """
+    limit, window = setting_budget("SECTR_SESSION_CREATE_LIMIT", "30/60")
+    if not limit or actor is None or not actor.is_authenticated:
+        return
+    # The join time is part of the key: a rebuilt database hands the same user id out again.
+    joined = getattr(actor, "date_joined", None)
+    spent = spend("new-session", f"{actor.pk}:{joined.timestamp() if joined else 0:.6f}", window)
+    if spent.count > limit:
+        raise BudgetExceeded(
+            f"at most {limit} new sessions per {window} s; try again in {spent.retry_after} s",
+            retry_after=spent.retry_after,
+        )
 
 
 def do_create_session(

@@ -429,7 +429,7 @@ TEXT_QUERY: dict[str, dict[str, Any]] = {
     "team": STRING,
     "tool": STRING,
     # GET /audit (sessions_app.api.audit)
-    "format": {"type": "string", "enum": ["json", "csv"]},
+    "format": {"type": "string", "enum": ["json", "csv", "markdown"]},  # also GET /sessions/{id}/export
     "actor": STRING,
     "verdict": VERDICT,
     "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},

@@ -16,6 +16,7 @@ from django.http import HttpResponse
 from django.urls import URLPattern, path, re_path
 
 from sessions_app.api import audit as audit_api
+from sessions_app.api import export as session_export
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
 from sessions_app.api.views import RUN_BODY_LIMIT, Operation
@@ -210,6 +211,19 @@ ROUTES: tuple[Route, ...] = (
                 response="Run",
                 body_limit=RUN_BODY_LIMIT,
                 errors=(400, 403, 404, 409, 413),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/export",
+        "session-export",
+        {
+            "GET": op(
+                session_export.export_session,
+                "The session's journal exactly (format=json, default) or its transcript as Markdown",
+                response=None,
+                query=("format",),
+                errors=(400, 403, 404),
             )
         },
     ),

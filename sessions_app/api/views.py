@@ -29,6 +29,8 @@ from sessions_app.access import Need, check_access, get_session_for_user, visibl
 from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
+from sessions_app.attribution import current_api_token_key
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
 
@@ -90,6 +92,7 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
             if operation.auth:
                 call.token = await authenticate(request)
                 await check_rate_limit(call.token)
+                current_api_token_key.set(call.token.pk)
             if operation.request is not None:
                 call.body = read_json_body(request, operation.body_limit)
             elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
@@ -108,11 +111,10 @@ async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
 
 def read_json_body(request: HttpRequest, limit: int) -> dict[str, Any]:
     """The body as a JSON object ({} when empty); 413 past `limit` bytes, 400 if not JSON."""
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared_length = int(declared)
-    except ValueError:
-        raise ApiError("Content-Length is not a number", code="malformed_request", status=400) from None
+    declared = str(request.META.get("CONTENT_LENGTH") or "0")
+    if not (declared.isascii() and declared.isdigit()):  # int() would take " 12" and "٣"
+        raise ApiError("Content-Length is not a number", code="malformed_request", status=400)
+    declared_length = int(declared)
     if declared_length > limit:
         raise ApiError(f"the body is larger than {limit} bytes", code="too_large", status=413)
     data = request.read(limit + 1)  # not request.body: its own cap (DATA_UPLOAD_MAX_MEMORY_SIZE) is 2.5 MB
@@ -200,7 +202,7 @@ def query_int(request: HttpRequest, key: str, default: int, low: int, high: int)
     raw = request.GET.get(key)
     if raw is None or raw == "":
         return default
-    if not (raw.isascii() and raw.isdigit()) or len(raw) > len(str(high)) or not low <= int(raw) <= high:
+    if not is_whole_number(raw) or len(raw) > len(str(high)) or not low <= int(raw) <= high:
         raise ValidationFailed(f"{key} must be a whole number from {low} to {high}", code=f"invalid_{key}")
     return int(raw)
 
@@ -303,6 +305,7 @@ async def create_session(call: ApiCall) -> HttpResponse:
         raise ValidationFailed("team must be a team's name or null", code="invalid_team")
 
     def create() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         session = actions.do_create_session(
             call.user,
             title=optional(body, "title", str),
@@ -343,6 +346,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
     check_fields(body, "title", "model", "reasoning_effort", "at_seq")
 
     def fork() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         forked = actions.do_fork(
             call.user,
             check_id(session_id, "session"),
@@ -358,6 +362,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 async def clear_session(call: ApiCall, session_id: str) -> HttpResponse:
     def clear() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         cleared = actions.do_clear(call.user, check_id(session_id, "session"))
         return _snapshot_of(call.user, cleared.pk)
 

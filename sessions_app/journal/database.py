@@ -58,6 +58,7 @@ from sectr.state import SessionState, apply_envelope
 from sessions_app import models
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
+from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
 from sessions_app.ops.metrics import count_appended
 from sessions_app.ops.tracing import observe_decisions_on_commit
@@ -336,8 +337,11 @@ class DatabaseJournal:
         if session is not None:
             state = session.projection()
             pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
+            review = ReviewProjection(session, self.using)
             for envelope in envelopes:
+                review.observe(state, envelope)
                 apply_envelope(state, envelope)
+            review.write()
             if any(e.type in ASK_INDEX_TYPES for e in envelopes):
                 update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
                 observe_decisions_on_commit(state, envelopes, using=self.using)

@@ -7,8 +7,13 @@ page's filters admit it); a vote re-renders the card with the votes so far; a de
 decided it and how, and the page's script then takes it out of the queue.
 
 The user's right is checked at connect and again for every ask (access can change while
-the socket is open). Database access only through database_sync_to_async; HTML only
-through Django templates (auto-escaped).
+the socket is open). The socket also re-checks its viewer every SECTR_WS_ACCESS_SECONDS
+(sessions_app.socket_access): logging out closes it (4401), and so does losing a
+moderator role or staff (4403: the page reconnects and gets the narrower queue, so no
+card of a session it may no longer decide stays on screen); nothing is sent after that.
+
+Database access only through database_sync_to_async; HTML only through Django templates
+(auto-escaped).
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from sectr.events import Envelope, EventType
@@ -29,6 +33,7 @@ from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
 from sessions_app.moderation.queue import QueueCard, QueueFilters, build_card
 from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
+from sessions_app.socket_access import RecheckedConsumer, reloaded_user
 
 #: what happened to an ask: "new" (append a card), "changed" (re-render it), "resolved"
 Change = str
@@ -81,7 +86,18 @@ def viewer_may_connect(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active)
 
 
-class ApprovalsConsumer(AsyncWebsocketConsumer):
+def moderation_reach(user: Any) -> tuple[bool, frozenset[int]]:
+    """(staff?, the teams the user moderates): what decides which asks the queue shows."""
+    return access.is_staff(user), frozenset(access.teams_for(user, "moderator").values_list("pk", flat=True))
+
+
+@database_sync_to_async
+def current_viewer(user: Any) -> tuple[Any, tuple[bool, frozenset[int]]]:
+    fresh = reloaded_user(user)
+    return fresh, moderation_reach(fresh)
+
+
+class ApprovalsConsumer(RecheckedConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
         if not await viewer_may_connect(self.user):
@@ -89,14 +105,26 @@ class ApprovalsConsumer(AsyncWebsocketConsumer):
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.filters = QueueFilters.from_query({name: values[-1] for name, values in query.items()})
+        self.reach = await database_sync_to_async(moderation_reach)(self.user)
         self.joined = True
         await self.channel_layer.group_add(MODERATION_GROUP, self.channel_name)
+        self.groups_joined = [MODERATION_GROUP]
         await self.accept()
         WEBSOCKET_CLIENTS.labels("approvals").inc()
         self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
+        self.start_rechecking()
+
+    async def current_access(self) -> int | None:
+        fresh, reach = await current_viewer(self.user)
+        staff, teams = reach
+        if (self.reach[0] and not staff) or not self.reach[1] <= teams:
+            return CLOSE_FORBIDDEN  # cards of sessions it may no longer decide must go too
+        self.user, self.reach = fresh, reach
+        return None
 
     async def disconnect(self, code: int) -> None:
+        await self.stop_rechecking()
         if getattr(self, "counted", False):
             WEBSOCKET_CLIENTS.labels("approvals").dec()
             self.counted = False
@@ -105,6 +133,8 @@ class ApprovalsConsumer(AsyncWebsocketConsumer):
                 await self.channel_layer.group_discard(MODERATION_GROUP, self.channel_name)
 
     async def journal_envelopes(self, message: dict[str, Any]) -> None:
+        if self.access_revoked:
+            return
         envelopes = [Envelope.from_dict(data) for data in message.get("envelopes", [])]
         cards = await queue_cards(self.user, str(message.get("session_id")), envelopes)
         parts = []

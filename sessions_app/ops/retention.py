@@ -8,8 +8,8 @@ deletion goes through the delete action (`do_delete_expired`: the session, its
 journal, runs, search rows and media, under the session's lock) and is logged.
 
 Kept until released, whatever their age (`retention_holds`): sessions waiting on an
-approval decision, and, once review queues and share links exist, sessions in a review
-queue or with a live share link.
+approval decision, sessions in a review queue (not yet done there) and sessions with a
+live share link (not revoked, not expired).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app.actions import DeletedSession, do_delete_expired
-from sessions_app.models import Session, Team
+from sessions_app.models import ReviewQueueItem, Session, ShareLink, Team
 
 log = logging.getLogger("sectr.retention")
 
@@ -48,7 +48,21 @@ def awaiting_decision(session_ids: list[str]) -> dict[str, str]:
     return dict.fromkeys(awaiting, "awaiting an approval decision")
 
 
+def under_review(session_ids: list[str]) -> dict[str, str]:
+    """A session in a review queue and not yet done there is kept until it is reviewed."""
+    queued = ReviewQueueItem.objects.filter(session_id__in=session_ids, done_at__isnull=True)
+    return dict.fromkeys(queued.values_list("session_id", flat=True), "in a review queue")
+
+
+def shared(session_ids: list[str]) -> dict[str, str]:
+    """A session with a live share link (not revoked, not expired) is kept until it is released."""
+    live = ShareLink.objects.filter(session_id__in=session_ids, revoked_at__isnull=True, expires_at__gt=timezone.now())
+    return dict.fromkeys(live.values_list("session_id", flat=True), "shared by a live link")
+
+
 add_retention_hold(awaiting_decision)
+add_retention_hold(under_review)
+add_retention_hold(shared)
 
 
 def retention_holds(session_ids: Iterable[str]) -> dict[str, str]:

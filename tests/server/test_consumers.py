@@ -28,6 +28,7 @@ from tests.server.test_web import append, asked, assert_inert, completed, reply,
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")  # what a browser sends: the origin check compares the two
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def _cookie_for(user: Any) -> bytes:
 async def connect(user: Any, path: str, *, origin: bool = True) -> tuple[WebsocketCommunicator, bool, Any]:
     from sectr_web.asgi import application
 
-    headers = [ORIGIN] if origin else []
+    headers = [HOST, ORIGIN] if origin else [HOST]
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(_cookie_for)(user)))
     communicator = WebsocketCommunicator(application, path, headers=headers)

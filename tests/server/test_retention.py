@@ -155,3 +155,28 @@ def test_a_session_with_an_active_run_or_used_again_is_not_deleted(make_session:
     out = run_command()
     assert f"kept {busy.pk}" in out
     assert set(Session.objects.values_list("title", flat=True)) == {"busy", "revived"}
+
+
+def test_review_queues_and_live_share_links_keep_a_session_until_released(make_session: Any, owner: Any) -> None:
+    from sessions_app.models import ReviewQueueItem
+    from sessions_app.review import actions as review_actions
+
+    owner.is_staff = True  # staff review every session
+    owner.save(update_fields=["is_staff"])
+    queued, shared, plain = make_session(title="queued"), make_session(title="shared"), make_session(title="plain")
+    for session in (queued, shared, plain):
+        idle_for(session, 60)
+    queue = review_actions.do_create_queue(owner, "weekly")
+    review_actions.do_add_to_queue(owner, queue.pk, [queued])
+    link = review_actions.do_create_share(owner, shared.pk)
+
+    out = run_command()
+    assert f"kept {queued.pk}: in a review queue" in out
+    assert f"kept {shared.pk}: shared by a live link" in out
+    assert set(Session.objects.values_list("title", flat=True)) == {"queued", "shared"}
+
+    item = ReviewQueueItem.objects.get(session=queued)
+    review_actions.do_mark_item_done(owner, item.pk)
+    review_actions.do_revoke_share(owner, link.pk)
+    run_command()
+    assert not Session.objects.exists()

@@ -461,7 +461,7 @@ def test_review_session_shows_snapshot_usage_and_a_read_only_transcript(teammate
     append(session, [started("note: buy milk", inv="inv_2"), *asked()])
     reviewer = logged_in(join_team(teammate, "reviewer", session))
     html = reviewer.get(f"/review/{session.pk}/").content.decode()
-    assert "Snapshot" in html and "context window" in html and "Token usage" in html
+    assert "Snapshot" in html and "Context window" in html and "Token usage" in html
     assert 'data-role="approval"' in html and "Approve once</button>" not in html
     assert "Fork from here" not in html
 
