@@ -423,13 +423,17 @@ DATE_FILTER = {
         {"type": "string", "maxLength": 0},
     ]
 }
+#: ?format= of the operations whose formats are not json/csv, and their content types.
+FORMATS: dict[str, dict[str, str]] = {
+    "export_session": {"json": "application/json", "markdown": "text/markdown"},
+}
 TEXT_QUERY: dict[str, dict[str, Any]] = {
     "state": {"type": "string", "enum": ["pending", "decided"]},
     # Filters: any text (one that matches nothing gives an empty page).
     "team": STRING,
     "tool": STRING,
     # GET /audit (sessions_app.api.audit)
-    "format": {"type": "string", "enum": ["json", "csv", "markdown"]},  # also GET /sessions/{id}/export
+    "format": {"type": "string", "enum": ["json", "csv"]},  # GET /export: FORMATS below
     "actor": STRING,
     "verdict": VERDICT,
     "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
@@ -470,6 +474,9 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
             params.append({"name": name, "in": "query", "required": False, "schema": schema})
         elif name in QUERY_PARAMETERS:
             params.append({"name": name, "in": "query", "required": False, **QUERY_PARAMETERS[name]})
+        elif name == "format" and operation.operation_id in FORMATS:
+            schema = {"type": "string", "enum": list(FORMATS[operation.operation_id])}
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
         else:
             schema = TEXT_QUERY.get(name, {"type": "integer", "minimum": 0})
             params.append({"name": name, "in": "query", "required": False, "schema": schema})
@@ -521,7 +528,10 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
-    if "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
+    if operation.operation_id in FORMATS:
+        for content_type in FORMATS[operation.operation_id].values():
+            success["content"].setdefault(content_type, {"schema": STRING})
+    elif "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
         success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
