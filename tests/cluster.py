@@ -122,7 +122,7 @@ class Cluster(LiveSectr):
             self.wait_backend(index)
         return proc
 
-    def wait_backend(self, index: int, timeout: float = 30.0) -> None:
+    def wait_backend(self, index: int, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.daphne_ports[index]}/healthz"
         while time.monotonic() < deadline:
