@@ -141,7 +141,11 @@ class Cluster(LiveSectr):
         proc = self.daphnes[index]
         if proc is not None and proc.poll() is None:
             proc.send_signal(sig)
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:  # a Daphne closing many open streams slowly
+                proc.kill()
+                proc.wait(10)
         self.daphnes[index] = None
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:

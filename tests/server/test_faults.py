@@ -325,7 +325,8 @@ def test_kill_9_of_the_streaming_worker_is_recovered_with_every_tick_once(topo: 
     assert events[-1].data["payload"]["stop"] == "end_turn"
     assert event_ticks(events) == list(range(1, ticks + 1))
     assert_once_in_order(events)
-    run = driver.run(run_id)
+    # The run's row ends just after its last envelope is published.
+    run = wait_for(lambda: (found := driver.run(run_id))["status"] != "running" and found, 10, "the run's end")
     assert (run["status"], run["attempts"]) == ("completed", 2) and run["lease_owner"] != holder
     assert reply_ticks(driver.envelopes(session_id)) == list(range(1, ticks + 1))
 
@@ -367,7 +368,8 @@ def test_a_redis_restart_mid_stream_loses_nothing_in_sse(topo: Topology) -> None
     assert event_ticks(dropped + rest) == list(range(1, ticks + 1))
     journal = driver.envelopes(session_id)
     assert [e["seq"] for e in journal] == list(range(1, len(journal) + 1))
-    assert driver.run(run_id)["attempts"] == 1
+    run = wait_for(lambda: (found := driver.run(run_id))["status"] != "running" and found, 10, "the run's end")
+    assert (run["status"], run["attempts"]) == ("completed", 1)
 
 
 def test_sigterm_of_the_streaming_worker_drains_its_run(topo: Topology) -> None:
