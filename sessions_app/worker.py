@@ -33,7 +33,12 @@ from sectr.errors import LeaseLost
 from sectr.runtime import Runtime
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
-from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.journal.publish import (
+    RUN_CONTROL_MESSAGE_TYPE,
+    WORKERS_GROUP,
+    aflush_publications,
+    run_control_group,
+)
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
@@ -135,6 +140,9 @@ class Worker:
                 listener.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
+                # The drained runs' last envelopes are queued for the layer: send them.
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
 
