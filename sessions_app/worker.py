@@ -114,6 +114,10 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
+        # Before the first claim: without it, a claimer would take this worker's runs
+        # for a dead worker's (PostgreSQL; nothing on SQLite).
+        liveness = runs.LivenessLock(self.worker_id)
+        await asyncio.to_thread(liveness.acquire)
         runs.local_listeners.add(self)
         if self.listen:
             # The channel exists before the first claim: a run claimed while the listener
@@ -145,6 +149,7 @@ class Worker:
                     await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
+                liveness.release()
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
