@@ -183,31 +183,11 @@
     });
   }
 
-  // ---- the approval queue ----
-
-  function startApprovals(page) {
-    liveSocket(
-      page.dataset.wsPath,
-      function () {
-        return "";
-      },
-      function (frame) {
-        swapOob(frame.html);
-      },
-      function () {
-        // Reconnected: decisions may have happened meanwhile, so reload the queue.
-        htmx.ajax("GET", location.pathname + "?partial=queue", { target: "#approval-queue", swap: "innerHTML" });
-      },
-    );
-  }
-
   function start() {
     const chat = document.getElementById("chat");
     if (chat && chat.dataset.wsPath) startChat(chat);
     const composer = document.getElementById("composer");
     if (composer) startComposer(composer);
-    const approvals = document.getElementById("approvals-page");
-    if (approvals && approvals.dataset.wsPath) startApprovals(approvals);
     // A new flash message replaces the previous one; clear it after a while.
     document.body.addEventListener("htmx:afterSwap", function (event) {
       const target = event.detail && event.detail.target;

@@ -224,6 +224,13 @@ class ApprovalView:
     session_title: str | None = None  # set where cards of many sessions are listed
     owner: str | None = None
     kind: str = "approval"
+    #: the transcript shows the tool call this card asks about (with its arguments): the
+    #: pending card shows them instead of the call, the decided card leaves them to it
+    call_shown: bool = False
+
+    @property
+    def shows_arguments(self) -> bool:
+        return self.is_pending or not self.call_shown
 
     @property
     def dom_id(self) -> str:
@@ -539,6 +546,7 @@ class ChatViewModel:
         if ask is None:
             return
         card = ApprovalView.from_ask(ask, self.session_id)
+        card.call_shown = str(ask.get("tool_call_id")) in self.tool_calls
         self.approvals[card.ask_id] = card
         self._append(card)
         self._update_tool_call_for_ask(ask)

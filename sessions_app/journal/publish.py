@@ -22,10 +22,10 @@ commits:
 
 * group ``MODERATION_GROUP`` (``"sectr.moderation"``): the same message shape, with
   only the envelopes moderators care about: APPROVAL_REQUESTED (an ask is now
-  pending), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
-  decided) and INVOCATION_CANCELLED naming an ``ask_id`` (a paused run was cancelled:
-  its ask is withdrawn). Other envelopes of that append are left out; a batch with none of them
-  sends nothing.
+  pending), APPROVAL_VOTED (a vote towards a quorum), INVOCATION_STARTED whose reason
+  is ``approval_decision`` (an ask was decided) and INVOCATION_CANCELLED naming an
+  ``ask_id`` (a paused run was cancelled: its ask is withdrawn). Other envelopes of
+  that append are left out; a batch with none of them sends nothing.
 
 * group ``WORKERS_GROUP`` (``"sectr.workers"``): ``{"type": "runs.wake"}`` from
   `wake_workers` / `awake_workers` / `wake_workers_on_commit`, sent when a run was
@@ -55,6 +55,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sectr.events import Envelope, EventType
+from sessions_app.ops.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
 
@@ -80,9 +81,10 @@ def publish_drops() -> int:
     return _drops
 
 
-def _count_drops(count: int) -> None:
+def _count_drops(group: str, count: int = 1) -> None:
     global _drops
     _drops += count
+    PUBLISH_DROPS.labels(group_kind(group)).inc(count)
 
 # Channels accepts group names of ASCII letters, digits, "-", "_" and "." under 100 chars.
 _GROUP_SAFE = re.compile(r"^[a-zA-Z0-9\-_.]+$")
@@ -99,7 +101,7 @@ def session_group(session_id: str) -> str:
 
 
 def is_moderation_envelope(envelope: Envelope) -> bool:
-    if envelope.type is EventType.APPROVAL_REQUESTED:
+    if envelope.type in (EventType.APPROVAL_REQUESTED, EventType.APPROVAL_VOTED):
         return True
     if envelope.type is EventType.INVOCATION_STARTED:
         reason = envelope.payload.get("reason")
@@ -157,7 +159,7 @@ async def _send(messages: list[tuple[str, dict[str, Any]]], budget: float = PUBL
     deadline = asyncio.get_running_loop().time() + budget
     for group, message in messages:
         if not await _send_one(layer, group, message, deadline):
-            _count_drops(1)  # the journal has it; readers catch up from there
+            _count_drops(group)  # the journal has it; readers catch up from there
 
 
 def _send_sync(messages: list[tuple[str, dict[str, Any]]]) -> None:
@@ -165,7 +167,8 @@ def _send_sync(messages: list[tuple[str, dict[str, Any]]]) -> None:
     try:
         async_to_sync(_send)(messages, 5.0)
     except Exception:
-        _count_drops(len(messages))
+        for group, _message in messages:
+            _count_drops(group)
         logger.warning("could not publish %d message(s)", len(messages), exc_info=True)
 
 
@@ -190,8 +193,8 @@ class _OrderedPublisher:
         overflow = len(self.queue) - PUBLISH_BACKLOG_MAX
         if overflow > 0:
             for _ in range(overflow):
-                self.queue.popleft()
-            _count_drops(overflow)
+                _queued, group, _message = self.queue.popleft()
+                _count_drops(group)
             logger.warning("publish backlog full: dropped the %d oldest message(s)", overflow)
         self.idle.clear()
         self.ready.set()
@@ -220,7 +223,7 @@ class _OrderedPublisher:
     async def _send_group(layer: Any, group: str, items: list[tuple[float, dict[str, Any]]]) -> None:
         for queued, message in items:
             if not await _send_one(layer, group, message, queued + PUBLISH_BUDGET):
-                _count_drops(1)
+                _count_drops(group)
 
     async def flush(self) -> None:
         """Wait until everything queued so far was sent (or given up)."""
