@@ -4,7 +4,11 @@ The journal is the truth; the channel layer only pushes and wakes. It delivers a
 once and drops messages under load or on a Redis reconnect, so every reader tracks the
 seq it has rendered and, on a gap (or after a reconnect), reads the missing envelopes
 from the journal (`DatabaseJournal.load(session_id, after_seq=...)`). Publication
-failures are logged and swallowed: an append that committed has happened.
+failures are retried (a burst, a Redis restart: up to PUBLISH_BUDGET), then logged,
+counted (`publish_drops()`, and ops' `sectr_publish_drops`) and swallowed: an append
+that committed has happened. The async path (`apublish`, the worker's appends) queues
+its messages on the event loop's ordered publisher and returns at once, so a slow layer
+never holds a journal writer.
 
 Messages are plain JSON (they cross Redis), sent only after the append's transaction
 commits:
