@@ -61,13 +61,19 @@ def bench(reps: int, streams: int) -> None:
         answered: list[float] = []  # the POST's own round trip (the cancel flag is written by then)
         for rep in range(reps):
             session_id, run_id = running.pop(0)
-            wait_for(lambda s=session_id: len(streamed_ticks(driver.envelopes(s))) >= 2, 60, "the run to stream")
+            def streaming(s: str = session_id) -> bool:
+                return len(streamed_ticks(driver.envelopes(s))) >= 2
+
+            def cancelled(s: str = session_id) -> float | None:
+                return cancelled_at(driver, s)
+
+            wait_for(streaming, 60, "the run to stream")
             posted = time.time()
             response = http.post(f"/runs/{run_id}/cancel")
             answered.append((time.time() - posted) * 1000)
             if response.status_code != 202:
                 raise RuntimeError(f"cancel: {response.status_code} {response.text}")
-            at = wait_for(lambda s=session_id: cancelled_at(driver, s), 30, "INVOCATION_CANCELLED", interval=0.02)
+            at = float(wait_for(cancelled, 30, "INVOCATION_CANCELLED", interval=0.02))
             latencies.append((at - posted) * 1000)
             print(f"rep {rep + 1}/{reps}: {latencies[-1]:.0f} ms (POST answered in {answered[-1]:.0f} ms)", flush=True)
             running.append(start())
