@@ -1,5 +1,6 @@
 """The moderation pages: the approval queue (/approvals/), deciding an ask, the audit
-(/approvals/audit/ and its CSV).
+(/approvals/audit/ and its CSV), and the teams' approval rules (/approvals/rules/, with
+"Test this rule").
 
 Deciding goes through actions.do_decide, which checks the user's right to approve under
 the session lock; the card rendered afterwards shows the ask as it is now (decided by
@@ -15,7 +16,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -24,8 +25,9 @@ from django.views.decorators.http import require_GET, require_POST
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
 from sessions_app.chat.view_model import ApprovalView, pretty_json
-from sessions_app.models import Session
-from sessions_app.moderation import audit, queue
+from sessions_app.models import ApprovalRule, Session, Team
+from sessions_app.moderation import audit, queue, rules
+from sessions_app.moderation.rules import rule_data_from_form
 from sessions_app.web import HtmxHttpRequest, flash, refusals_as_messages
 
 
@@ -130,3 +132,70 @@ def audit_csv(request: HtmxHttpRequest) -> HttpResponseBase:
     except ValidationFailed as exc:
         return flash(exc.message, level="error", status=400)
     return audit.csv_response(audit.audit_entries(request.user, filters))
+
+
+# ---- approval rules (/approvals/rules/) ----
+
+
+def _rules_page(request: HtmxHttpRequest, *, preview: dict[str, Any] | None = None, status: int = 200) -> HttpResponse:
+    teams = list(access.teams_for(request.user, "moderator").order_by("name").prefetch_related("rules"))
+    context = {
+        "teams": [(team, sorted(team.rules.all(), key=lambda r: (r.position, r.pk))) for team in teams],
+        "actions": [value for value, _label in ApprovalRule.ACTION_CHOICES],
+        "preview": preview,
+    }
+    return render(request, "moderation/rules.html", context, status=status)
+
+
+def _moderated_team_or_404(request: HtmxHttpRequest, team_name: str) -> Team:
+    team = access.teams_for(request.user, "moderator").filter(name=team_name).first()
+    if team is None:
+        raise Http404("no such team")
+    return team
+
+
+@login_required
+@require_GET
+def rules_page(request: HtmxHttpRequest) -> HttpResponse:
+    """The approval rules of every team the user moderates, in the order they are tried."""
+    return _rules_page(request)
+
+
+@login_required
+@require_POST
+def create_rule(request: HtmxHttpRequest, team_name: str) -> HttpResponse:
+    team = _moderated_team_or_404(request, team_name)
+    try:
+        rule = actions.do_create_rule(request.user, team.name, rule_data_from_form(request.POST))
+    except (NotFound, Forbidden):
+        raise Http404("no such team") from None
+    except SectrError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.info(request, f"Rule {rule.pk} added to {team.name}.")
+    return redirect("approval_rules")
+
+
+@login_required
+@require_POST
+def delete_rule(request: HtmxHttpRequest, team_name: str, rule_id: int) -> HttpResponse:
+    team = _moderated_team_or_404(request, team_name)
+    try:
+        actions.do_delete_rule(request.user, team.name, rule_id)
+    except (NotFound, Forbidden):
+        raise Http404("no such rule") from None
+    messages.info(request, f"Rule {rule_id} deleted from {team.name}.")
+    return redirect("approval_rules")
+
+
+@login_required
+@require_GET
+def preview_rule(request: HtmxHttpRequest, team_name: str) -> HttpResponse:
+    """Test this rule: the team's past asks it would have matched, before it is saved."""
+    team = _moderated_team_or_404(request, team_name)
+    try:
+        data = rule_data_from_form(request.GET)
+        result = rules.preview_rule(team, data)
+    except ValidationFailed as exc:
+        return _rules_page(request, preview={"team": team.name, "error": exc.message}, status=400)
+    return _rules_page(request, preview={"team": team.name, "rule": data, "result": result})
