@@ -6,3 +6,7 @@ class SessionsAppConfig(AppConfig):
     label = "sessions_app"
     verbose_name = "Sectr sessions"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        # Signal receivers register on import.
+        from sessions_app.accounts import signals  # noqa: F401

@@ -2,7 +2,7 @@
 `do_*` writes once, atomically, and notifies on commit.
 
 - `sessions`: sessions and their runs (create, message, decide, steer, cancel, retry,
-  fork, clear, close, delete, rename, mode, model, compact). Run rows change only
+  fork, regenerate, edit, clear, close, delete, rename, mode, model, compact). Run rows change only
   through sessions_app.runs, which these call.
 - `tokens`: API tokens (issue, revoke).
 
@@ -19,9 +19,11 @@ from sessions_app.actions.sessions import (
     do_create_session,
     do_decide,
     do_delete,
+    do_edit_message,
     do_fork,
     do_post_message,
     do_post_message_with_media,
+    do_regenerate,
     do_rename,
     do_retry,
     do_set_mode,
@@ -40,9 +42,11 @@ __all__ = [
     "do_create_session",
     "do_decide",
     "do_delete",
+    "do_edit_message",
     "do_fork",
     "do_post_message",
     "do_post_message_with_media",
+    "do_regenerate",
     "do_rename",
     "do_retry",
     "do_set_mode",

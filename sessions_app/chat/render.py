@@ -77,13 +77,9 @@ def render_changes(changes: Changes, context: dict[str, Any]) -> str:
         else:
             parts.append(render_to_string("chat/_item.html", {**context, "item": item, "oob": True}))
     for target, texts in changes.text.items():
-        parts.append(
-            render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)})
-        )
+        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)}))
     for target, texts in changes.reasoning.items():
-        parts.append(
-            render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)})
-        )
+        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)}))
     oob = {**context, "oob": True}
     if changes.status:
         for name in ("_state.html", "_usage.html", "_run_controls.html"):
