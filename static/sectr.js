@@ -262,6 +262,10 @@
       button.dataset.copyCode = "1";
       wrap.appendChild(button);
     });
+    // A region that scrolls sideways must be reachable by keyboard to be scrolled.
+    root.querySelectorAll(".table-scroll:not([tabindex]), table.sessions:not([tabindex])").forEach(function (region) {
+      if (region.scrollWidth > region.clientWidth) region.tabIndex = 0;
+    });
     updateTimes(root);
   }
 

@@ -142,7 +142,7 @@ def test_code_is_highlighted_and_copy_copies_code_and_messages(alice: Page) -> N
     copied = alice.evaluate("navigator.clipboard.readText()")
     assert copied.startswith("You said: code:") and "def greet(name):" in copied
     user = alice.locator("[data-role=user]").last
-    user.get_by_role("button", name="Copy").click()
+    user.locator(".msg-actions").get_by_role("button", name="Copy").click()
     assert alice.evaluate("navigator.clipboard.readText()").startswith("code:")
     # User messages are the same safe Markdown, and say when they were sent.
     expect(user.locator("pre code.language-python")).to_have_count(1)
@@ -171,8 +171,12 @@ def test_the_header_stays_one_line_while_a_run_streams_and_the_title_follows_ren
     alice.get_by_role("button", name="Rename").click()
     expect(alice.locator("#flash")).to_contain_text("Renamed to “Ticks and tocks”.")
     expect(alice).to_have_title("Ticks and tocks · Sectr")
-    alice.get_by_label("Mode").select_option("plan")
+    alice.get_by_label("Mode", exact=True).select_option("plan")
     expect(alice.locator("#flash")).to_contain_text("Mode: Plan")
+    # The change reaches the page live (the options are swapped in, the select stays).
+    expect(alice.locator("#id_mode option[selected]")).to_have_attribute("value", "plan")
+    alice.get_by_label("Mode", exact=True).select_option("default")
+    expect(alice.locator("#flash")).to_contain_text("Mode: Default")
 
 
 def test_dark_mode_follows_the_system_and_the_toggle_is_remembered(browser: Browser, live: LiveSectr) -> None:
@@ -211,13 +215,14 @@ def test_every_page_fits_390_px_also_with_long_lines(phone: Page, reviewer_name:
     session = new_session(phone)
     long_word = "x" * 400
     send(phone, f"calculate {'+'.join(['1'] * 150)}")
-    expect(phone.locator("[data-role=tool-call]").last).to_contain_text("done")
+    expect(phone.locator("[data-role=tool-call] .tool-result")).to_have_count(1)
     send(phone, f"!tool get_time {{\"zone\": \"{long_word}\"}}")
     expect(phone.locator("[data-role=tool-call] .tool-result")).to_have_count(2)
-    send(phone, f"note: {long_word}")
-    expect(phone.locator("[data-role=approval]").last).to_be_visible()
     send(phone, f"here it is: `{long_word}` and\n```\n{long_word}\n```")
     expect(assistant(phone)).to_contain_text("here it is")
+    expect(state(phone)).to_have_text("completed")
+    send(phone, f"note: {long_word}")
+    expect(phone.locator("[data-role=approval]").last).to_be_visible()
     expect(phone.locator("#live")).to_have_text("live")
     assert document_overflow(phone) == 0
     phone.screenshot(path=str(SHOTS / "chat-mobile.png"), full_page=False)
