@@ -452,6 +452,7 @@ class SessionContext:
                 reasoning_effort=self.state.reasoning_effort,
                 max_output_tokens=self._output_budget(),
                 metadata=self._request_metadata(),
+                conversation_id=self.session_id,
             )
             stream = MessageStream(self, model)
             try:

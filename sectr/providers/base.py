@@ -29,6 +29,9 @@ class CompletionRequest:
     #: Facts about the request the messages alone cannot show, e.g. {"steer": text} when
     #: the newest user message came from a steer. Real providers ignore it.
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: The session the request belongs to (OpenTelemetry's gen_ai.conversation.id);
+    #: empty when the caller has none. Real providers do not send it.
+    conversation_id: str = ""
 
 
 @dataclass(frozen=True)

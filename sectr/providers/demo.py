@@ -32,6 +32,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -287,6 +288,22 @@ class DemoProvider:
         #: seconds between two ``!slow`` ticks (env SECTR_DEMO_SLOW_MS, default 100 ms)
         self.slow_delay = _env_seconds(env, "SECTR_DEMO_SLOW_MS", 100) if slow_delay is None else slow_delay
         self._environ = env
+        #: Benchmarks only (env SECTR_DEMO_STAMP_FILE): the moment each ``!slow`` tick is
+        #: produced is appended to this file as ``<session id> <tick> <unix time>``, so a
+        #: bench can time every chunk from its production to its frame at the client.
+        #: A side file, not a field of the delta: the journal and the frames stay exactly
+        #: what they are without it (nothing the measured path does changes but one
+        #: short append, taken after the stamp).
+        self._stamp_path = env.get("SECTR_DEMO_STAMP_FILE", "").strip()
+        self._stamp_fd: int | None = None
+
+    def _stamp(self, conversation_id: str, chunk: str) -> None:
+        produced = time.time()
+        if self._stamp_fd is None:
+            self._stamp_fd = os.open(self._stamp_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        tick = chunk.split()[1]
+        # One write per line with O_APPEND: lines of every process stay whole in one file.
+        os.write(self._stamp_fd, f"{conversation_id or '-'} {tick} {produced:.6f}\n".encode())
 
     def model_info(self, model: str) -> ModelInfo:
         # Whatever id the session names, the demo model is what answers.
@@ -333,6 +350,8 @@ class DemoProvider:
             if index or plan.reasoning:
                 await asyncio.sleep(pause)
             output_tokens += count_words(chunk)
+            if self._stamp_path and plan.pace == "slow":
+                self._stamp(request.conversation_id, chunk)
             yield TextDelta(chunk)
 
         if plan.tool_calls:

@@ -243,6 +243,37 @@ def test_it_rolls_back_only_the_refused_append_inside_an_outer_block(
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_it_group_commits_concurrent_appends_of_many_sessions(make_session: Any) -> None:
+    sessions = [await sync_to_async(make_session)() for _ in range(5)]
+    journal = DatabaseJournal(publish=False)
+    batches = await asyncio.gather(*(journal.append(s.id, [delta(f"{s.id}:{i}")]) for i in range(8) for s in sessions))
+    (group,) = journal._group.values()
+    assert group.appends == 40
+    assert group.groups < 40  # appends that waited shared a transaction
+    for s in sessions:
+        assert await sync_to_async(seqs)(s.id) == list(range(1, 10))  # gapless, once each
+        mine = [e for batch in batches for e in batch if e.session_id == s.id]
+        assert [e.payload["text"] for e in sorted(mine, key=lambda e: e.seq)] == [f"{s.id}:{i}" for i in range(8)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_refused_append_in_a_group_does_not_undo_the_others(make_session: Any) -> None:
+    good, fenced = [await sync_to_async(make_session)() for _ in range(2)]
+    run = await Run.objects.acreate(session=fenced, status=Run.RUNNING, lease_token="tok-new")
+    journal = DatabaseJournal(publish=False)
+    results = await asyncio.gather(
+        journal.append(good.id, [delta("a")]),
+        journal.append(fenced.id, [delta("late")], fence=(run.id, "tok-old")),
+        journal.append(good.id, [delta("b")]),
+        journal.append(good.id, [delta("c")]),
+        return_exceptions=True,
+    )
+    assert isinstance(results[1], LeaseLost)
+    assert await sync_to_async(seqs)(good.id) == [1, 2, 3, 4]
+    assert await sync_to_async(seqs)(fenced.id) == [1]
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_it_raises_lease_lost_from_the_async_append(session: Session, journal: DatabaseJournal) -> None:
     run = await Run.objects.acreate(session=session, status=Run.RUNNING, lease_token="tok-new")
     with pytest.raises(LeaseLost):

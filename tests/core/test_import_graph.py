@@ -1,0 +1,170 @@
+"""The layout stays true: no import circles in `sectr` or `sessions_app`, and the core
+never imports Django.
+
+Every `import` counts, also those inside functions and under `if TYPE_CHECKING:` (a
+function-local import hides a circle from the interpreter, not from a reader). An
+import names the most specific module of ours it reaches: `from sessions_app.journal
+import publish` is an edge to `sessions_app.journal.publish`, `from sessions_app.journal
+import get_journal` one to `sessions_app.journal` (its `__init__`).
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("sectr", "sessions_app")
+DJANGO_TOP_LEVEL = {"django", "channels", "channels_redis", "daphne", "asgiref", "django_htmx"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def our_modules() -> dict[str, Path]:
+    modules = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "migrations" in path.parts:
+                continue  # Django's generated files import only django and the models
+            modules[module_name(path)] = path
+    return modules
+
+
+def imported_names(path: Path, name: str) -> Iterator[tuple[str, int]]:
+    """(dotted name, line) of everything `path` imports, relative imports resolved."""
+    is_package = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                module = ".".join([*base, node.module] if node.module else base)
+            else:
+                module = node.module or ""
+            for alias in node.names:
+                yield f"{module}.{alias.name}", node.lineno
+
+
+def resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The most specific module of ours that `target` names (None: not ours)."""
+    parts = target.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in modules:
+            return candidate
+        parts.pop()
+    return None
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = our_modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target, _line in imported_names(path, name):
+            resolved = resolve(target, modules)
+            if resolved is not None and resolved != name:
+                graph[name].add(resolved)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+
+    def visit(node: str) -> None:
+        nonlocal counter
+        index[node] = low[node] = counter
+        counter += 1
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph[node]):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_it_finds_a_circle_when_there_is_one() -> None:
+    # The checker itself can fail: a three-module circle and a clean chain.
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_it_resolves_function_local_and_relative_imports(tmp_path: Path) -> None:
+    probe = tmp_path / "probe_module.py"
+    probe.write_text("def f():\n    from sessions_app.journal import publish\n    from . import runs\n")
+    names = {target for target, _line in imported_names(probe, "sessions_app.probe_module")}
+    assert names == {"sessions_app.journal.publish", "sessions_app.runs"}
+
+
+def test_sectr_and_sessions_app_have_no_import_circles() -> None:
+    graph = import_graph()
+    assert "sessions_app.runs" in graph and "sectr.runtime" in graph  # it read the tree
+    assert cycles(graph) == []
+
+
+def test_the_core_never_imports_django() -> None:
+    offenders = []
+    for name, path in our_modules().items():
+        if not name.startswith("sectr"):
+            continue
+        for target, line in imported_names(path, name):
+            if target.split(".")[0] in DJANGO_TOP_LEVEL:
+                offenders.append(f"{path.relative_to(ROOT)}:{line} imports {target}")
+    assert offenders == []
+
+
+def test_lower_layers_never_import_the_web_layers() -> None:
+    """The journal, the Run lifecycle and the actions sit below the pages, the API and
+    the worker loop: they may be imported by those, never the other way round."""
+    graph = import_graph()
+    lower = ("sessions_app.models", "sessions_app.journal", "sessions_app.runs", "sessions_app.actions")
+    upper = (
+        "sessions_app.chat",
+        "sessions_app.moderation.views",
+        "sessions_app.moderation.consumers",
+        "sessions_app.review.views",
+        "sessions_app.accounts",
+        "sessions_app.api",
+        "sessions_app.worker",
+        "sessions_app.web",
+    )
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(lower)
+        for target in targets
+        if target.startswith(upper)
+    )
+    assert wrong == []
