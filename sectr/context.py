@@ -22,6 +22,7 @@ from sectr.control import RunControl
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import fold_messages
+from sectr.journal import new_id
 from sectr.providers.base import (
     CompletionRequest,
     Finish,
@@ -31,7 +32,9 @@ from sectr.providers.base import (
     TextDelta,
     ToolCallDelta,
 )
+from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
+from sectr.telemetry import traced_model_step, traced_tool_call
 from sectr.tools import ToolContext, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
@@ -169,6 +172,7 @@ class SessionContext:
         model_info: ModelInfo,
         control: RunControl | None = None,
         compactor: Callable[[SessionContext], Awaitable[bool]] | None = None,
+        policy: Policy | None = None,
     ) -> None:
         self.session_id = session_id
         self.invocation_id = invocation_id
@@ -180,6 +184,9 @@ class SessionContext:
         self.model_info = model_info
         self.control = control or RunControl()
         self._compactor = compactor
+        # The approval rules of this session (sectr.rules), fixed when the context is
+        # built: frozen values no handler, tool or model output can edit for later runs.
+        self._policy = policy or Policy()
         self.loop: asyncio.AbstractEventLoop | None = None
         self.run_usage: dict[str, int] = {}
         self.turns = 0  # model steps in this invocation
@@ -305,6 +312,7 @@ class SessionContext:
     async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
         return await self.execute_tool(name, arguments, call_id)
 
+    @traced_tool_call  # the `execute_tool {name}` span
     async def execute_tool(self, name: str, arguments: dict[str, Any], call_id: str | None = None) -> ToolResult:
         """Run a registered tool under the session's rules and journal its TOOL_RESULT.
 
@@ -333,8 +341,8 @@ class SessionContext:
                     content = f"denied: {approver} denied this call" + (f" ({note})" if note else "")
                     await self._tool_result(call_id, name, content, is_error=True)
                     raise ApprovalDenied(name, note)
-            elif not (name in self.state.grants or (self.mode == "accept_edits" and tool.edit)):
-                raise ApprovalRequired(name, dict(arguments), call_id)
+            else:
+                await self._apply_rules(tool.name, tool.edit, arguments, call_id)
         self.tool_call_count += 1
         context = ToolContext(self.session_id, self.invocation_id, dict(self.state.notes))
         try:
@@ -346,6 +354,48 @@ class SessionContext:
             return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
         self.consecutive_failures = 0
         return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+
+    @property
+    def policy(self) -> Policy:
+        """The approval rules this invocation obeys (read-only)."""
+        return self._policy
+
+    async def _apply_rules(self, name: str, edit: bool, arguments: dict[str, Any], call_id: str | None) -> None:
+        """The gate of a gated call that is not the decided one: returns when it may run,
+        raises ApprovalDenied (a rule denied it: journaled) or ApprovalRequired (ask).
+
+        A team's `deny` rule wins over a session's allow_always grant and over
+        accept_edits (a person's grant in one session cannot lift a team's ban); `allow`
+        and `ask` rules apply only where the call would otherwise ask.
+        """
+        rule = self._policy.first_match(name, arguments)
+        if rule is not None and rule.action == "deny":
+            call_id = await self._journal_rule_decision(rule, name, arguments, call_id)
+            content = f"denied: {rule.approver} denied this call"
+            await self._tool_result(call_id, name, content, is_error=True)
+            raise ApprovalDenied(name, f"denied by {rule.approver}")
+        if name in self.state.grants or (self.mode == "accept_edits" and edit):
+            return
+        if rule is not None and rule.action == "allow":
+            await self._journal_rule_decision(rule, name, arguments, call_id)
+            return
+        raise ApprovalRequired(name, dict(arguments), call_id, terms=self._policy.ask_terms(rule))
+
+    async def _journal_rule_decision(
+        self, rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None
+    ) -> str | None:
+        """Journal an ask a rule decided at once: APPROVAL_REQUESTED with its `decision`
+        (approver "rule:<id>"), in this invocation, so the run goes on without a pause."""
+        payload = {
+            "ask_id": new_id("ask"),
+            "tool_call_id": call_id,
+            "name": name,
+            "arguments": json.loads(json.dumps(arguments, default=str)),
+            "rule_id": rule.id,
+            "decision": RuleDecision.of(rule).decision,
+        }
+        await self.writer.emit(EventType.APPROVAL_REQUESTED, payload)
+        return call_id
 
     def _decided_ask_for(self, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any] | None:
         """The ask this invocation's decision answers, if executing (name, arguments,
@@ -425,6 +475,7 @@ class SessionContext:
                 return {}
         return {}
 
+    @traced_model_step  # the `chat {model}` span
     async def complete(
         self,
         *,

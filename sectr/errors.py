@@ -12,11 +12,20 @@ class ApprovalRequired(Exception):  # noqa: N818 - the name is the SPEC's
     the invocation. A handler must let it propagate.
     """
 
-    def __init__(self, name: str, arguments: dict[str, Any], tool_call_id: str | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        tool_call_id: str | None = None,
+        *,
+        terms: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"approval required for {name}")
         self.name = name
         self.arguments = arguments
         self.tool_call_id = tool_call_id
+        #: What the matching rule adds to the ask: rule_id, approvals_required, expires_after_s.
+        self.terms: dict[str, Any] | None = terms
 
 
 class ApprovalDenied(PermissionError):
@@ -59,9 +68,18 @@ class SectrError(Exception):
     code = "error"
     status = 400
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        status: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
+        #: More fields of the API's error object (e.g. `decided_by` of ask_not_pending).
+        self.extra: dict[str, Any] = dict(extra or {})
         if code is not None:
             self.code = code
         if status is not None:
@@ -90,6 +108,13 @@ class SessionBusy(SectrError):
 
 class AskNotPending(SectrError):
     code = "ask_not_pending"
+    status = 409
+
+
+class AlreadyVoted(SectrError):
+    """A second vote by the same person on an ask that needs several approvers."""
+
+    code = "already_voted"
     status = 409
 
 

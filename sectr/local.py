@@ -1,26 +1,28 @@
 """LocalRuntime: sessions in memory, without Django (SPEC section 5).
 
-    rt = sectr.LocalRuntime(tools=[my_tool])
-    sid = await rt.create_session(mode="default")
-    outcome = await rt.send(sid, "hello")          # the invocation's terminal envelope
-    outcome = await rt.decide(sid, ask_id, "allow_once", approver="bob")
-    envelopes = rt.journal.read(sid)
+rt = sectr.LocalRuntime(tools=[my_tool])
+sid = await rt.create_session(mode="default")
+outcome = await rt.send(sid, "hello")          # the invocation's terminal envelope
+outcome = await rt.decide(sid, ask_id, "allow_once", approver="bob")
+envelopes = rt.journal.read(sid)
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from sectr import operations
+from sectr import operations, telemetry
 from sectr.compaction import compacted_payload
 from sectr.control import RunControl
-from sectr.errors import NotAtTurnBoundary, SessionBusy, StaleRunControl
-from sectr.events import Envelope, EventType
+from sectr.errors import AskNotPending, NotAtTurnBoundary, SessionBusy, StaleRunControl
+from sectr.events import Envelope, EventType, utcnow
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.providers import default_model_from_env
 from sectr.providers.base import Provider
+from sectr.rules import Policy, Rule
 from sectr.runtime import Handler, Runtime
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolRegistry
@@ -33,9 +35,10 @@ class LocalRuntime:
         tools: Iterable[Tool] | ToolRegistry = (),
         provider: Provider | None = None,
         journal: MemoryJournal | None = None,
+        rules: Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
     ) -> None:
         self.journal = journal or MemoryJournal()
-        self.runtime = Runtime(self.journal, handler=handler, tools=tools, provider=provider)
+        self.runtime = Runtime(self.journal, handler=handler, tools=tools, provider=provider, rules=rules)
         self._controls: dict[str, RunControl] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -71,7 +74,11 @@ class LocalRuntime:
         async with self._lock(session_id):
             state = await self.journal.state(session_id)
             invocation_id, events = build(state)
-            await self.journal.append(session_id, events)
+            appended = await self.journal.append(session_id, events)
+            for decision in telemetry.decisions_in(state.asks, appended):
+                telemetry.record_approval(decision)  # the `approval` span, from ask to decision
+            if invocation_id is None:  # a vote that leaves the quorum short: no run yet
+                return appended[-1]
             control = self._controls[session_id] = RunControl()
         try:
             return await self.runtime.run_invocation(session_id, invocation_id, control=control)
@@ -93,10 +100,39 @@ class LocalRuntime:
     async def decide(
         self, session_id: str, ask_id: str, verdict: str, *, approver: str | None = None, note: str | None = None
     ) -> Envelope:
-        """Record a verdict on the pending ask; the decision resumes the session."""
+        """Record a verdict on the pending ask; the decision resumes the session.
+
+        On an ask needing several approvals (an `ask` rule's approvals_required), each
+        verdict is a vote: until the quorum is reached the APPROVAL_VOTED envelope is
+        returned and nothing runs; a deny or the last approval resumes the session.
+        """
         return await self._start_and_run(
-            session_id, lambda state: operations.decision_events(state, ask_id, verdict, approver=approver, note=note)
+            session_id,
+            lambda state: operations.vote_events(state, ask_id, verdict, approver=approver, note=note),
         )
+
+    async def expire_asks(self, now: datetime | None = None) -> list[Envelope]:
+        """Deny every pending ask whose `expires_after_s` has passed (approver
+        "policy:expired") and run the resumed invocations; their terminal envelopes."""
+        now = now or utcnow()
+        outcomes = []
+        for session_id in self.journal.sessions():
+            ask = (await self.journal.state(session_id)).pending_ask
+            if not ask or not ask.get("expires_after_s") or not ask.get("requested_at"):
+                continue
+            deadline = datetime.fromisoformat(ask["requested_at"]) + timedelta(seconds=int(ask["expires_after_s"]))
+            if deadline > now:
+                continue
+            try:
+                outcomes.append(
+                    await self._start_and_run(
+                        session_id,
+                        lambda state, a=ask: operations.expired_events(state, a["ask_id"], a["expires_after_s"]),
+                    )
+                )
+            except AskNotPending:
+                continue  # decided meanwhile
+        return outcomes
 
     async def retry(self, session_id: str) -> Envelope:
         return await self._start_and_run(session_id, operations.retry_events)

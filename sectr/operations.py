@@ -12,7 +12,9 @@ from typing import Any
 
 from sectr.context import CANCELLED_TOOL_CONTENT
 from sectr.errors import (
+    AlreadyVoted,
     AskNotPending,
+    Forbidden,
     NotAtTurnBoundary,
     RetryIneligible,
     SessionBusy,
@@ -22,6 +24,7 @@ from sectr.errors import (
 from sectr.events import MODES, VERDICTS, Envelope, EventType, approval_decision_reason, recover_reason, retry_reason
 from sectr.fold import fold_messages
 from sectr.journal import NewEvent, new_id
+from sectr.rules import EXPIRED_APPROVER
 from sectr.state import DEFAULT_LIMITS, LIMIT_KEYS, TITLE_MAX, SessionState, clamp_title, prompt_text
 
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
@@ -229,7 +232,12 @@ def check_decision(state: SessionState, ask_id: str, verdict: Any) -> dict[str, 
     ask = state.asks.get(ask_id)
     pending = state.pending_ask
     if ask is None or ask.get("status") != "pending" or not pending or pending.get("ask_id") != ask_id:
-        raise AskNotPending("this ask is not pending (it was decided already, withdrawn, or never existed)")
+        extra = {}
+        if ask is not None and ask.get("status") != "pending":
+            extra = {"status": ask.get("status"), "decided_by": ask.get("approver"), "verdict": ask.get("verdict")}
+        raise AskNotPending(
+            "this ask is not pending (it was decided already, withdrawn, or never existed)", extra=extra
+        )
     return ask
 
 
@@ -240,6 +248,67 @@ def decision_events(
     invocation_id = new_id("inv")
     reason = approval_decision_reason(ask_id, verdict != "deny", approver=approver, verdict=verdict, note=note or None)
     return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
+
+
+def vote_events(
+    state: SessionState,
+    ask_id: str,
+    verdict: str,
+    *,
+    approver: str | None,
+    note: str | None = None,
+    requester: str | None = None,
+) -> tuple[str | None, list[NewEvent]]:
+    """A person's verdict on an ask, under its quorum (SPEC section 11).
+
+    An ask needing one approval (the default) is decided by the first verdict: the
+    events of `decision_events`, no vote envelope. An ask needing N > 1 approvals journals
+    each verdict as APPROVAL_VOTED; a deny, or the Nth approval from N different people,
+    also journals the usual approval_decision INVOCATION_STARTED, which resumes the run
+    (its invocation id is returned; None while the quorum is still short). The requester's
+    own approval never counts towards N > 1 (refused, 403), nor does anyone's second vote
+    (409 already_voted). The decision names who completed it (`approver`) and every
+    approver (`approvers`); it is `allow_always` only when every approval said so.
+    """
+    ask = check_decision(state, ask_id, verdict)
+    required = int(ask.get("approvals_required") or 1)
+    if required <= 1:
+        return decision_events(state, ask_id, verdict, approver=approver, note=note)
+    if not approver:
+        raise ValidationFailed("a vote on an ask needing several approvals must name its approver", code="invalid_vote")
+    votes: list[dict[str, Any]] = list(ask.get("votes") or [])
+    if any(vote.get("approver") == approver for vote in votes):
+        raise AlreadyVoted(f"{approver} has voted on this ask already; it needs {required} different approvers")
+    if verdict != "deny" and requester is not None and approver == requester:
+        raise Forbidden(
+            f"your own approval does not count on an ask needing {required} approvals; another moderator must approve",
+            code="own_ask",
+        )
+    vote: dict[str, Any] = {"ask_id": ask_id, "approver": approver, "verdict": verdict}
+    if note:
+        vote["note"] = note
+    events = [NewEvent(EventType.APPROVAL_VOTED, vote)]
+    approvals = [v for v in votes if v.get("verdict") != "deny"] + ([vote] if verdict != "deny" else [])
+    if verdict != "deny" and len(approvals) < required:
+        return None, events
+    if verdict == "deny":
+        final_verdict = "deny"
+    else:
+        final_verdict = "allow_always" if all(v.get("verdict") == "allow_always" for v in approvals) else "allow_once"
+    invocation_id = new_id("inv")
+    reason = approval_decision_reason(
+        ask_id, final_verdict != "deny", approver=approver, verdict=final_verdict, note=note or None
+    )
+    if final_verdict != "deny":
+        reason["decision"]["approvers"] = [str(v["approver"]) for v in approvals]
+    events.append(NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id))
+    return invocation_id, events
+
+
+def expired_events(state: SessionState, ask_id: str, expires_after_s: int | None = None) -> tuple[str, list[NewEvent]]:
+    """The denial of an ask whose deadline passed (approver "policy:expired")."""
+    after = f" after {expires_after_s} s" if expires_after_s else ""
+    return decision_events(state, ask_id, "deny", approver=EXPIRED_APPROVER, note=f"the ask expired{after}")
 
 
 def retry_events(state: SessionState) -> tuple[str, list[NewEvent]]:

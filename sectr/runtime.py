@@ -12,7 +12,7 @@ import contextlib
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from sectr import operations
@@ -32,6 +32,8 @@ from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
+from sectr.rules import Policy, Rule, as_policy
+from sectr.telemetry import traced_invocation
 from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
 
@@ -40,6 +42,8 @@ log = logging.getLogger("sectr.runtime")
 MAX_STEER_ROUNDS = 5
 
 Handler = Callable[[SessionContext], Any]
+#: Reads a session's approval rules when an invocation starts (the Django worker's).
+PolicySource = Callable[[str], Awaitable[Policy]]
 
 
 def builtin_registry(extra: Iterable[Tool] = ()) -> ToolRegistry:
@@ -61,10 +65,15 @@ class Runtime:
         handler: Handler | None = None,
         tools: Iterable[Tool] | ToolRegistry = (),
         provider: Provider | None = None,
+        rules: PolicySource | Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
     ) -> None:
         from sectr.agent import default_handler
 
         self.journal = journal
+        # A callable is asked for each invocation's policy (the Django worker reads the
+        # session's team's rules from the database); anything else is one fixed policy.
+        self._policy_source: PolicySource | None = rules if callable(rules) else None
+        self._policy = Policy() if callable(rules) else as_policy(rules)
         self.handler: Handler = handler or default_handler
         self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
         self.provider = provider or provider_from_env()
@@ -85,6 +94,7 @@ class Runtime:
         # A private copy: the context applies its own appends to it (SessionContext._extend),
         # whatever the journal's `state()` returns (a live object, a fresh row...).
         state = (await self.journal.state(session_id)).copy()
+        policy = await self.policy_for(session_id)
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:
@@ -103,9 +113,17 @@ class Runtime:
             model_info=self.provider.model_info(state.model),
             control=control,
             compactor=auto_compact,
+            policy=policy,
         )
         return ctx
 
+    async def policy_for(self, session_id: str) -> Policy:
+        """The approval rules an invocation of this session obeys, read as it starts."""
+        if self._policy_source is None:
+            return self._policy
+        return await self._policy_source(session_id)
+
+    @traced_invocation  # the `invoke_agent` span and the ids of the log context
     async def run_invocation(
         self,
         session_id: str,
@@ -236,10 +254,15 @@ class Runtime:
         ask_id = new_id("ask")
         # A handler may ask about anything (request_approval): store plain JSON.
         arguments = json.loads(json.dumps(ask.arguments, default=str))
-        requested = ctx.writer.event(
-            EventType.APPROVAL_REQUESTED,
-            {"ask_id": ask_id, "tool_call_id": ask.tool_call_id, "name": ask.name, "arguments": arguments},
-        )
+        # A tool's gate brings its rule's terms; request_approval() is matched here (an
+        # `ask` rule's quorum and expiry apply; allow and deny rules cannot: the handler
+        # has already stopped, so a person decides).
+        terms = ask.terms
+        if terms is None:
+            rule = ctx.policy.first_match(ask.name, arguments)
+            terms = ctx.policy.ask_terms(rule if rule is not None and rule.action == "ask" else None)
+        payload = {"ask_id": ask_id, "tool_call_id": ask.tool_call_id, "name": ask.name, "arguments": arguments}
+        requested = ctx.writer.event(EventType.APPROVAL_REQUESTED, {**payload, **terms})
         return await self._finish(ctx, EventType.INVOCATION_SUSPENDED, {"ask_id": ask_id}, before=[requested])
 
     async def _finish_failed(self, ctx: SessionContext, error: str, *, retryable: bool) -> Envelope:

@@ -173,9 +173,34 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         if call is not None and not p.get("is_error"):
             _apply_note(state, call)
     elif t is EventType.APPROVAL_REQUESTED:
-        ask = {**p, "invocation_id": env.invocation_id, "seq": env.seq, "status": "pending"}
-        state.asks[p["ask_id"]] = ask
-        state.pending_ask = ask
+        ask = {
+            **p,
+            "invocation_id": env.invocation_id,
+            "seq": env.seq,
+            "status": "pending",
+            "requested_at": env.created_at.isoformat(),
+        }
+        decision = p.get("decision")
+        if isinstance(decision, dict):
+            # Decided at once by a rule (sectr.rules): never pending, and never a grant
+            # (a rule's allow is for this call only).
+            ask["status"] = "approved" if decision.get("approved") else "denied"
+            ask["verdict"] = "allow_once" if decision.get("approved") else "deny"
+            ask["approver"] = decision.get("approver")
+            state.asks[p["ask_id"]] = ask
+        else:
+            ask["votes"] = []
+            state.asks[p["ask_id"]] = ask
+            state.pending_ask = ask
+    elif t is EventType.APPROVAL_VOTED:
+        voted = state.asks.get(p.get("ask_id", ""))
+        if voted is not None and voted.get("status") == "pending":
+            vote = {k: p[k] for k in ("approver", "verdict", "note") if p.get(k) is not None}
+            voted.setdefault("votes", []).append(vote)
+            pending = state.pending_ask
+            # After a round trip through JSON, pending_ask is a copy of the asks entry.
+            if pending is not None and pending is not voted and pending.get("ask_id") == voted.get("ask_id"):
+                pending.setdefault("votes", []).append(dict(vote))
     elif t is EventType.INVOCATION_SUSPENDED:
         state.status = "awaiting"
         state.open_message_id = None  # an invocation's end closes its message (as the fold does)

@@ -20,6 +20,9 @@ from typing import Any
 from sectr.events import TERMINAL_TYPES, Envelope, EventType
 from sectr.journal import Journal, NewEvent
 
+#: What only the platform journals on a person's (or the expiry policy's) behalf.
+PEOPLE_ONLY_TYPES = frozenset({EventType.INVOCATION_STARTED, EventType.APPROVAL_VOTED, EventType.SESSION_CREATED})
+
 
 class InvocationWriter:
     def __init__(
@@ -46,6 +49,12 @@ class InvocationWriter:
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
         """Append events atomically after any buffered deltas."""
+        for event in events:
+            if EventType(event.type) in PEOPLE_ONLY_TYPES:
+                # Decisions and votes come from people (and the expiry policy) through
+                # the platform's actions, never from inside a run: a handler, a tool or
+                # the model cannot approve its own call or grant itself a tool.
+                raise PermissionError(f"an invocation cannot journal {EventType(event.type).value}")
         await self.flush()
         return await self._write(events)
 

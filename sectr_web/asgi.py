@@ -16,19 +16,25 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
+from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
+from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
 from sessions_app.worker import start_embedded_worker  # noqa: E402
 
 router = ProtocolTypeRouter(
     {
         # The embedded default serves its own static files (no web server in front).
-        "http": ASGIStaticFilesHandler(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # Bodies over SECTR_MAX_REQUEST_BYTES get 413 before Django spools them.
+        "http": RequestBodyLimit(ASGIStaticFilesHandler(django_asgi_app)),
+        # The Origin must be the site's own, port included (as CSRF checks it).
+        "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )
+
+# ...and before Daphne itself buffers them (it reads a whole body before calling us).
+cap_daphne_request_bodies()
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:

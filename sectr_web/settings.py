@@ -46,6 +46,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Scripts from static/ only, no inline script (sectr_web/content_security_policy.py).
+    "sectr_web.content_security_policy.ContentSecurityPolicy",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -53,6 +55,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # NUL and lone surrogates in a page's form or query string: 400 before any view.
+    "sessions_app.input_checks.RefuseUnstorableText",
 ]
 
 ROOT_URLCONF = "sectr_web.urls"
@@ -68,6 +72,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "sessions_app.web.team_roles",
             ],
         },
     },
@@ -126,8 +131,7 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-# The cache holds the API's per-token rate-limit counters: shared through Redis when
-# there is one (every server process counts against the same budget), else per process.
+# The cache: shared through Redis when there is one, else per process.
 CACHES: dict[str, dict[str, Any]] = {
     "default": (
         {
@@ -139,6 +143,27 @@ CACHES: dict[str, dict[str, Any]] = {
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
     )
 }
+# Notifications of moderation (sessions_app.moderation.notifications): links in emails
+# and webhook bodies start with SECTR_BASE_URL; email goes through Django's backend
+# (the console by default: set EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend
+# and EMAIL_HOST etc. for real mail).
+SECTR_BASE_URL = os.environ.get("SECTR_BASE_URL", "http://localhost:8000")
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "").lower() in {"1", "true", "yes", "on"}
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sectr@localhost")
+#: First retry of a failed webhook after this many seconds, doubling each time.
+SECTR_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("SECTR_WEBHOOK_BACKOFF_SECONDS", "10"))
+SECTR_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("SECTR_WEBHOOK_MAX_ATTEMPTS", "6"))
+
+# Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
+SECTR_COUNTER_PREFIX = os.environ.get("SECTR_CHANNEL_PREFIX", "sectr")
+# Request bodies over this many bytes are refused (413) before they are buffered
+# (sectr_web.body_limits: Daphne and the ASGI app); the API's prompts carry up to 32 MiB.
+SECTR_MAX_REQUEST_BYTES = int(os.environ.get("SECTR_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
 SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -169,11 +194,25 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # Probes and scrapers talk plain HTTP to a process directly: no redirect to https.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
+
+# Operations (SPEC section 13, docs/operations.md).
+SECTR_METRICS_TOKEN = os.environ.get("SECTR_METRICS_TOKEN", "")  # bearer token for /metrics; loopback needs none
+SECTR_RETENTION_DAYS = int(os.environ.get("SECTR_RETENTION_DAYS", "0") or 0)  # 0 = keep sessions for ever
+# "json": one JSON object a line with session_id, run_id, invocation_id, worker (sectr.telemetry).
+SECTR_LOG_FORMAT = os.environ.get("SECTR_LOG_FORMAT", "text").strip().lower()
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"json": {"()": "sectr.telemetry.JsonLogFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            **({"formatter": "json"} if SECTR_LOG_FORMAT == "json" else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
     "loggers": {"sectr": {"level": os.environ.get("SECTR_LOG_LEVEL", "INFO")}},
 }

@@ -1,68 +1,114 @@
-"""Who may do what with a session.
+"""Who may do what with a session, from team roles (SPEC section 11).
 
-- The owner may do everything with their session.
-- A superuser may do everything with every session.
-- A moderator (permission ``sessions_app.moderate_session``) may read every session and
-  decide its approval asks.
-- A reviewer (permission ``sessions_app.review_session``) may read every session: its
-  transcript, snapshots and token usage (team review).
+- The owner may do everything with their session (deciding its asks too, except that
+  their own approval never counts towards a quorum of two or more).
+- Staff (`is_staff` or `is_superuser`) act as moderator of every team: they may do
+  everything with every session.
+- A session of a team (`Session.team`): the team's `member`s read it; `reviewer`s also
+  rate, annotate, export and share it; `moderator`s also decide its asks and edit the
+  team's approval rules. Roles apply to that team's sessions only.
+- A personal session (no team) is its owner's and staff's alone.
 
 Everybody else does not learn that the session exists: NotFound (404), not Forbidden.
 A reader who may not act gets Forbidden (403).
+
+The list helpers return querysets (one query, no per-row Python), for pages, the API
+and the moderation queue alike. The old global permissions `review_session` and
+`moderate_session` are gone (migration 0005): roles live in teams.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from sectr.errors import Forbidden, NotFound
-from sessions_app.models import Session
+from django.db.models import Q, QuerySet
 
-Need = Literal["read", "write", "approve"]
+from sectr.errors import Forbidden, NotFound
+from sessions_app.models import AskIndex, Membership, Session, Team
+
+Need = Literal["read", "write", "approve", "review"]
+Role = Literal["member", "reviewer", "moderator"]
+
+#: The roles that include a role (each role includes the ones before it).
+_AT_LEAST: dict[str, tuple[str, ...]] = {
+    Membership.MEMBER: Membership.ROLES,
+    Membership.REVIEWER: (Membership.REVIEWER, Membership.MODERATOR),
+    Membership.MODERATOR: (Membership.MODERATOR,),
+}
+
+
+def is_staff(user: Any) -> bool:
+    return bool(user is not None and user.is_authenticated and (user.is_staff or user.is_superuser))
+
+
+def _roles(at_least: str) -> tuple[str, ...]:
+    try:
+        return _AT_LEAST[at_least]
+    except KeyError:
+        raise ValueError(f"unknown role {at_least!r}") from None
+
+
+def team_role(user: Any, team_id: int | None) -> str | None:
+    """The user's role in a team (None: none, or no team). Staff count as moderators."""
+    if team_id is None or user is None or not user.is_authenticated:
+        return None
+    if is_staff(user):
+        return Membership.MODERATOR
+    # Not cached on the user: a websocket keeps its user for hours, and a removed
+    # member must lose access at the next check.
+    role: str | None = (
+        Membership.objects.filter(team_id=team_id, user_id=user.pk).values_list("role", flat=True).first()
+    )
+    return role
+
+
+def has_team_role(user: Any, team_id: int | None, at_least: Role) -> bool:
+    role = team_role(user, team_id)
+    return role is not None and role in _roles(at_least)
+
+
+def _is_owner(user: Any, session: Session) -> bool:
+    return bool(user is not None and user.is_authenticated and session.owner_id == user.pk)
 
 
 def can_read(user: Any, session: Session) -> bool:
-    return bool(
-        user.is_authenticated
-        and (
-            session.owner_id == user.pk
-            or user.is_superuser
-            or user.has_perm("sessions_app.review_session")
-            or user.has_perm("sessions_app.moderate_session")
-        )
-    )
+    return _is_owner(user, session) or is_staff(user) or has_team_role(user, session.team_id, "member")
 
 
 def can_write(user: Any, session: Session) -> bool:
-    return bool(user.is_authenticated and (session.owner_id == user.pk or user.is_superuser))
+    """Send messages, steer, cancel, retry, rename, change mode or model, delete: the owner's."""
+    return _is_owner(user, session) or is_staff(user)
+
+
+def can_review(user: Any, session: Session) -> bool:
+    """Rate, annotate, export and share."""
+    return _is_owner(user, session) or is_staff(user) or has_team_role(user, session.team_id, "reviewer")
 
 
 def can_approve(user: Any, session: Session) -> bool:
-    return can_write(user, session) or bool(user.is_authenticated and user.has_perm("sessions_app.moderate_session"))
+    """Decide (or vote on) the session's asks."""
+    return _is_owner(user, session) or is_staff(user) or has_team_role(user, session.team_id, "moderator")
 
 
-def is_moderator(user: Any) -> bool:
-    return bool(user.is_authenticated and (user.is_superuser or user.has_perm("sessions_app.moderate_session")))
+def can_moderate_team(user: Any, team: Team) -> bool:
+    """Edit the team's approval rules (and see its whole queue)."""
+    return has_team_role(user, team.pk, "moderator")
 
 
-def is_reviewer(user: Any) -> bool:
-    return bool(
-        user.is_authenticated
-        and (
-            user.is_superuser
-            or user.has_perm("sessions_app.review_session")
-            or user.has_perm("sessions_app.moderate_session")
-        )
-    )
+_CHECKS = {"write": can_write, "approve": can_approve, "review": can_review}
+_REFUSALS = {
+    "write": "only the session's owner can do this",
+    "approve": "only the session's owner or a moderator of its team can decide its asks",
+    "review": "only a reviewer of the session's team can do this",
+}
 
 
 def check_access(user: Any, session: Session, need: Need) -> Session:
     if not can_read(user, session):
         raise NotFound("no such session")
-    if need == "write" and not can_write(user, session):
-        raise Forbidden("only the session's owner can do this")
-    if need == "approve" and not can_approve(user, session):
-        raise Forbidden("only the session's owner or a moderator can decide its asks")
+    check = _CHECKS.get(need)
+    if check is not None and not check(user, session):
+        raise Forbidden(_REFUSALS[need])
     return session
 
 
@@ -77,6 +123,82 @@ def get_session_for_user(user: Any, session_id: str, need: Need = "read") -> Ses
     return check_access(user, session, need)
 
 
-def visible_sessions(user: Any) -> Any:
-    """The sessions `user` sees in lists: their own (team review lists all in /review/)."""
+# ---- lists (querysets) ----
+
+
+def teams_for(user: Any, at_least: Role = "member") -> QuerySet[Team]:
+    """The teams in which `user` has at least that role (every team for staff)."""
+    if user is None or not user.is_authenticated:
+        return Team.objects.none()
+    if is_staff(user):
+        return Team.objects.all()
+    return Team.objects.filter(memberships__user_id=user.pk, memberships__role__in=_roles(at_least))
+
+
+def member_teams(user: Any) -> QuerySet[Team]:
+    """The teams `user` belongs to (any role): where they may create sessions."""
+    if user is None or not user.is_authenticated:
+        return Team.objects.none()
+    return Team.objects.filter(memberships__user_id=user.pk).order_by("name")
+
+
+def _team_ids(user: Any, at_least: str) -> QuerySet[Membership, Any]:
+    return Membership.objects.filter(user_id=user.pk, role__in=_roles(at_least)).values("team_id")
+
+
+def sessions_with_role(user: Any, at_least: Role = "member", *, own: bool = True) -> QuerySet[Session]:
+    """The sessions of the teams where `user` has at least that role, and (with `own`)
+    the user's own; every session for staff. One query, a subquery on memberships."""
+    if user is None or not user.is_authenticated:
+        return Session.objects.none()
+    if is_staff(user):
+        return Session.objects.all()
+    condition = Q(team_id__in=_team_ids(user, at_least))
+    if own:
+        condition |= Q(owner_id=user.pk)
+    return Session.objects.filter(condition)
+
+
+def readable_sessions(user: Any) -> QuerySet[Session]:
+    return sessions_with_role(user, "member")
+
+
+def reviewable_sessions(user: Any) -> QuerySet[Session]:
+    return sessions_with_role(user, "reviewer")
+
+
+def approvable_sessions(user: Any) -> QuerySet[Session]:
+    """The sessions whose asks `user` may decide: their own and their moderated teams'."""
+    return sessions_with_role(user, "moderator")
+
+
+def visible_asks(user: Any) -> QuerySet[AskIndex]:
+    """The asks `user` may see: those of every session they may read."""
+    if is_staff(user):
+        return AskIndex.objects.all()
+    return AskIndex.objects.filter(session__in=readable_sessions(user))
+
+
+def visible_sessions(user: Any) -> QuerySet[Session]:
+    """The sessions `user` sees in their own lists (home page, GET /sessions): their own.
+    Their teams' sessions are listed by readable_sessions (team review, the queue)."""
     return Session.objects.filter(owner=user)
+
+
+def has_any_role(user: Any, at_least: Role) -> bool:
+    """Whether `user` has that role in some team (staff: always), for menus."""
+    if is_staff(user):
+        return True
+    if user is None or not user.is_authenticated:
+        return False
+    return Membership.objects.filter(user_id=user.pk, role__in=_roles(at_least)).exists()
+
+
+def usage_scope(user: Any) -> Q | None:
+    """Which usage rollup rows (sessions_app.models.UsageDaily) `user` may see on
+    /review/usage/: their own and those of teams where they review; None: all (staff)."""
+    if is_staff(user):
+        return None
+    if user is None or not user.is_authenticated:
+        return Q(pk__in=[])
+    return Q(user_id=user.pk) | Q(team_key__in=_team_ids(user, "reviewer"))

@@ -11,39 +11,150 @@ from typing import Any
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.loader import render_to_string
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 
-from sessions_app.models import ApiToken, Envelope, ReviewNote, Run, Session
+from sectr.errors import SectrError
+from sessions_app import actions as session_actions
+from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
+from sessions_app.actions.tokens import do_revoke_tokens
+from sessions_app.models import (
+    ApiToken,
+    ApprovalRule,
+    AskIndex,
+    AuditEntry,
+    Envelope,
+    Membership,
+    ModelPrice,
+    NotificationDelivery,
+    Rating,
+    ReviewMark,
+    ReviewNote,
+    ReviewQueue,
+    ReviewQueueItem,
+    Run,
+    Session,
+    ShareLink,
+    Team,
+    TeamWebhook,
+    UsageDaily,
+)
+from sessions_app.review.export import load_envelopes
+from sessions_app.review.panels import snapshot_fields
+from sessions_app.review.transcript import build_timeline
 
 
-@admin.register(Session)
+def _link(url: str, text: str) -> str:
+    return format_html('<a href="{}">{}</a>', url, text)
+
+
+# The admin's sign-in spends the same per-account and per-address budgets as the site's.
+admin.site.login_form = ThrottledAdminAuthenticationForm
+
+
 class SessionAdmin(admin.ModelAdmin):
-    list_display = ("id", "owner", "title", "status", "model", "updated_at")
-    list_filter = ("status", "mode")
-    search_fields = ("title", "id")
-    list_select_related = ("owner",)
-    date_hierarchy = "updated_at"
-    readonly_fields = (
+    """Sessions for operators: the snapshot, usage by model and the transcript rendered,
+    with links to the chat and review pages. Nothing here edits a session (its columns
+    cache the journal); deleting goes through `Delete sessions (journal and media)`,
+    the app's own delete action, never the admin's cascade."""
+
+    # "session_model", not "model": the admin looks list_display names up on the
+    # ModelAdmin first, and ModelAdmin.model is the Session class (it would be called).
+    list_display = ("id", "title", "owner", "team", "status", "session_model", "token_total", "updated_at")
+    list_filter = ("status", "mode", "team")
+    search_fields = ("=id", "title", "=owner__username")
+    list_select_related = ("owner", "team")
+    # No COUNT(*) of the whole table beside the filtered one (100,000 sessions), and 50
+    # rows a page: rendering a row (its action checkbox widget above all) costs more
+    # than the query.
+    show_full_result_count = False
+    list_per_page = 50
+    ordering = ("-updated_at",)
+    fields = (
+        "links",
+        "snapshot_panel",
+        "usage_by_model",
+        "transcript",
+        "owner",
+        "team",
         "id",
         "title",
-        "title_source",
+        "status",
         "mode",
         "model",
-        "reasoning_effort",
-        "limits",
-        "status",
-        "state",
         "last_seq",
-        "compaction_seq",
         "token_total",
         "created_at",
         "updated_at",
         "closed_at",
     )
-    actions = ("rebuild_projection",)
+    readonly_fields = (
+        "links",
+        "snapshot_panel",
+        "usage_by_model",
+        "transcript",
+        "owner",
+        "team",
+        "id",
+        "title",
+        "status",
+        "mode",
+        "model",
+        "last_seq",
+        "token_total",
+        "created_at",
+        "updated_at",
+        "closed_at",
+    )
+    actions = ("rebuild_projection", "delete_sessions")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a session starts with SESSION_CREATED: create it through the app
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the columns are a cache of the journal
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the cascade would skip the media and the run checks: use the action
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)
+        return found
+
+    @admin.display(description="Model", ordering="model")
+    def session_model(self, obj: Session) -> str:
+        return obj.model
+
+    @admin.display(description="Open")
+    def links(self, obj: Session) -> str:
+        return format_html(
+            "{} · {} · {}",
+            _link(reverse("chat", args=[obj.pk]), "Chat page"),
+            _link(reverse("review_session", args=[obj.pk]), "Review page"),
+            _link(reverse("review_export", args=[obj.pk, "json"]), "Export JSON"),
+        )
+
+    @admin.display(description="Snapshot")
+    def snapshot_panel(self, obj: Session) -> str:
+        return render_to_string("admin/sessions_app/_fields.html", {"rows": snapshot_fields(obj)})
+
+    @admin.display(description="Usage by model")
+    def usage_by_model(self, obj: Session) -> str:
+        state = obj.projection()
+        return render_to_string(
+            "admin/sessions_app/_usage.html", {"rows": sorted(state.usage.items()), "total": state.total_usage}
+        )
+
+    @admin.display(description="Transcript")
+    def transcript(self, obj: Session) -> str:
+        timeline = build_timeline(load_envelopes(obj))
+        return render_to_string("review/_timeline.html", {"timeline": timeline, "show_ratings": False})
 
     @admin.action(description="Rebuild the cached projection from the journal")
     def rebuild_projection(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
@@ -51,13 +162,33 @@ class SessionAdmin(admin.ModelAdmin):
             session.rebuild_projection()
         self.message_user(request, f"Rebuilt {queryset.count()} session(s).", messages.SUCCESS)
 
+    @admin.action(description="Delete sessions (journal and media)")
+    def delete_sessions(self, request: HttpRequest, queryset: QuerySet[Session]) -> None:
+        deleted, refused = 0, []
+        for session_id in queryset.values_list("pk", flat=True):
+            try:
+                session_actions.do_delete(request.user, session_id)
+                deleted += 1
+            except SectrError as exc:
+                refused.append(f"{session_id}: {exc.message}")
+        self.message_user(request, f"Deleted {deleted} session(s).", messages.SUCCESS)
+        for line in refused:
+            self.message_user(request, line, messages.ERROR)
+
+
+admin.site.register(Session, SessionAdmin)
+
 
 @admin.register(Envelope)
 class EnvelopeAdmin(admin.ModelAdmin):
+    """The journal, strictly read-only: no add, change or delete here, nor through
+    deleting a session (SessionAdmin refuses that; the delete action removes both)."""
+
     list_display = ("session", "seq", "type", "invocation_id", "created_at")
     list_filter = ("type",)
     search_fields = ("=session__id", "=invocation_id")
     ordering = ("session", "seq")
+    show_full_result_count = False
     readonly_fields = ("session", "seq", "invocation_id", "type", "payload", "created_at")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -67,15 +198,35 @@ class EnvelopeAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the journal is append-only; delete the session instead
+        return False  # the journal is append-only; delete the session with its action
+
+    def get_actions(self, request: HttpRequest) -> Any:
+        return {}
 
 
 @admin.register(Run)
 class RunAdmin(admin.ModelAdmin):
-    list_display = ("id", "session", "status", "stop_reason", "attempts", "lease_owner", "created_at", "finished_at")
+    """Runs with their status, lease and worker; the Run state machine (sessions_app.runs)
+    is the only code that changes them, so nothing is editable here."""
+
+    list_display = (
+        "id", "session", "status", "stop_reason", "attempts", "lease_owner", "lease_expires_at", "heartbeat_at",
+        "created_at", "finished_at",
+    )  # fmt: skip
     list_filter = ("status", "stop_reason")
-    search_fields = ("=id", "=session__id", "=invocation_id")
-    readonly_fields = ("id", "session", "invocation_id", "invocation_ids", "reason", "lease_token", "start_seq")
+    search_fields = ("=id", "=session__id", "=invocation_id", "=lease_owner")
+    list_select_related = ("session",)
+    show_full_result_count = False
+    ordering = ("-created_at",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [field.name for field in Run._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(ApiToken)
@@ -93,7 +244,7 @@ class ApiTokenAdmin(admin.ModelAdmin):
 
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiToken]) -> None:
-        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        count = do_revoke_tokens(queryset)
         self.message_user(request, f"Revoked {count} token(s).", messages.SUCCESS)
 
 
@@ -102,3 +253,208 @@ class ReviewNoteAdmin(admin.ModelAdmin):
     list_display = ("session", "author", "seq", "created_at")
     search_fields = ("=session__id", "body")
     list_select_related = ("session", "author")
+
+
+# ---- moderation: notifications and the audit ----
+
+
+class WebhookDeliveryInline(admin.TabularInline):
+    model = NotificationDelivery
+    fields = ("created_at", "event", "ask_id", "status", "attempts", "last_status_code", "last_error")
+    readonly_fields = fields
+    extra = 0
+    max_num = 0
+    ordering = ("-id",)
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[NotificationDelivery]:
+        return super().get_queryset(request).order_by("-id")
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(TeamWebhook)
+class TeamWebhookAdmin(admin.ModelAdmin):
+    """A team's webhook: the URL and the signing secret (shown to the operator, who gives
+    it to the receiver). Its deliveries are listed below it."""
+
+    list_display = ("team", "url", "active", "created_at")
+    list_filter = ("active", "team")
+    search_fields = ("url", "team__name")
+    inlines = (WebhookDeliveryInline,)
+
+
+@admin.register(NotificationDelivery)
+class NotificationDeliveryAdmin(admin.ModelAdmin):
+    """The delivery log: read-only (the worker loop writes it); retry a failed one with the action."""
+
+    list_display = ("created_at", "channel", "team", "event", "ask_id", "status", "attempts", "last_status_code")
+    list_filter = ("status", "channel", "event", "team")
+    search_fields = ("=ask_id", "=session_id")
+    date_hierarchy = "created_at"
+    actions = ("retry_now",)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in NotificationDelivery._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    @admin.action(description="Send again now (failed or pending deliveries)")
+    def retry_now(self, request: HttpRequest, queryset: QuerySet[NotificationDelivery]) -> None:
+        count = queryset.exclude(status=NotificationDelivery.DELIVERED).update(
+            status=NotificationDelivery.PENDING, next_attempt_at=timezone.now(), attempts=0
+        )
+        self.message_user(request, f"{count} delivery(ies) will be sent again.", messages.SUCCESS)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(admin.ModelAdmin):
+    """The audit is a projection of the journal: read-only (rebuild: manage.py sectr_rebuild_audit)."""
+
+    list_display = ("at", "kind", "actor", "verdict", "tool", "ask_id", "session", "seconds_to_decide")
+    list_filter = ("kind", "verdict")
+    search_fields = ("=ask_id", "=session__id", "actor", "tool")
+    date_hierarchy = "at"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [field.name for field in AuditEntry._meta.fields]
+
+
+# ---- teams (issue 9) ----
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 1
+    autocomplete_fields = ("user",)
+
+
+class ApprovalRuleInline(admin.TabularInline):
+    """A team's rules, in order. Staff only; moderators edit them on the site and the API
+    (sessions_app.actions.rules, which validates the same fields)."""
+
+    model = ApprovalRule
+    extra = 0
+    fields = ("position", "tool", "arguments", "action", "approvals_required", "expires_after_s", "created_by")
+    readonly_fields = ("created_by",)
+    ordering = ("position", "id")
+
+
+@admin.register(Team)
+class TeamAdmin(admin.ModelAdmin):
+    list_display = ("name", "ask_expires_after_s", "created_at")
+    search_fields = ("name",)
+    inlines = (MembershipInline, ApprovalRuleInline)
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("team", "user", "role", "created_at")
+    list_filter = ("role", "team")
+    search_fields = ("team__name", "user__username")
+    list_select_related = ("team", "user")
+    autocomplete_fields = ("user",)
+
+
+@admin.register(AskIndex)
+class AskIndexAdmin(admin.ModelAdmin):
+    """The ask index is a projection of the journal: read-only."""
+
+    list_display = ("ask_id", "session", "tool", "status", "requested_at", "deadline", "decided_by")
+    list_filter = ("status",)
+    search_fields = ("ask_id", "session__id", "tool")
+    list_select_related = ("session",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+# ---- team review (issue 10) ----
+
+
+@admin.register(ModelPrice)
+class ModelPriceAdmin(admin.ModelAdmin):
+    """What each model costs per million tokens: the costs on /review/usage/."""
+
+    list_display = ("model", "input_per_million", "output_per_million", "currency")
+    list_editable = ("input_per_million", "output_per_million", "currency")
+    search_fields = ("model",)
+
+
+@admin.register(Rating)
+class RatingAdmin(admin.ModelAdmin):
+    list_display = ("session", "seq", "source", "author", "thumbs", "score", "created_at")
+    list_filter = ("source", "thumbs", "score")
+    search_fields = ("=session__id", "comment", "=author__username")
+    list_select_related = ("session", "author")
+    raw_id_fields = ("session", "author")
+
+
+@admin.register(ReviewMark)
+class ReviewMarkAdmin(admin.ModelAdmin):
+    list_display = ("session", "reviewed_by", "reviewed_at")
+    list_select_related = ("session", "reviewed_by")
+    raw_id_fields = ("session", "reviewed_by")
+
+
+class ReviewQueueItemInline(admin.TabularInline):
+    model = ReviewQueueItem
+    extra = 0
+    raw_id_fields = ("session", "assignee", "added_by")
+    fields = ("position", "session", "assignee", "done_at")
+
+
+@admin.register(ReviewQueue)
+class ReviewQueueAdmin(admin.ModelAdmin):
+    list_display = ("name", "created_by", "created_at")
+    search_fields = ("name",)
+    filter_horizontal = ("reviewers",)
+    raw_id_fields = ("created_by",)
+    inlines = (ReviewQueueItemInline,)
+
+
+@admin.register(ShareLink)
+class ShareLinkAdmin(admin.ModelAdmin):
+    list_display = ("session", "seq", "created_by", "created_at", "expires_at", "require_login", "revoked_at")
+    list_filter = ("require_login", "revoked_at")
+    search_fields = ("=session__id", "=created_by__username")
+    list_select_related = ("session", "created_by")
+    # The token is the credential: never shown here.
+    exclude = ("token",)
+    readonly_fields = ("session", "seq", "created_by", "created_at", "revoked_at")
+    actions = ("revoke",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # made from the review page, which fixes the seq
+
+    @admin.action(description="Revoke the selected share links")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ShareLink]) -> None:
+        count = queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        self.message_user(request, f"Revoked {count} link(s).", messages.SUCCESS)
+
+
+@admin.register(UsageDaily)
+class UsageDailyAdmin(admin.ModelAdmin):
+    """The usage rollup: a projection of the journal, read-only."""
+
+    list_display = ("day", "user", "team_key", "api_token_key", "model", "input_tokens", "output_tokens", "messages")
+    list_filter = ("model",)
+    date_hierarchy = "day"
+    list_select_related = ("user",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

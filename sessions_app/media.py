@@ -114,17 +114,49 @@ def sniff_mime(data: bytes) -> str | None:
 # ---- URLs ----
 
 
+# IPv6 ranges whose last 32 bits are an IPv4 address that a gateway or the host's own
+# stack will reach: NAT64 (RFC 6052 well-known prefix), SIIT's IPv4-translated form
+# (::ffff:0:a.b.c.d), and the deprecated IPv4-compatible form (::a.b.c.d). An address in
+# one of them is as public as the IPv4 it embeds, whatever Python's tables say about the
+# IPv6 range itself.
+EMBEDDED_IPV4_NETWORKS = (
+    ipaddress.IPv6Network("64:ff9b::/96"),
+    ipaddress.IPv6Network("::ffff:0:0:0/96"),
+    ipaddress.IPv6Network("::/96"),
+)
+# Ranges refused whole: local-use NAT64 (RFC 8215, where the IPv4 sits at a
+# prefix-dependent offset) and Teredo (2001::/32, a tunnel to an arbitrary IPv4).
+REFUSED_IPV6_NETWORKS = (
+    ipaddress.IPv6Network("64:ff9b:1::/48"),
+    ipaddress.IPv6Network("2001::/32"),
+)
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 address stands for (mapped, translated, compatible, NAT64, 6to4)."""
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if any(address in network for network in EMBEDDED_IPV4_NETWORKS):
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
     if isinstance(address, ipaddress.IPv6Address):
-        mapped = address.ipv4_mapped or address.sixtofour
-        if mapped is not None and not _address_is_public(mapped):
+        if address.scope_id is not None or any(address in network for network in REFUSED_IPV6_NETWORKS):
             return False
-        if address.teredo is not None:
-            return False
+        embedded = embedded_ipv4(address)
+        if embedded is not None:
+            # Judged by the IPv4 it reaches: [::ffff:0:7f00:1] is loopback, [64:ff9b::a9fe:a9fe]
+            # the metadata service.
+            return _address_is_public(embedded)
     # is_global excludes loopback, private (RFC 1918, ULA), link-local (169.254/16, where
     # the cloud metadata services live, and fe80::/10), shared (100.64/10, Alibaba's
-    # metadata), reserved, unspecified and documentation ranges.
-    return address.is_global and not address.is_multicast
+    # metadata), unspecified and documentation ranges; reserved (240/4, ...) and
+    # multicast are refused explicitly, whatever the Python version's tables say.
+    return address.is_global and not address.is_multicast and not address.is_reserved
 
 
 def check_media_url(url: Any) -> str:

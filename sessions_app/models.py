@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from sectr.events import Envelope as JournalEnvelope
 from sectr.events import EventType
+from sectr.rules import Policy, Rule, rules_from_dicts
 from sectr.state import DEFAULT_LIMITS, SessionState, project
 
 
@@ -38,12 +39,112 @@ def default_limits() -> dict[str, int]:
     return dict(DEFAULT_LIMITS)
 
 
+class Team(models.Model):
+    """A group of people whose sessions are shared by role (SPEC section 11).
+
+    A session belongs to at most one team (`Session.team`); its members read it, its
+    reviewers also rate, annotate, export and share it, its moderators also decide its
+    asks and edit the team's approval rules. Who may do what: sessions_app.access.
+    """
+
+    name = models.SlugField(max_length=64, unique=True)
+    #: Asks no rule gives an expiry to expire after this many seconds (None: never).
+    ask_expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    #: Sessions idle this many days are deleted by `manage.py sectr_retention` (None: the
+    #: default, SECTR_RETENTION_DAYS; 0: kept for ever). sessions_app.ops.retention.
+    retention_days = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Membership(models.Model):
+    """One user's role in one team."""
+
+    MEMBER = "member"
+    REVIEWER = "reviewer"
+    MODERATOR = "moderator"
+    ROLES = (MEMBER, REVIEWER, MODERATOR)  # each role includes the ones before it
+    ROLE_CHOICES = [(role, role) for role in ROLES]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_memberships")
+    role = models.CharField(max_length=16, choices=ROLE_CHOICES, default=MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "user"], name="membership_team_user_uniq")]
+        indexes = [models.Index(fields=["user", "role"], name="membership_user_role")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} in {self.team_id} ({self.role})"
+
+
+class ApprovalRule(models.Model):
+    """One of a team's ordered approval rules (sectr.rules): data, edited by moderators only.
+
+    Changed only through sessions_app.actions.rules (a moderator's action); the worker
+    reads the session's team's rules when it builds an invocation's context.
+    """
+
+    ACTION_CHOICES = [(a, a) for a in ("allow", "deny", "ask")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="rules")
+    position = models.PositiveIntegerField(default=0)  # 0 = first; renumbered on every change
+    tool = models.CharField(max_length=100)  # a tool name or fnmatch glob
+    arguments = models.JSONField(default=dict, blank=True)  # {argument name: glob}
+    action = models.CharField(max_length=8, choices=ACTION_CHOICES)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    expires_after_s = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team", "position", "id"]
+        indexes = [models.Index(fields=["team", "position"], name="approvalrule_team_position")]
+
+    def __str__(self) -> str:
+        return f"rule:{self.pk} {self.action} {self.tool}"
+
+    def to_core(self) -> Rule:
+        return rules_from_dicts([self.as_dict()])[0]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": str(self.pk),
+            "position": self.position,
+            "tool": self.tool,
+            "arguments": dict(self.arguments or {}),
+            "action": self.action,
+            "approvals_required": self.approvals_required,
+            "expires_after_s": self.expires_after_s,
+        }
+
+    @classmethod
+    def policy_for_session(cls, session_id: str) -> Policy:
+        """The policy the runtime applies to a session: its team's rules in order, and the
+        team's default expiry; a personal session has none. Two queries."""
+        team = Team.objects.filter(sessions__pk=session_id).values_list("pk", "ask_expires_after_s").first()
+        if team is None:
+            return Policy()
+        rows = cls.objects.filter(team_id=team[0]).order_by("position", "id")
+        return Policy(tuple(row.to_core() for row in rows), team[1] or None)
+
+
 class Session(models.Model):
     STATUS_CHOICES = [(s, s) for s in ("idle", "running", "awaiting", "completed", "failed", "cancelled")]
     MODE_CHOICES = [(m, m) for m in ("default", "plan", "accept_edits")]
 
     id = models.CharField(primary_key=True, max_length=40, default=new_session_id, editable=False)
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_sessions")
+    # Chosen at creation; None = a personal session (its owner's and staff's only).
+    # Deleting a team makes its sessions personal rather than visible to anyone else.
+    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="sessions")
     title = models.CharField(max_length=120, blank=True, default="")
     # None until a title is set; "user" (created with one or renamed) or "prompt" (first message).
     title_source = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - mirrors SessionState
@@ -64,11 +165,13 @@ class Session(models.Model):
     closed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        # Team roles (sessions_app.access): reviewers read every session, moderators
-        # also decide approval asks. Grant them to groups in the admin.
-        permissions = [
-            ("review_session", "Can read every session (team review)"),
-            ("moderate_session", "Can decide approval asks of every session (moderation)"),
+        indexes = [
+            # The /review/ filters (Team, User, Model, State, From/To) and the admin's changelist.
+            models.Index(fields=["team", "updated_at"], name="session_team_updated"),
+            models.Index(fields=["owner", "updated_at"], name="session_owner_updated"),
+            models.Index(fields=["model", "updated_at"], name="session_model_updated"),
+            models.Index(fields=["status", "updated_at"], name="session_status_updated"),
+            models.Index(fields=["created_at"], name="session_created"),
         ]
 
     def __str__(self) -> str:
@@ -200,6 +303,8 @@ class Run(models.Model):
     pending_steer = models.TextField(blank=True, default="")
     steer_author = models.CharField(max_length=150, blank=True, default="")
     start_seq = models.PositiveIntegerField(null=True, blank=True)  # seq of its INVOCATION_STARTED
+    # The ApiToken id it was started through (0: the web UI), for the usage rollup.
+    api_token_key = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -219,14 +324,32 @@ class Run(models.Model):
 
 
 class AskIndex(models.Model):
-    """Which session an approval ask belongs to (POST /asks/{ask_id} names only the ask).
+    """Every approval ask, indexed: which session it belongs to (POST /asks/{ask_id} names
+    only the ask), its tool, status and deadline (for GET /asks and the expiry sweep).
 
-    Written by DatabaseJournal in the same transaction as the APPROVAL_REQUESTED it
-    indexes; the ask itself (its status, verdict, approver) lives in the journal.
+    A projection of the journal like the Session row's cache: DatabaseJournal writes it
+    in the same transaction as the envelopes that ask, decide or withdraw
+    (sessions_app.journal.ask_index), and `rebuild_ask_index` recomputes it.
     """
+
+    PENDING = "pending"
+    STATUS_CHOICES = [(s, s) for s in ("pending", "approved", "denied", "withdrawn")]
 
     ask_id = models.CharField(primary_key=True, max_length=64)
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="ask_index")
+    tool = models.CharField(max_length=100, blank=True, default="", db_index=True)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default=PENDING)
+    requested_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # requested_at + expires_after_s: the expiry sweep denies the ask once it has passed.
+    deadline = models.DateTimeField(null=True, blank=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    rule_id = models.CharField(max_length=64, blank=True, default="")  # the rule that matched, if any
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True, default="")  # approver (user, rule:<id>, policy:expired)
+    verdict = models.CharField(max_length=16, blank=True, default="")
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "deadline"], name="askindex_status_deadline")]
 
     def __str__(self) -> str:
         return f"{self.ask_id} in {self.session_id}"
@@ -380,3 +503,302 @@ class ReviewNote(models.Model):
 
     def __str__(self) -> str:
         return f"note by {self.author_id} on {self.session_id}"
+
+
+# ---- team review (issue 10): search index, usage rollup, forks, ratings, queues, shares ----
+#
+# SearchEntry, UsageDaily and ForkLink are projections of the journal: DatabaseJournal
+# writes them in the same transaction as the envelopes they reflect
+# (sessions_app.journal.projections), and `manage.py sectr_reindex` rebuilds them.
+
+
+class SearchEntry(models.Model):
+    """One searchable text of a session: a user message, an assistant message, a steer,
+    or a tool call's name. PostgreSQL searches it through a GIN index on its tsvector;
+    SQLite through the FTS5 table sessions_app_searchentry_fts, kept by triggers
+    (migration 0005)."""
+
+    KIND_CHOICES = [(k, k) for k in ("user", "assistant", "steer", "tool")]
+
+    id = models.BigAutoField(primary_key=True)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="search_entries", db_index=False)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    text = models.TextField()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "seq"], name="searchentry_session_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} at {self.session_id}#{self.seq}"
+
+
+class UsageDaily(models.Model):
+    """Tokens per (UTC day, session owner, session team, API token, model), summed from
+    MESSAGE_END usage as the journal writes it. `team_key` is the session's Team id and
+    `api_token_key` the ApiToken's id, 0 for none (a personal session; the web UI): 0,
+    not NULL, because a unique constraint treats NULLs as distinct and the upsert needs
+    one row per key. Plain integers, not foreign keys: usage outlives a deleted token."""
+
+    day = models.DateField()
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    team_key = models.BigIntegerField(default=0)
+    api_token_key = models.BigIntegerField(default=0)
+    model = models.CharField(max_length=200)
+    input_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    reasoning_tokens = models.BigIntegerField(default=0)
+    cached_input_tokens = models.BigIntegerField(default=0)
+    messages = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["day", "user", "team_key", "api_token_key", "model"], name="usagedaily_key_uniq"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["user", "day"], name="usagedaily_user_day"),
+            models.Index(fields=["team_key", "day"], name="usagedaily_team_day"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.user_id} {self.model}"
+
+
+class ForkLink(models.Model):
+    """A fork's source (SESSION_CREATED.forked_from), indexed both ways for the review page."""
+
+    child = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="fork_source")
+    source = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="fork_children")
+    seq = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"{self.child_id} forked from {self.source_id}#{self.seq}"
+
+
+class ModelPrice(models.Model):
+    """What a model costs, per million tokens, set in the admin (the usage page's cost)."""
+
+    model = models.CharField(max_length=200, unique=True)
+    input_per_million = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    output_per_million = models.DecimalField(max_digits=12, decimal_places=4, default=0)
+    currency = models.CharField(max_length=8, default="USD")
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.input_per_million}/{self.output_per_million} {self.currency} per 1M"
+
+
+class Rating(models.Model):
+    """Feedback on a session (seq 0) or one assistant message (its MESSAGE_END seq).
+
+    `source` keeps reviewers' ratings apart from end users' own thumbs on the chat page:
+    the two are never mixed in one count. One rating per (session, seq, author, source):
+    rating again replaces it.
+    """
+
+    REVIEWER = "reviewer"
+    END_USER = "end_user"
+    SOURCE_CHOICES = [(REVIEWER, "reviewer"), (END_USER, "end user")]
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="ratings")
+    seq = models.PositiveIntegerField(default=0)  # 0: the whole session
+    message_id = models.CharField(max_length=64, blank=True, default="")
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_ratings")
+    source = models.CharField(max_length=16, choices=SOURCE_CHOICES, default=REVIEWER)
+    thumbs = models.SmallIntegerField()  # +1 up, -1 down
+    score = models.PositiveSmallIntegerField(null=True, blank=True)  # optional 1-5
+    tags = models.JSONField(default=list, blank=True)
+    comment = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq", "author", "source"], name="rating_one_per_author")
+        ]
+        indexes = [models.Index(fields=["source", "created_at"], name="rating_source_created")]
+
+    def __str__(self) -> str:
+        target = f"#{self.seq}" if self.seq else "session"
+        return f"{'+' if self.thumbs > 0 else '-'} by {self.author_id} on {self.session_id} {target}"
+
+
+class ReviewMark(models.Model):
+    """A session marked reviewed (no row: unreviewed)."""
+
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, primary_key=True, related_name="review_mark")
+    reviewed_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reviewed_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.session_id} reviewed by {self.reviewed_by_id}"
+
+
+class ReviewQueue(models.Model):
+    """A named list of sessions to review, worked through by its assigned reviewers."""
+
+    name = models.CharField(max_length=100, unique=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="sectr_review_queues")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ReviewQueueItem(models.Model):
+    """One session in a queue; a session is in a queue at most once (duplicates refused)."""
+
+    queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="queue_items")
+    position = models.PositiveIntegerField()
+    assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    added_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    added_at = models.DateTimeField(default=timezone.now)
+    done_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["queue", "session"], name="queueitem_once_per_queue")]
+        indexes = [models.Index(fields=["queue", "assignee", "position"], name="queueitem_assignee_pos")]
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"{self.session_id} in {self.queue_id}"
+
+
+def new_share_token() -> str:
+    return secrets.token_urlsafe(24)
+
+
+SHARE_DEFAULT_LIFETIME = timedelta(days=7)
+
+
+def default_share_expiry() -> Any:
+    return timezone.now() + SHARE_DEFAULT_LIFETIME
+
+
+class ShareLink(models.Model):
+    """A read-only link to a session's transcript as of `seq` (fixed when it was made)."""
+
+    token = models.CharField(max_length=64, unique=True, default=new_share_token, editable=False)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="share_links")
+    seq = models.PositiveIntegerField()
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_shares")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(default=default_share_expiry)
+    require_login = models.BooleanField(default=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"share of {self.session_id} at #{self.seq}"
+
+    def is_live(self, now: Any = None) -> bool:
+        return self.revoked_at is None and self.expires_at > (now or timezone.now())
+
+
+class AuditEntry(models.Model):
+    """One row of the moderation audit: an ask, a vote, a decision (a person's, a rule's
+    or the expiry policy's) or a withdrawal, as the journal recorded it.
+
+    A projection of the journal, never a second truth: sessions_app.journal.moderation
+    writes these in the same transaction as the envelopes they reflect, and
+    `manage.py sectr_rebuild_audit` recomputes the whole table from the journal alone.
+    `seq` is the seq of the envelope the row comes from (an ask a rule decided at once
+    gives two rows of one envelope: the ask and the rule's decision).
+    """
+
+    ASK = "ask"
+    VOTE = "vote"
+    DECISION = "decision"  # a person's verdict that resumed the run
+    RULE = "rule"  # an approval rule decided at once (approver "rule:<id>")
+    EXPIRY = "expiry"  # denied by the expiry policy (approver "policy:expired")
+    WITHDRAWN = "withdrawn"  # the paused run was cancelled
+    KIND_CHOICES = [(k, k) for k in (ASK, VOTE, DECISION, RULE, EXPIRY, WITHDRAWN)]
+    #: the kinds that end an ask with a verdict (time-to-decision counts these)
+    VERDICT_KINDS = (DECISION, RULE, EXPIRY)
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="audit_entries")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=16, choices=KIND_CHOICES)
+    ask_id = models.CharField(max_length=64, db_index=True)
+    actor = models.CharField(max_length=150, blank=True, default="")  # username, "rule:<id>", "policy:expired"
+    verdict = models.CharField(max_length=16, blank=True, default="")
+    note = models.TextField(blank=True, default="")
+    tool = models.CharField(max_length=100, blank=True, default="")
+    arguments = models.JSONField(default=dict, blank=True)
+    requester = models.CharField(max_length=150, blank=True, default="")  # the session's owner
+    rule = models.CharField(max_length=200, blank=True, default="")  # the approval rule that matched, if any
+    asked_at = models.DateTimeField(null=True, blank=True)
+    at = models.DateTimeField(db_index=True)  # the envelope's time
+    seconds_to_decide = models.FloatField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        constraints = [
+            models.UniqueConstraint(fields=["session", "seq", "kind"], name="auditentry_session_seq_kind_uniq")
+        ]
+        indexes = [models.Index(fields=["kind", "at"], name="auditentry_kind_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.verdict} on {self.ask_id} by {self.actor}"
+
+
+def new_webhook_secret() -> str:
+    return secrets.token_urlsafe(32)
+
+
+class TeamWebhook(models.Model):
+    """A team's webhook: called (JSON, HMAC-SHA256 signed with `secret`) on every new ask
+    and every vote, decision and withdrawal of the team's sessions. Managed in the admin;
+    deliveries are NotificationDelivery rows (sessions_app.moderation.notifications)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="webhooks")
+    url = models.URLField(max_length=500)
+    secret = models.CharField(max_length=200, default=new_webhook_secret)
+    active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.team} → {self.url}"
+
+
+class NotificationDelivery(models.Model):
+    """One notification to send (an outbox row) and its delivery log.
+
+    Written in the same transaction as the envelope it announces (so a rolled back
+    decision notifies nobody, and a committed one is never forgotten, even across a
+    restart); sent later by the worker loop with retries and backoff.
+    """
+
+    WEBHOOK = "webhook"
+    EMAIL = "email"
+    CHANNEL_CHOICES = [(WEBHOOK, WEBHOOK), (EMAIL, EMAIL)]
+    PENDING = "pending"
+    DELIVERED = "delivered"
+    FAILED = "failed"  # gave up after the last retry
+    STATUS_CHOICES = [(s, s) for s in (PENDING, DELIVERED, FAILED)]
+
+    channel = models.CharField(max_length=8, choices=CHANNEL_CHOICES)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="notifications")
+    webhook = models.ForeignKey(TeamWebhook, on_delete=models.CASCADE, null=True, blank=True, related_name="deliveries")
+    event = models.CharField(max_length=32)  # ask.requested, ask.voted, ask.decided, ask.withdrawn
+    ask_id = models.CharField(max_length=64, db_index=True)
+    session_id = models.CharField(max_length=40)  # not a key: the log outlives a deleted session
+    payload = models.JSONField(default=dict)
+    recipients = models.JSONField(default=list, blank=True)  # email addresses (channel email)
+    status = models.CharField(max_length=12, choices=STATUS_CHOICES, default=PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    last_status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_status_next")]
+
+    def __str__(self) -> str:
+        return f"{self.channel} {self.event} {self.ask_id} ({self.status})"

@@ -72,9 +72,11 @@ from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import NewEvent
 from sectr.state import SessionState
+from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
 from sessions_app.models import Run, Session
+from sessions_app.ops import metrics
 
 log = logging.getLogger("sectr.runs")
 
@@ -179,6 +181,7 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
         reason=start.payload["reason"],
         status=Run.QUEUED,
         start_seq=start.seq,
+        api_token_key=current_api_token_key.get(),
     )
     if session.closed_at is not None:
         Session.objects.filter(pk=session.pk).update(closed_at=None)
@@ -188,7 +191,9 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
 
 def queue_pending_run(session: Session, reason: dict[str, Any]) -> Run:
     """A run that waits behind the active one; nothing is journaled until it is promoted."""
-    return Run.objects.create(session=session, reason=reason, status=Run.PENDING)
+    return Run.objects.create(
+        session=session, reason=reason, status=Run.PENDING, api_token_key=current_api_token_key.get()
+    )
 
 
 def has_pending_run(session: Session) -> bool:
@@ -307,11 +312,14 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
             if run.cancel_requested:
                 _cancel_lost_run(run, state)
                 tidied.append(session_id)
+                _count_lease_expiry("cancelled")
                 return None
             if run.attempts >= run.max_attempts:
                 _fail_exhausted(run, state)
                 tidied.append(session_id)
+                _count_lease_expiry("failed")
                 return None
+            _count_lease_expiry("recovered")
             invocation_id, events = operations.recover_events(
                 state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
             )
@@ -327,6 +335,17 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
         run.started_at = run.started_at or now
         run.save()
         return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
+
+
+def _count_lease_expiry(outcome: str) -> None:
+    """Count an expired lease (and a recovery) once its transaction commits."""
+
+    def count() -> None:
+        metrics.LEASE_EXPIRIES.labels(outcome).inc()
+        if outcome == "recovered":
+            metrics.RECOVERIES.inc()
+
+    transaction.on_commit(count)
 
 
 def _end(run: Run, status: str, stop_reason: str, *, error: str | None = None) -> None:

@@ -18,9 +18,11 @@ from django.utils.module_loading import import_string
 from sectr.providers import provider_from_env
 from sectr.providers.base import ModelInfo
 from sectr.providers.registry import lookup_model
+from sectr.rules import Policy
 from sectr.runtime import Runtime
-from sessions_app.journal import get_journal
+from sessions_app.journal import get_journal, run_in_db_thread
 from sessions_app.media import MediaResolvingProvider
+from sessions_app.models import ApprovalRule
 
 
 @cache
@@ -31,7 +33,13 @@ def get_runtime() -> Runtime:
     # The journal holds media by reference (sectr-media://sha256); the provider gets the
     # bytes inline, resolved just before each model call.
     provider = MediaResolvingProvider(provider_from_env())
-    return Runtime(get_journal(), handler=handler, tools=tools, provider=provider)
+    return Runtime(get_journal(), handler=handler, tools=tools, provider=provider, rules=session_policy)
+
+
+async def session_policy(session_id: str) -> Policy:
+    """The approval rules of a session's team, read from the database as each invocation
+    starts (a rule a moderator changed applies from the next invocation on)."""
+    return await run_in_db_thread(ApprovalRule.policy_for_session, session_id)
 
 
 def session_model_info(model: str) -> ModelInfo:

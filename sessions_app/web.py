@@ -17,6 +17,7 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.functional import SimpleLazyObject
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
@@ -80,3 +81,9 @@ def go_to(request: HtmxHttpRequest, url: str) -> HttpResponse:
     if request.htmx:
         return HttpResponseClientRedirect(url)
     return redirect(url)
+
+
+def team_roles(request: HttpRequest) -> dict[str, object]:
+    """Template context: whether to show the menus of team roles (a query only when used)."""
+    user = getattr(request, "user", None)
+    return {"sectr_can_review": SimpleLazyObject(lambda: access.has_any_role(user, "reviewer"))}

@@ -11,7 +11,8 @@ another worker, which journals SESSION_ERROR and a `recover` invocation that con
 the partial message (crash stitching); after `max_attempts` it fails instead.
 
 Workers wake on commit (channel layer group "sectr.workers", or in-process pokes) and
-poll as a fallback.
+poll as a fallback. Every second each also sweeps for approval asks past their deadline
+and denies them (sessions_app.moderation.expiry: exactly once, however many sweep).
 """
 
 from __future__ import annotations
@@ -31,9 +32,13 @@ from django.db import connection
 from sectr.control import RunControl
 from sectr.errors import LeaseLost
 from sectr.runtime import Runtime
+from sectr.telemetry import set_log_context
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.moderation.expiry import expire_due_asks
+from sessions_app.moderation.notifications import NotificationSender
+from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
@@ -53,6 +58,7 @@ class DatabaseRunControl(RunControl):
             return f"{local[0]}\n\n{durable[0]}", local[1]
         return local or durable
 
+
 # ---- the worker ----
 
 
@@ -66,13 +72,19 @@ class Worker:
         worker_id: str | None = None,
         runtime: Runtime | None = None,
         listen: bool | None = None,
+        notify: bool = True,
+        expiry_interval: float = 1.0,
     ) -> None:
         self.concurrency = concurrency
+        #: How often this worker sweeps for expired asks (0: never).
+        self.expiry_interval = expiry_interval
         self.lease = lease if lease is not None else runs.lease_seconds()
         self.poll_interval = poll_interval
         self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
         self.runtime = runtime or get_runtime()
         self.listen = bool(getattr(settings, "REDIS_URL", "")) if listen is None else listen
+        #: send the moderation notifications (webhooks, email) of the outbox, too
+        self.notify = notify
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
         self.claims: dict[str, runs.Claim] = {}
@@ -108,9 +120,12 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
+        set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         runs.local_listeners.add(self)
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
+        notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
+        expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -127,10 +142,14 @@ class Worker:
             runs.local_listeners.discard(self)
             if listener is not None:
                 listener.cancel()
+            if expiry is not None:
+                expiry.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
             finally:
                 heartbeat.cancel()
+                if notifier is not None:
+                    notifier.cancel()
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
@@ -159,6 +178,7 @@ class Worker:
 
     async def _execute(self, claim: runs.Claim) -> None:
         control = self.controls[claim.run_id]
+        set_log_context(run_id=claim.run_id, session_id=claim.session_id)  # this run's task only
         self.beating[claim.run_id] = claim
         channel_group = run_control_group(claim.run_id)
         await self._group_add(channel_group)
@@ -167,6 +187,7 @@ class Worker:
                 claim.session_id, claim.invocation_id, control=control, fence=claim.fence
             )
         except LeaseLost:
+            LEASES_LOST.inc()
             log.warning("run %s: lease lost; another worker owns it now", claim.run_id)
             return
         except asyncio.CancelledError:
@@ -210,6 +231,7 @@ class Worker:
                     continue  # it ended (or is recording its end) meanwhile
                 held, cancel_by = beats.get(claim.run_id, (True, None))
                 if not held:
+                    LEASES_LOST.inc()
                     log.warning("run %s: lease lost; stopping it", claim.run_id)
                     task = self.tasks.get(claim.run_id)
                     if task is not None:
@@ -218,6 +240,16 @@ class Worker:
                 control = self.controls.get(claim.run_id)
                 if cancel_by is not None and control is not None:
                     control.cancel(cancel_by or None)
+
+    async def _expire_asks(self) -> None:
+        """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the
+        resumed run, which this worker or another claims like any other."""
+        while True:
+            await asyncio.sleep(self.expiry_interval)
+            try:
+                await run_in_db_thread(expire_due_asks)
+            except Exception:
+                log.warning("the expiry sweep failed", exc_info=True)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:

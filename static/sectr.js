@@ -190,24 +190,6 @@
     });
   }
 
-  // ---- the approval queue ----
-
-  function startApprovals(page) {
-    liveSocket(
-      page.dataset.wsPath,
-      function () {
-        return "";
-      },
-      function (frame) {
-        swapOob(frame.html);
-      },
-      function () {
-        // Reconnected: decisions may have happened meanwhile, so reload the queue.
-        htmx.ajax("GET", location.pathname + "?partial=queue", { target: "#approval-queue", swap: "innerHTML" });
-      },
-    );
-  }
-
   // ---- reading: Copy, Edit, times, the tab title, announcements ----
 
   function copyText(text, button) {
@@ -459,8 +441,6 @@
     if (chat && chat.dataset.wsPath) startChat(chat);
     const composer = document.getElementById("composer");
     if (composer) startComposer(composer);
-    const approvals = document.getElementById("approvals-page");
-    if (approvals && approvals.dataset.wsPath) startApprovals(approvals);
     // A new flash message replaces the previous one; it fades (static/sectr.css) and is
     // cleared after a while. A menu's flash closes nothing: it shows under the header.
     document.body.addEventListener("htmx:afterSwap", function (event) {

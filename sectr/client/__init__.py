@@ -46,17 +46,21 @@ from sectr.client.models import (
     text_part,
 )
 from sectr.client.protocol import Cancellation
-from sectr.client.records import RunInfo, SessionPage
-from sectr.client.sync import Client, Run, Session
+from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, SessionPage
+from sectr.client.sync import Client, Decision, Run, Session
 
 __all__ = [
+    "ApprovalRule",
     "AskAlreadyResolvedError",
+    "AskInfo",
+    "AskPage",
     "AsyncClient",
     "AsyncRun",
     "AsyncSession",
     "AuthenticationError",
     "Cancellation",
     "Client",
+    "Decision",
     "InvalidRequestError",
     "InvalidStateError",
     "NotFoundError",

@@ -10,12 +10,13 @@ import asyncio
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
-from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript
+from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript, Verdict
 from sectr.client.protocol import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
@@ -34,7 +35,20 @@ from sectr.client.protocol import (
     transport_error,
     verdict_value,
 )
-from sectr.client.records import RunInfo, SessionPage, fork_body, run_body, session_body
+from sectr.client.records import (
+    ApprovalRule,
+    AskInfo,
+    AskPage,
+    RunInfo,
+    SessionPage,
+    ask_query,
+    decide_body,
+    fork_body,
+    rule_body,
+    rules_from_json,
+    run_body,
+    session_body,
+)
 
 #: on_permission_ask for AsyncRun: a function or coroutine function taking the ask and
 #: returning a verdict (or None to leave the ask pending).
@@ -98,6 +112,7 @@ class AsyncClient:
         self.sessions = AsyncSessions(self)
         self.runs = AsyncRuns(self)
         self.asks = AsyncAsks(self)
+        self.teams = AsyncTeams(self)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -172,9 +187,10 @@ class AsyncSessions:
         *,
         limits: dict[str, int] | None = None,
         reasoning_effort: str | None = None,
+        team: str | None = None,
         **options: Any,
     ) -> AsyncSession:
-        body = session_body(title, mode, model, limits, reasoning_effort)
+        body = session_body(title, mode, model, limits, reasoning_effort, team)
         data = await self._client.request("POST", "/sessions", json=body, **options)
         return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
 
@@ -316,12 +332,91 @@ class AsyncAsks:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
 
+    async def list(
+        self,
+        *,
+        state: str | None = None,
+        team: str | None = None,
+        tool: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        **options: Any,
+    ) -> AskPage:
+        """The asks the caller may see, newest first: state "pending" or "decided", a team, a tool."""
+        params = ask_query(state, team, tool, limit, offset)
+        return AskPage.from_json(await self._client.request("GET", "/asks", params=params, **options))
+
+    async def decide(self, ask_id: str, verdict: Verdict | str, *, note: str | None = None, **options: Any) -> Decision:
+        """Decide (or vote on) an ask. `Decision.run` is the resumed session's run, or None
+        for a vote that leaves a quorum short. AskAlreadyResolvedError (with `decided_by`)
+        when someone decided first."""
+        data = await self._client.request(
+            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note), **options
+        )
+        run = AsyncRun(self._client, data["run_id"]) if data.get("run_id") else None
+        ask = AskInfo.from_json(data["ask"]) if isinstance(data.get("ask"), dict) else None
+        return Decision(run, ask)
+
     async def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> AsyncRun:
-        body: dict[str, Any] = {"verdict": verdict_value(verdict)}
-        if note is not None:
-            body["note"] = note
-        data = await self._client.request("POST", f"/asks/{ask_id}", json=body, **options)
-        return AsyncRun(self._client, data["run_id"])
+        """Decide an ask; returns the resumed session's run. AskAlreadyResolvedError if decided."""
+        decision = await self.decide(ask_id, verdict, note=note, **options)
+        if decision.run is None:
+            raise InvalidStateError("the vote was recorded; the ask needs more approvals", code="quorum_pending")
+        return decision.run
+
+
+class AsyncTeams:
+    """A team's approval rules: read by its members, changed by its moderators."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def rules(self, name: str, **options: Any) -> list[ApprovalRule]:
+        return rules_from_json(await self._client.request("GET", f"/teams/{name}/rules", **options))
+
+    async def create_rule(
+        self,
+        name: str,
+        tool: str,
+        action: str,
+        *,
+        arguments: dict[str, str] | None = None,
+        approvals_required: int | None = None,
+        expires_after_s: int | None = None,
+        position: int | None = None,
+        **options: Any,
+    ) -> ApprovalRule:
+        body = rule_body(tool, action, arguments, approvals_required, expires_after_s, position)
+        return ApprovalRule.from_json(await self._client.request("POST", f"/teams/{name}/rules", json=body, **options))
+
+    async def update_rule(
+        self,
+        name: str,
+        rule_id: str,
+        tool: str,
+        action: str,
+        *,
+        arguments: dict[str, str] | None = None,
+        approvals_required: int | None = None,
+        expires_after_s: int | None = None,
+        position: int | None = None,
+        **options: Any,
+    ) -> ApprovalRule:
+        """Replace a rule's fields (PUT: left-out fields take their defaults) and move it with `position`."""
+        body = rule_body(tool, action, arguments, approvals_required, expires_after_s, position)
+        path = f"/teams/{name}/rules/{rule_id}"
+        return ApprovalRule.from_json(await self._client.request("PUT", path, json=body, **options))
+
+    async def delete_rule(self, name: str, rule_id: str, **options: Any) -> None:
+        await self._client.request("DELETE", f"/teams/{name}/rules/{rule_id}", **options)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What deciding an ask did: the resumed run (None while a quorum is short) and the ask now."""
+
+    run: AsyncRun | None
+    ask: AskInfo | None
 
 
 class AsyncRun:

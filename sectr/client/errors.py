@@ -40,8 +40,10 @@ class SectrError(_CoreSectrError):
     code = "error"
     status = 0
 
-    def __init__(self, message: str, *, code: str | None = None, status: int | None = None) -> None:
-        super().__init__(message, code=code, status=status)
+    def __init__(
+        self, message: str, *, code: str | None = None, status: int | None = None, extra: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, code=code, status=status, extra=extra)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(code={self.code!r}, status={self.status}, message={self.message!r})"
@@ -72,8 +74,20 @@ class SessionBusyError(InvalidStateError):
 
 
 class AskAlreadyResolvedError(InvalidStateError):
+    """The ask was decided (or withdrawn) already; `decided_by` and `verdict` say how."""
+
     code = "ask_not_pending"
     status = 409
+
+    @property
+    def decided_by(self) -> str | None:
+        value = self.extra.get("decided_by")
+        return str(value) if value is not None else None
+
+    @property
+    def verdict(self) -> str | None:
+        value = self.extra.get("verdict")
+        return str(value) if value is not None else None
 
 
 class InvalidRequestError(SectrError):
@@ -109,9 +123,11 @@ class ProtocolError(SectrError):
 def error_from_response(status: int, body: bytes, headers: Any = None) -> SectrError:
     """The typed error for an HTTP error answer."""
     code, message = f"http_{status}", f"HTTP {status}"
+    extra: dict[str, Any] = {}
     try:
         error = json.loads(body)["error"]
         code, message = str(error["code"]), str(error["message"])
+        extra = {k: v for k, v in error.items() if k not in ("code", "message")}
     except (ValueError, KeyError, TypeError):
         if status < 500:
             return ProtocolError(f"HTTP {status} without an error body", status=status)
@@ -124,7 +140,7 @@ def error_from_response(status: int, body: bytes, headers: Any = None) -> SectrE
     if status == 409 and code in BUSY_CODES:
         return SessionBusyError(message, code=code, status=status)
     if status == 409 and code == "ask_not_pending":
-        return AskAlreadyResolvedError(message, code=code, status=status)
+        return AskAlreadyResolvedError(message, code=code, status=status, extra=extra)
     if status in (409, 412):
         return InvalidStateError(message, code=code, status=status)
     if status in (400, 413) and code in PROMPT_CODES:

@@ -64,6 +64,7 @@ class Snapshot:
     updated_at: str | None
     owner: str
     last_seq: int = 0
+    team: str | None = None  # the session's team (SPEC 11), None for a personal session
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -87,6 +88,7 @@ class Snapshot:
                 updated_at=data.get("updated_at"),
                 owner=data["owner"],
                 last_seq=int(data.get("last_seq", 0)),
+                team=data.get("team"),
                 raw=data,
             )
         except (TypeError, ValueError) as exc:

@@ -10,9 +10,18 @@ from sectr.client.models import RunResult, Snapshot
 
 
 def session_body(
-    title: str | None, mode: Any, model: str | None, limits: dict[str, int] | None, reasoning_effort: str | None
+    title: str | None,
+    mode: Any,
+    model: str | None,
+    limits: dict[str, int] | None,
+    reasoning_effort: str | None,
+    team: str | None = None,
 ) -> dict[str, Any]:
+    """The create body; `team` None leaves the choice to the server (the owner's one team),
+    "" asks for a personal session."""
     body: dict[str, Any] = {}
+    if team is not None:
+        body["team"] = team or None
     for key, value in (
         ("title", title),
         ("mode", str(mode) if mode is not None else None),
@@ -105,3 +114,139 @@ class SessionPage:
 
     def __len__(self) -> int:
         return len(self.sessions)
+
+
+# ---- asks and rules (SPEC section 11) ----
+
+
+@dataclass(frozen=True)
+class AskInfo:
+    """One approval ask as ``GET /asks`` lists it."""
+
+    ask_id: str
+    session_id: str
+    team: str | None
+    owner: str
+    tool: str
+    arguments: dict[str, Any]
+    state: str  # "pending" or "decided"
+    status: str  # pending, approved, denied, withdrawn
+    approvals_required: int
+    votes: list[dict[str, Any]]
+    rule_id: str | None
+    decided_by: str | None
+    verdict: str | None
+    requested_at: str | None
+    deadline: str | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> AskInfo:
+        if not isinstance(data, dict) or "ask_id" not in data or "status" not in data:
+            raise ProtocolError("an ask without ask_id and status")
+        return cls(
+            ask_id=str(data["ask_id"]),
+            session_id=str(data.get("session_id", "")),
+            team=data.get("team"),
+            owner=str(data.get("owner", "")),
+            tool=str(data.get("tool", "")),
+            arguments=dict(data.get("arguments") or {}),
+            state=str(data.get("state", "")),
+            status=str(data["status"]),
+            approvals_required=int(data.get("approvals_required") or 1),
+            votes=list(data.get("votes") or []),
+            rule_id=data.get("rule_id"),
+            decided_by=data.get("decided_by"),
+            verdict=data.get("verdict"),
+            requested_at=data.get("requested_at"),
+            deadline=data.get("deadline"),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class AskPage:
+    asks: list[AskInfo]
+    count: int
+    next_offset: int | None
+
+    @classmethod
+    def from_json(cls, data: Any) -> AskPage:
+        if not isinstance(data, dict) or not isinstance(data.get("asks"), list):
+            raise ProtocolError("an ask list without asks")
+        return cls([AskInfo.from_json(a) for a in data["asks"]], int(data.get("count", 0)), data.get("next_offset"))
+
+    def __iter__(self) -> Any:
+        return iter(self.asks)
+
+    def __len__(self) -> int:
+        return len(self.asks)
+
+
+def ask_query(
+    state: str | None, team: str | None, tool: str | None, limit: int | None, offset: int | None
+) -> dict[str, Any]:
+    query = {"state": state, "team": team, "tool": tool, "limit": limit, "offset": offset}
+    return {key: value for key, value in query.items() if value is not None}
+
+
+def decide_body(verdict: str, note: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"verdict": verdict}
+    if note is not None:
+        body["note"] = note
+    return body
+
+
+@dataclass(frozen=True)
+class ApprovalRule:
+    """One of a team's approval rules (sectr.rules), as the API serves it."""
+
+    id: str
+    position: int
+    tool: str
+    action: str
+    arguments: dict[str, str]
+    approvals_required: int
+    expires_after_s: int | None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> ApprovalRule:
+        if not isinstance(data, dict) or "id" not in data or "action" not in data:
+            raise ProtocolError("a rule without id and action")
+        return cls(
+            id=str(data["id"]),
+            position=int(data.get("position", 0)),
+            tool=str(data.get("tool", "")),
+            action=str(data["action"]),
+            arguments=dict(data.get("arguments") or {}),
+            approvals_required=int(data.get("approvals_required") or 1),
+            expires_after_s=data.get("expires_after_s"),
+            raw=data,
+        )
+
+
+def rule_body(
+    tool: str,
+    action: str,
+    arguments: dict[str, str] | None,
+    approvals_required: int | None,
+    expires_after_s: int | None,
+    position: int | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"tool": tool, "action": action}
+    for key, value in (
+        ("arguments", arguments),
+        ("approvals_required", approvals_required),
+        ("expires_after_s", expires_after_s),
+        ("position", position),
+    ):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+def rules_from_json(data: Any) -> list[ApprovalRule]:
+    if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
+        raise ProtocolError("a rule list without rules")
+    return [ApprovalRule.from_json(rule) for rule in data["rules"]]

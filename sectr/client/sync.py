@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
-from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript
+from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript, Verdict
 from sectr.client.protocol import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
@@ -29,7 +30,20 @@ from sectr.client.protocol import (
     transport_error,
     verdict_value,
 )
-from sectr.client.records import RunInfo, SessionPage, fork_body, run_body, session_body
+from sectr.client.records import (
+    ApprovalRule,
+    AskInfo,
+    AskPage,
+    RunInfo,
+    SessionPage,
+    ask_query,
+    decide_body,
+    fork_body,
+    rule_body,
+    rules_from_json,
+    run_body,
+    session_body,
+)
 
 #: on_permission_ask: called with the ask when a run stops on it; return a verdict
 #: ("allow_once", "allow_always", "deny") to answer it and follow the resumed run, or None.
@@ -71,6 +85,7 @@ class Client:
         self.sessions = Sessions(self)
         self.runs = Runs(self)
         self.asks = Asks(self)
+        self.teams = Teams(self)
 
     def close(self) -> None:
         self._http.close()
@@ -161,10 +176,11 @@ class Sessions:
         *,
         limits: dict[str, int] | None = None,
         reasoning_effort: str | None = None,
+        team: str | None = None,
         **options: Any,
     ) -> Session:
         data = self._client.request(
-            "POST", "/sessions", json=session_body(title, mode, model, limits, reasoning_effort), **options
+            "POST", "/sessions", json=session_body(title, mode, model, limits, reasoning_effort, team), **options
         )
         return Session(self._client, data["id"], Snapshot.from_json(data))
 
@@ -314,13 +330,91 @@ class Asks:
     def __init__(self, client: Client) -> None:
         self._client = client
 
+    def list(
+        self,
+        *,
+        state: str | None = None,
+        team: str | None = None,
+        tool: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        **options: Any,
+    ) -> AskPage:
+        """The asks the caller may see, newest first: state "pending" or "decided", a team, a tool."""
+        params = ask_query(state, team, tool, limit, offset)
+        return AskPage.from_json(self._client.request("GET", "/asks", params=params, **options))
+
+    def decide(self, ask_id: str, verdict: Verdict | str, *, note: str | None = None, **options: Any) -> Decision:
+        """Decide (or vote on) an ask. `Decision.run` is the resumed session's run, or None
+        for a vote that leaves a quorum short. AskAlreadyResolvedError (with `decided_by`)
+        when someone decided first."""
+        data = self._client.request(
+            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note), **options
+        )
+        run = Run(self._client, data["run_id"]) if data.get("run_id") else None
+        ask = AskInfo.from_json(data["ask"]) if isinstance(data.get("ask"), dict) else None
+        return Decision(run, ask)
+
     def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> Run:
         """Decide an ask; returns the resumed session's run. AskAlreadyResolvedError if decided."""
-        body: dict[str, Any] = {"verdict": verdict_value(verdict)}
-        if note is not None:
-            body["note"] = note
-        data = self._client.request("POST", f"/asks/{ask_id}", json=body, **options)
-        return Run(self._client, data["run_id"])
+        decision = self.decide(ask_id, verdict, note=note, **options)
+        if decision.run is None:
+            raise InvalidStateError("the vote was recorded; the ask needs more approvals", code="quorum_pending")
+        return decision.run
+
+
+class Teams:
+    """A team's approval rules: read by its members, changed by its moderators."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def rules(self, name: str, **options: Any) -> list[ApprovalRule]:
+        return rules_from_json(self._client.request("GET", f"/teams/{name}/rules", **options))
+
+    def create_rule(
+        self,
+        name: str,
+        tool: str,
+        action: str,
+        *,
+        arguments: dict[str, str] | None = None,
+        approvals_required: int | None = None,
+        expires_after_s: int | None = None,
+        position: int | None = None,
+        **options: Any,
+    ) -> ApprovalRule:
+        body = rule_body(tool, action, arguments, approvals_required, expires_after_s, position)
+        return ApprovalRule.from_json(self._client.request("POST", f"/teams/{name}/rules", json=body, **options))
+
+    def update_rule(
+        self,
+        name: str,
+        rule_id: str,
+        tool: str,
+        action: str,
+        *,
+        arguments: dict[str, str] | None = None,
+        approvals_required: int | None = None,
+        expires_after_s: int | None = None,
+        position: int | None = None,
+        **options: Any,
+    ) -> ApprovalRule:
+        """Replace a rule's fields (PUT: left-out fields take their defaults) and move it with `position`."""
+        body = rule_body(tool, action, arguments, approvals_required, expires_after_s, position)
+        path = f"/teams/{name}/rules/{rule_id}"
+        return ApprovalRule.from_json(self._client.request("PUT", path, json=body, **options))
+
+    def delete_rule(self, name: str, rule_id: str, **options: Any) -> None:
+        self._client.request("DELETE", f"/teams/{name}/rules/{rule_id}", **options)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What deciding an ask did: the resumed run (None while a quorum is short) and the ask now."""
+
+    run: Run | None
+    ask: AskInfo | None
 
 
 class Run:

@@ -1,4 +1,4 @@
-"""Account settings pages: the user's API tokens."""
+"""Account settings pages: the user's API tokens and share links."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_http_methods, require_POST
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sectr.errors import SectrError
 from sessions_app.actions import tokens as token_actions
-from sessions_app.models import ApiToken
+from sessions_app.models import ApiToken, ShareLink
+from sessions_app.review import actions as review_actions
 from sessions_app.web import HtmxHttpRequest, refusals_as_messages
 
 
@@ -45,3 +48,27 @@ def revoke_token(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
     token = token_actions.do_revoke_token_by_id(request.user, token_id)
     messages.info(request, f"Revoked {token.name} ({token.prefix}…).")
     return redirect("tokens")
+
+
+@login_required
+@require_GET
+def shares(request: HtmxHttpRequest) -> HttpResponse:
+    """The user's share links, newest first, with `Revoke`."""
+    user: Any = request.user
+    listed = ShareLink.objects.filter(created_by=user).select_related("session").order_by("-created_at")
+    new_id = request.GET.get("new", "")
+    context = {
+        "shares": [(share, request.build_absolute_uri(reverse("shared", args=[share.token]))) for share in listed],
+        "new_id": int(new_id) if new_id.isdigit() else None,
+        "now": timezone.now(),
+    }
+    return render(request, "accounts/shares.html", context)
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def revoke_share(request: HtmxHttpRequest, share_id: int) -> HttpResponse:
+    share = review_actions.do_revoke_share(request.user, share_id)
+    messages.info(request, f"Revoked the share link of {share.session.title or share.session_id}.")
+    return redirect("shares")

@@ -4,21 +4,28 @@
 - `sessions`: sessions and their runs (create, message, decide, steer, cancel, retry,
   fork, regenerate, edit, clear, close, delete, rename, mode, model, compact). Run rows change only
   through sessions_app.runs, which these call.
+- `asks`: verdicts and votes on approval asks (quorum), the expiry of overdue asks.
+- `teams`: teams and memberships, a new session's team.
+- `rules`: a team's approval rules (moderators only).
 - `tokens`: API tokens (issue, revoke).
 
 Views, the API, consumers and management commands call these; none of them saves a
 model itself.
 """
 
+from sessions_app.actions.asks import do_decide, do_expire_ask, due_ask_ids, find_ask_session, visible_asks
+from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update_rule, list_rules
 from sessions_app.actions.sessions import (
+    DeletedSession,
     check_content,
+    check_new_session_budget,
     do_cancel,
     do_clear,
     do_close,
     do_compact,
     do_create_session,
-    do_decide,
     do_delete,
+    do_delete_expired,
     do_edit_message,
     do_fork,
     do_post_message,
@@ -29,19 +36,40 @@ from sessions_app.actions.sessions import (
     do_set_mode,
     do_set_model,
     do_steer,
-    find_ask_session,
+)
+from sessions_app.actions.teams import (
+    DEFAULT_TEAM,
+    do_create_team,
+    do_remove_membership,
+    do_set_membership,
+    get_team_for_user,
 )
 from sessions_app.runs import promote_pending_run
 
 __all__ = [
+    "DEFAULT_TEAM",
+    "do_create_rule",
+    "do_create_team",
+    "do_delete_rule",
+    "do_expire_ask",
+    "do_remove_membership",
+    "do_set_membership",
+    "do_update_rule",
+    "due_ask_ids",
+    "get_team_for_user",
+    "list_rules",
+    "visible_asks",
     "check_content",
+    "check_new_session_budget",
     "do_cancel",
     "do_clear",
     "do_close",
     "do_compact",
     "do_create_session",
     "do_decide",
+    "DeletedSession",
     "do_delete",
+    "do_delete_expired",
     "do_edit_message",
     "do_fork",
     "do_post_message",

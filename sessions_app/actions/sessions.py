@@ -13,8 +13,10 @@ lock itself (`_locked`), so callers must not hold other session locks.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -34,10 +36,12 @@ from sectr.fold import fold_messages
 from sectr.journal import NewEvent
 from sectr.providers import default_model_from_env
 from sectr.state import SessionState
-from sessions_app import media, runs
+from sessions_app import access, media, runs
 from sessions_app.access import check_access, get_session_for_user
+from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
+from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
-from sessions_app.models import AskIndex, MediaBlob, Run, Session
+from sessions_app.models import MediaBlob, Run, Session
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info
 
@@ -66,6 +70,24 @@ def _username(user: Any) -> str | None:
 # ---- create ----
 
 
+def check_new_session_budget(actor: Any) -> None:
+    """Spend one of `actor`'s new sessions this window (SECTR_SESSION_CREATE_LIMIT, "30/60");
+    BudgetExceeded (429) past it. The pages and the API call it before create, fork and
+    clear; scripts and commands that call the actions directly are not bounded.
+    """
+    limit, window = setting_budget("SECTR_SESSION_CREATE_LIMIT", "30/60")
+    if not limit or actor is None or not actor.is_authenticated:
+        return
+    # The join time is part of the key: a rebuilt database hands the same user id out again.
+    joined = getattr(actor, "date_joined", None)
+    spent = spend("new-session", f"{actor.pk}:{joined.timestamp() if joined else 0:.6f}", window)
+    if spent.count > limit:
+        raise BudgetExceeded(
+            f"at most {limit} new sessions per {window} s; try again in {spent.retry_after} s",
+            retry_after=spent.retry_after,
+        )
+
+
 def do_create_session(
     owner: Any,
     *,
@@ -74,7 +96,11 @@ def do_create_session(
     model: str | None = None,
     limits: dict[str, int] | None = None,
     reasoning_effort: str | None = None,
+    team: Any = DEFAULT_TEAM,
 ) -> Session:
+    """A new session of `owner`, in `team` (a name; None: personal; left out: the owner's
+    team when they have exactly one)."""
+    chosen = check_session_team(owner, team)
     events = operations.create_events(
         title=title,
         mode=mode,
@@ -84,10 +110,15 @@ def do_create_session(
         default_model=default_model_from_env(),
     )
     with transaction.atomic():
-        session = Session.objects.create(owner=owner)
+        session = Session.objects.create(owner=owner, team=chosen)
         get_journal().append_sync(session.pk, events)
     session.refresh_from_db()
     return session
+
+
+def _inherited_team(actor: Any, source: Session) -> Any:
+    """A fork or clear stays in the source's team when its new owner has a role there."""
+    return source.team_id if access.team_role(actor, source.team_id) is not None else None
 
 
 # ---- runs ----
@@ -131,30 +162,6 @@ def check_content(content: Any) -> None:
             )
         if part["type"] == "text" and not isinstance(part.get("text"), str):
             raise ValidationFailed("a text part needs a string text", code="prompt")
-
-
-def find_ask_session(ask_id: str) -> Session:
-    if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
-        raise NotFound("no such ask")
-    index = AskIndex.objects.select_related("session").filter(pk=ask_id).first()
-    if index is None:
-        raise NotFound("no such ask")
-    return index.session
-
-
-def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run:
-    """Record the first verdict on an ask and resume the session as a new run.
-
-    Two simultaneous decisions serialise on the session lock: the second finds the ask
-    no longer pending and gets AskNotPending (409).
-    """
-    session = find_ask_session(ask_id)
-    check_access(actor, session, "approve")
-    if note is not None and (not isinstance(note, str) or len(note) > 2000):
-        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
-    with _locked(session.pk) as (session, state):
-        invocation_id, events = operations.decision_events(state, ask_id, verdict, approver=_username(actor), note=note)
-        return runs.queue_run(session, invocation_id, events)
 
 
 def do_retry(actor: Any, session_id: str) -> Run:
@@ -257,7 +264,7 @@ def do_fork(
         state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort, reason=reason
     )
     with transaction.atomic():
-        fork = Session.objects.create(owner=actor)
+        fork = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(fork.pk, events)
     fork.refresh_from_db()
     return fork
@@ -326,7 +333,7 @@ def do_clear(actor: Any, session_id: str) -> Session:
     source = get_session_for_user(actor, session_id, "write")
     events = operations.clear_events(source.projection())
     with transaction.atomic():
-        cleared = Session.objects.create(owner=actor)
+        cleared = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(cleared.pk, events)
     cleared.refresh_from_db()
     return cleared
@@ -348,6 +355,40 @@ def do_delete(actor: Any, session_id: str) -> None:
         blob_ids = list(session.media_links.values_list("blob_id", flat=True))
         session.delete()
         MediaBlob.delete_orphans(blob_ids)
+
+
+@dataclass(frozen=True)
+class DeletedSession:
+    """What a retention deletion removed (for its log line)."""
+
+    session_id: str
+    owner: str
+    updated_at: datetime
+    envelopes: int
+    media_blobs: int
+
+
+def do_delete_expired(
+    session_id: str, *, cutoff: datetime, held: Callable[[str], str | None] = lambda _session_id: None
+) -> DeletedSession | None:
+    """Retention's delete: the session, its journal, runs and media, like `do_delete`, if
+    under its lock it is still idle since before `cutoff`, has no active run and `held`
+    names no reason to keep it (under review, shared). None when it is kept.
+
+    No actor: retention is the system's decision (sectr_retention), not a user's.
+    """
+    with _locked(session_id) as (session, state):
+        if session.updated_at >= cutoff or state.is_active or runs.has_active_run(session):
+            return None  # used again since it was picked, or a run is going
+        if held(session_id):
+            return None
+        blob_ids = list(session.media_links.values_list("blob_id", flat=True))
+        envelopes = session.envelopes.count()
+        owner = session.owner.get_username()
+        updated_at = session.updated_at
+        session.delete()
+        blobs = MediaBlob.delete_orphans(blob_ids)
+    return DeletedSession(session_id, owner, updated_at, envelopes, blobs)
 
 
 def do_compact(actor: Any, session_id: str) -> bool:

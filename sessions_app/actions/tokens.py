@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
 
 from sectr.errors import NotFound, ValidationFailed
 from sessions_app.models import TOKEN_PREFIX, TOKEN_PREFIX_LENGTH, ApiToken, hash_token
@@ -58,3 +60,27 @@ def do_revoke_token_by_id(user: Any, token_id: int) -> ApiToken:
         raise NotFound("no such token")
     token.revoke()
     return token
+
+
+def do_revoke_tokens(tokens: QuerySet[ApiToken]) -> int:
+    """Revoke the live tokens among `tokens` (the admin's action); how many."""
+    with transaction.atomic():
+        return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def do_revoke_tokens_of_inactive_user(user: Any) -> int:
+    """Revoke every live token of `user` once the user is inactive; how many.
+
+    Authentication already refuses an inactive user's tokens; revoking them too means
+    reactivating the account does not bring them back: the user issues new ones.
+    """
+    if user.pk is None or user.is_active:
+        return 0
+    return do_revoke_tokens(ApiToken.objects.filter(user_id=user.pk))
+
+
+def revoke_tokens_when_user_deactivated(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    """post_save receiver on the user model (connected in SessionsAppConfig.ready): every
+    save of an inactive user (the admin's form, `user.save()` in a shell) revokes their tokens."""
+    if not raw:
+        do_revoke_tokens_of_inactive_user(instance)

@@ -3,22 +3,18 @@
 ``Authorization: Bearer <token>``; tokens are stored hashed (sessions_app.models.ApiToken)
 and created with ``manage.py sectr_token`` (sessions_app.actions.tokens). Every request
 counts against its token's budget, ``SECTR_API_RATE_LIMIT`` requests per window
-(setting or environment, ``"600/60"``: 600 requests a minute), kept in Django's cache
-(Redis when REDIS_URL is set, so all server processes share it). Past the budget the
-API answers 429 with ``Retry-After``.
+(setting or environment, ``"600/60"``: 600 requests a minute), counted atomically by
+sessions_app.budgets (Redis when REDIS_URL is set, so all server processes share it).
+Past the budget the API answers 429 with ``Retry-After``.
 """
 
 from __future__ import annotations
 
-import os
-import time
-
 from asgiref.sync import sync_to_async
-from django.conf import settings
-from django.core.cache import cache
 from django.http import HttpRequest
 
 from sessions_app.api.errors import ApiError
+from sessions_app.budgets import aspend, setting_budget
 from sessions_app.models import ApiToken
 
 DEFAULT_RATE_LIMIT = "600/60"
@@ -51,16 +47,7 @@ async def authenticate(request: HttpRequest) -> ApiToken:
 
 def rate_limit() -> tuple[int, int]:
     """(requests, window seconds); 0 requests = no limit."""
-    raw = str(
-        getattr(settings, "SECTR_API_RATE_LIMIT", "")
-        or os.environ.get("SECTR_API_RATE_LIMIT", "")
-        or DEFAULT_RATE_LIMIT
-    )
-    count, _, window = raw.partition("/")
-    try:
-        return max(int(count), 0), max(int(window or 60), 1)
-    except ValueError:
-        return 600, 60
+    return setting_budget("SECTR_API_RATE_LIMIT", DEFAULT_RATE_LIMIT)
 
 
 async def check_rate_limit(token: ApiToken) -> None:
@@ -68,21 +55,13 @@ async def check_rate_limit(token: ApiToken) -> None:
     limit, window = rate_limit()
     if not limit:
         return
-    now = time.time()
-    bucket = int(now // window)
-    key = f"sectr:api-rate:{token.pk}:{bucket}"
-    # add() only creates a missing key, incr() is atomic on Redis (and under LocMem's lock).
-    await cache.aadd(key, 0, timeout=window + 1)
-    try:
-        count = await cache.aincr(key)
-    except ValueError:  # expired between add and incr
-        await cache.aset(key, 1, timeout=window + 1)
-        count = 1
-    if count > limit:
-        retry_after = max(int((bucket + 1) * window - now) + 1, 1)
+    # Keyed by the token's public prefix (random), not its row id, which a database
+    # rebuilt from scratch hands out again.
+    spent = await aspend("api", token.prefix, window)
+    if spent.count > limit:
         raise ApiError(
             f"rate limit: {limit} requests per {window} s for this token",
             code="rate_limited",
             status=429,
-            headers={"Retry-After": str(retry_after)},
+            headers={"Retry-After": str(spent.retry_after)},
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.http import JsonResponse
 
@@ -19,8 +20,14 @@ class ApiError(SectrError):
         self.headers = headers or {}
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> JsonResponse:
-    response = JsonResponse({"error": {"code": code, "message": message}}, status=status)
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> JsonResponse:
+    response = JsonResponse({"error": {**(extra or {}), "code": code, "message": message}}, status=status)
     for name, value in (headers or {}).items():
         response[name] = value
     return response
@@ -29,6 +36,6 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 def exception_response(exc: Exception) -> JsonResponse:
     """The response for an exception a view let escape (SectrError or anything else)."""
     if isinstance(exc, SectrError):
-        return error_response(exc.status, exc.code, exc.message, getattr(exc, "headers", None))
+        return error_response(exc.status, exc.code, exc.message, getattr(exc, "headers", None), exc.extra)
     log.exception("API view failed", exc_info=exc)
     return error_response(500, "internal_error", "the server failed to handle this request")

@@ -14,7 +14,10 @@ INVOCATION_STARTED     ``approval`` (reason approval_decision), ``recover_notice
 MESSAGE_START / END    ``turn.start`` / ``turn.end`` (one model step)
 MESSAGE_DELTA          ``reasoning.delta`` and/or ``message.delta`` (``text``)
 TOOL_CALL / RESULT     ``tool.call`` / ``tool.result``
-APPROVAL_REQUESTED     ``permission.ask``
+APPROVAL_REQUESTED     ``permission.ask``; ``approval`` when a rule decided it at once
+                       (its ``decision``, approver ``rule:<id>``)
+APPROVAL_VOTED         nothing (a vote belongs to no run; the deciding vote's run
+                       starts with ``approval``)
 STEER_RECEIVED         ``steer``
 TRANSCRIPT_COMPACTED   ``compaction`` (summary and counts, not the messages)
 SESSION_UPDATED title  ``session.title`` (the title the run's prompt set, or a rename
@@ -185,7 +188,21 @@ class RunEvents:
             payload["is_error"] = bool(p.get("is_error"))
             return [self._event("tool.result", env, payload)]
         if t is EventType.APPROVAL_REQUESTED:
-            self._pending_ask = {k: p.get(k) for k in ("ask_id", "tool_call_id", "name", "arguments")}
+            if isinstance(p.get("decision"), dict):
+                # A rule decided it at once (sectr.rules): an approval, never a question
+                # a responder should answer; the run goes on.
+                payload = {
+                    "ask_id": p.get("ask_id"),
+                    "name": p.get("name"),
+                    "rule_id": p.get("rule_id"),
+                    **p["decision"],
+                }
+                return [self._event("approval", env, payload)]
+            keys = ("ask_id", "tool_call_id", "name", "arguments")
+            self._pending_ask = {k: p.get(k) for k in keys}
+            for key in ("rule_id", "approvals_required", "expires_after_s"):
+                if p.get(key) is not None:
+                    self._pending_ask[key] = p[key]
             return [self._event("permission.ask", env, dict(self._pending_ask))]
         if t is EventType.STEER_RECEIVED:
             return [self._event("steer", env, {"author": p.get("author")}, p.get("text", ""))]

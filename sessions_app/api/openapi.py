@@ -69,8 +69,36 @@ LIMITS = _object(
     }
 )
 
+RUN_PROPERTIES: dict[str, Any] = {
+    "run_id": STRING,
+    "session_id": STRING,
+    "status": RUN_STATUS,
+    "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
+    "stop_reason": nullable(STRING),
+    "usage": OBJECT,
+    "error": nullable(STRING),
+    "invocation_ids": {"type": "array", "items": STRING},
+    "start_seq": nullable(INTEGER),
+    "created_at": DATETIME,
+    "started_at": nullable(DATETIME),
+    "finished_at": nullable(DATETIME),
+    "events_url": STRING,
+    "result": nullable(ref("RunResult")),
+}
+ACTION = {"type": "string", "enum": ["allow", "deny", "ask"]}
+
 SCHEMAS: dict[str, Any] = {
-    "Error": _object({"error": _object({"code": STRING, "message": STRING}, ("code", "message"))}, ("error",)),
+    "Error": _object(
+        {
+            "error": _object(
+                # More fields per code: ask_not_pending names decided_by, status, verdict.
+                {"code": STRING, "message": STRING, "decided_by": nullable(STRING)},
+                ("code", "message"),
+                closed=False,
+            )
+        },
+        ("error",),
+    ),
     "Usage": USAGE,
     "Limits": LIMITS,
     "Ask": _object(
@@ -120,6 +148,7 @@ SCHEMAS: dict[str, Any] = {
             "created_at": nullable(DATETIME),
             "updated_at": nullable(DATETIME),
             "owner": STRING,
+            "team": nullable(STRING),
             "last_seq": INTEGER,
             "closed": BOOLEAN,
             "forked_from": nullable(_object({"session_id": STRING, "seq": INTEGER}, closed=False)),
@@ -152,6 +181,36 @@ SCHEMAS: dict[str, Any] = {
         },
         ("sessions", "count", "next_offset"),
     ),
+    "AuditEntry": _object(
+        {
+            "at": DATETIME,
+            "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+            "actor": STRING,
+            "verdict": nullable(VERDICT),
+            "note": nullable(STRING),
+            "team": nullable(STRING),
+            "session_id": STRING,
+            "session_title": STRING,
+            "requester": STRING,
+            "ask_id": STRING,
+            "tool": STRING,
+            "arguments": OBJECT,
+            "seconds_to_decide": nullable({"type": "number"}),
+            "rule": nullable(STRING),
+            "seq": INTEGER,
+        },
+        ("at", "kind", "actor", "session_id", "ask_id", "tool", "seq"),
+    ),
+    "AuditPage": _object(
+        {
+            "entries": {"type": "array", "items": ref("AuditEntry")},
+            "count": INTEGER,
+            "limit": INTEGER,
+            "offset": INTEGER,
+            "next_offset": nullable(INTEGER),
+        },
+        ("entries", "count", "next_offset"),
+    ),
     "TranscriptMessage": _object(
         {
             "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
@@ -177,22 +236,7 @@ SCHEMAS: dict[str, Any] = {
         ("stop", "text", "usage", "error"),
     ),
     "Run": _object(
-        {
-            "run_id": STRING,
-            "session_id": STRING,
-            "status": RUN_STATUS,
-            "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
-            "stop_reason": nullable(STRING),
-            "usage": OBJECT,
-            "error": nullable(STRING),
-            "invocation_ids": {"type": "array", "items": STRING},
-            "start_seq": nullable(INTEGER),
-            "created_at": DATETIME,
-            "started_at": nullable(DATETIME),
-            "finished_at": nullable(DATETIME),
-            "events_url": STRING,
-            "result": nullable(ref("RunResult")),
-        },
+        RUN_PROPERTIES,
         ("run_id", "session_id", "status", "events_url"),
     ),
     "Event": _object(
@@ -213,6 +257,7 @@ SCHEMAS: dict[str, Any] = {
             "model": STRING,
             "limits": ref("Limits"),
             "reasoning_effort": REASONING_EFFORT,
+            "team": nullable({"type": "string", "maxLength": 64}),
         }
     ),
     "Fork": _object(
@@ -276,6 +321,88 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Steer": _object({"text": {"type": "string", "minLength": 1}}, ("text",)),
     "Decide": _object({"verdict": VERDICT, "note": STRING}, ("verdict",)),
+    "AskEntry": _object(
+        {
+            "ask_id": STRING,
+            "session_id": STRING,
+            "team": nullable(STRING),
+            "owner": STRING,
+            "tool": STRING,
+            "tool_call_id": nullable(STRING),
+            "arguments": OBJECT,
+            "state": {"type": "string", "enum": ["pending", "decided"]},
+            "status": {"type": "string", "enum": ["pending", "approved", "denied", "withdrawn"]},
+            "requested_at": nullable(DATETIME),
+            "deadline": nullable(DATETIME),
+            "approvals_required": INTEGER,
+            "votes": {"type": "array", "items": OBJECT},
+            "rule_id": nullable(STRING),
+            "decided_by": nullable(STRING),
+            "verdict": nullable(STRING),
+            "decided_at": nullable(DATETIME),
+        },
+        ("ask_id", "session_id", "tool", "state", "status", "approvals_required", "votes"),
+    ),
+    "AskList": _object(
+        {
+            "asks": {"type": "array", "items": ref("AskEntry")},
+            "count": INTEGER,
+            "limit": INTEGER,
+            "offset": INTEGER,
+            "next_offset": nullable(INTEGER),
+        },
+        ("asks", "count", "next_offset"),
+    ),
+    "Decision": _object(
+        {
+            **{key: value for key, value in RUN_PROPERTIES.items()},
+            "run_id": nullable(STRING),
+            "status": {"type": "string", "enum": [*RUN_STATUS["enum"], "voted"]},
+            "ask": ref("AskEntry"),
+        },
+        ("run_id", "status", "ask"),
+    ),
+    "RuleInput": _object(
+        {
+            "tool": {"type": "string", "minLength": 1, "maxLength": 100},
+            "arguments": {"type": "object", "additionalProperties": STRING},
+            "action": ACTION,
+            "approvals_required": {"type": "integer", "minimum": 1, "maximum": 20},
+            "expires_after_s": nullable({"type": "integer", "minimum": 1}),
+            "position": {"type": "integer", "minimum": 0},
+        },
+        ("tool", "action"),
+    ),
+    "Rule": _object(
+        {
+            "id": STRING,
+            "position": INTEGER,
+            "tool": STRING,
+            "arguments": {"type": "object", "additionalProperties": STRING},
+            "action": ACTION,
+            "approvals_required": INTEGER,
+            "expires_after_s": nullable(INTEGER),
+            "created_by": nullable(STRING),
+            "updated_at": DATETIME,
+        },
+        ("id", "position", "tool", "action", "approvals_required", "expires_after_s"),
+    ),
+    "RuleList": _object({"team": STRING, "rules": {"type": "array", "items": ref("Rule")}}, ("team", "rules")),
+}
+
+#: Query parameters that are text (the others are whole numbers: limit, offset, after).
+TEXT_QUERY: dict[str, dict[str, Any]] = {
+    "state": {"type": "string", "enum": ["pending", "decided"]},
+    "team": {"type": "string", "maxLength": 100},
+    "tool": {"type": "string", "maxLength": 100},
+    # GET /audit (sessions_app.api.audit)
+    "format": {"type": "string", "enum": ["json", "csv", "markdown"]},  # also GET /sessions/{id}/export
+    "actor": {"type": "string", "maxLength": 150},
+    "verdict": VERDICT,
+    "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+    "session": {"type": "string", "maxLength": 40},
+    "from": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+    "to": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
 }
 
 ERROR_DESCRIPTIONS = {
@@ -284,7 +411,8 @@ ERROR_DESCRIPTIONS = {
     403: "The caller may read but not do this",
     404: "No such object (or not the caller's)",
     405: "Method not allowed",
-    409: "Conflict: session_busy, awaiting_approval, ask_not_pending, stale_run_control, failed_step_retry_ineligible",
+    409: "Conflict: session_busy, awaiting_approval, ask_not_pending (with decided_by), already_voted, "
+    "stale_run_control, failed_step_retry_ineligible",
     412: "Not at a turn boundary",
     413: "Body too large",
     429: "Rate limited (see Retry-After)",
@@ -300,7 +428,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        params.append({"name": name, "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0}})
+        schema = TEXT_QUERY.get(name, {"type": "integer", "minimum": 0})
+        params.append({"name": name, "in": "query", "required": False, "schema": schema})
     if operation.streaming:
         params.append(
             {
@@ -327,6 +456,8 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
+    if "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
+        success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
     if operation.auth:

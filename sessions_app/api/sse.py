@@ -36,6 +36,7 @@ from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run
+from sessions_app.ops.metrics import SSE_CLIENTS
 
 #: Seconds of silence before a ``: ping`` comment (env SECTR_SSE_HEARTBEAT_SECONDS).
 HEARTBEAT_SECONDS = float(os.environ.get("SECTR_SSE_HEARTBEAT_SECONDS", "15"))
@@ -98,8 +99,9 @@ class RunStream:
             self.channel = await self.layer.new_channel("sectr.sse.")
             await self.layer.group_add(self.group, self.channel)
         try:
-            async for frame in self._frames():
-                yield frame
+            with SSE_CLIENTS.track_inprogress():
+                async for frame in self._frames():
+                    yield frame
         finally:
             if self._receiving is not None:
                 self._receiving.cancel()

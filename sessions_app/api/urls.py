@@ -15,6 +15,8 @@ from typing import Any
 from django.http import HttpResponse
 from django.urls import URLPattern, path, re_path
 
+from sessions_app.api import audit as audit_api
+from sessions_app.api import export as session_export
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
 from sessions_app.api.views import RUN_BODY_LIMIT, Operation
@@ -202,6 +204,19 @@ ROUTES: tuple[Route, ...] = (
             )
         },
     ),
+    Route(
+        f"{SESSION}/export",
+        "session-export",
+        {
+            "GET": op(
+                session_export.export_session,
+                "The session's journal exactly (format=json, default) or its transcript as Markdown",
+                response=None,
+                query=("format",),
+                errors=(400, 403, 404),
+            )
+        },
+    ),
     Route(RUN, "run", {"GET": op(views.get_run, "A run's status and result", response="Run", errors=(404,))}),
     Route(
         f"{RUN}/events",
@@ -242,12 +257,69 @@ ROUTES: tuple[Route, ...] = (
         {
             "POST": op(
                 views.decide_ask,
-                "Decide an approval ask; the resumed session is a new run",
+                "Decide (or vote on) an approval ask; the resumed session is a new run",
                 status=202,
                 request="Decide",
-                response="Run",
+                response="Decision",
                 errors=(400, 403, 404, 409),
             )
+        },
+    ),
+    Route(
+        "audit",
+        "audit",
+        {
+            "GET": op(
+                audit_api.list_audit,
+                "The moderation audit the caller may read, newest first (paginated; ?format=csv streams it)",
+                response="AuditPage",
+                query=audit_api.AUDIT_QUERY,
+                errors=(400,),
+            )
+        },
+    ),
+    Route(
+        "asks",
+        "asks",
+        {
+            "GET": op(
+                views.list_asks,
+                "The approval asks the caller may see, newest first (paginated; filters state, team, tool)",
+                response="AskList",
+                query=("state", "team", "tool", "limit", "offset"),
+                errors=(400,),
+            )
+        },
+    ),
+    Route(
+        "teams/<str:name>/rules",
+        "team-rules",
+        {
+            "GET": op(views.list_rules, "A team's approval rules, in order", response="RuleList", errors=(404,)),
+            "POST": op(
+                views.create_rule,
+                "Add an approval rule (moderators of the team)",
+                status=201,
+                request="RuleInput",
+                response="Rule",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/rules/<str:rule_id>",
+        "team-rule",
+        {
+            "PUT": op(
+                views.update_rule,
+                "Replace (and move) an approval rule (moderators of the team)",
+                request="RuleInput",
+                response="Rule",
+                errors=(400, 403, 404),
+            ),
+            "DELETE": op(
+                views.delete_rule, "Delete an approval rule (moderators of the team)", status=204, errors=(403, 404)
+            ),
         },
     ),
     Route("openapi.json", "openapi", {"GET": op(openapi_document, "This document", response=None, auth=False)}),

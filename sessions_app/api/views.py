@@ -28,8 +28,10 @@ from sessions_app.access import Need, check_access, get_session_for_user, visibl
 from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
+from sessions_app.attribution import current_api_token_key
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal.snapshots import session_summary, snapshot, transcript
-from sessions_app.models import ApiToken, Run, Session
+from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
 
 KIB = 1024
 #: Bodies of most operations are small; a prompt may carry 20 MiB of media as base64.
@@ -88,6 +90,7 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
             if operation.auth:
                 call.token = await authenticate(request)
                 await check_rate_limit(call.token)
+                current_api_token_key.set(call.token.pk)
             if operation.request is not None:
                 call.body = read_json_body(request, operation.body_limit)
             elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
@@ -106,11 +109,10 @@ async def not_found(request: HttpRequest, path: str = "") -> HttpResponse:
 
 def read_json_body(request: HttpRequest, limit: int) -> dict[str, Any]:
     """The body as a JSON object ({} when empty); 413 past `limit` bytes, 400 if not JSON."""
-    declared = request.META.get("CONTENT_LENGTH") or "0"
-    try:
-        declared_length = int(declared)
-    except ValueError:
-        raise ApiError("Content-Length is not a number", code="malformed_request", status=400) from None
+    declared = str(request.META.get("CONTENT_LENGTH") or "0")
+    if not (declared.isascii() and declared.isdigit()):  # int() would take " 12" and "٣"
+        raise ApiError("Content-Length is not a number", code="malformed_request", status=400)
+    declared_length = int(declared)
     if declared_length > limit:
         raise ApiError(f"the body is larger than {limit} bytes", code="too_large", status=413)
     data = request.read(limit + 1)  # not request.body: its own cap (DATA_UPLOAD_MAX_MEMORY_SIZE) is 2.5 MB
@@ -196,7 +198,7 @@ def query_int(request: HttpRequest, key: str, default: int, low: int, high: int)
     raw = request.GET.get(key)
     if raw is None or raw == "":
         return default
-    if not raw.isdigit() or len(raw) > 9 or not low <= int(raw) <= high:
+    if not is_whole_number(raw) or len(raw) > 9 or not low <= int(raw) <= high:
         raise ValidationFailed(f"{key} must be a whole number from {low} to {high}", code=f"invalid_{key}")
     return int(raw)
 
@@ -249,7 +251,7 @@ def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
 
 def _session_for(user: Any, session_id: str, need: Need = "read") -> Session:
     session = get_session_for_user(user, check_id(session_id, "session"), need)
-    return Session.objects.select_related("owner").get(pk=session.pk)
+    return Session.objects.select_related("owner", "team").get(pk=session.pk)
 
 
 def _snapshot_of(user: Any, session_id: str) -> dict[str, Any]:
@@ -272,7 +274,7 @@ async def list_sessions(call: ApiCall) -> HttpResponse:
     offset = query_int(call.request, "offset", 0, 0, 10**9)
 
     def page() -> dict[str, Any]:
-        sessions = visible_sessions(call.user).select_related("owner").order_by("-updated_at", "-id")
+        sessions = visible_sessions(call.user).select_related("owner", "team").order_by("-updated_at", "-id")
         total = sessions.count()
         items = [session_summary(s) for s in sessions[offset : offset + limit]]
         return {
@@ -288,9 +290,12 @@ async def list_sessions(call: ApiCall) -> HttpResponse:
 
 async def create_session(call: ApiCall) -> HttpResponse:
     body = call.body
-    check_fields(body, "title", "mode", "model", "limits", "reasoning_effort")
+    check_fields(body, "title", "mode", "model", "limits", "reasoning_effort", "team")
+    if "team" in body and body["team"] is not None and not isinstance(body["team"], str):
+        raise ValidationFailed("team must be a team's name or null", code="invalid_team")
 
     def create() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         session = actions.do_create_session(
             call.user,
             title=optional(body, "title", str),
@@ -298,6 +303,8 @@ async def create_session(call: ApiCall) -> HttpResponse:
             model=optional(body, "model", str),
             limits=optional(body, "limits", dict),
             reasoning_effort=optional(body, "reasoning_effort", str),
+            # Left out: the owner's team when they have exactly one; null: personal.
+            team=body["team"] if "team" in body else actions.DEFAULT_TEAM,
         )
         return _snapshot_of(call.user, session.pk)
 
@@ -325,6 +332,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
     check_fields(body, "title", "model", "reasoning_effort", "at_seq")
 
     def fork() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         forked = actions.do_fork(
             call.user,
             check_id(session_id, "session"),
@@ -340,6 +348,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 async def clear_session(call: ApiCall, session_id: str) -> HttpResponse:
     def clear() -> dict[str, Any]:
+        actions.check_new_session_budget(call.user)
         cleared = actions.do_clear(call.user, check_id(session_id, "session"))
         return _snapshot_of(call.user, cleared.pk)
 
@@ -460,12 +469,113 @@ async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
     check_fields(call.body, "verdict", "note")
 
     def decide() -> dict[str, Any]:
+        ask_id_checked = check_id(ask_id, "ask")
         run = actions.do_decide(
             call.user,
-            check_id(ask_id, "ask"),
+            ask_id_checked,
             required(call.body, "verdict", str),
             note=optional(call.body, "note", str),
         )
-        return run_dict(run)
+        index = AskIndex.objects.select_related("session", "session__team", "session__owner").get(pk=ask_id_checked)
+        # A vote that leaves a quorum short starts no run: run_id is null, the ask tells.
+        data: dict[str, Any] = run_dict(run) if run is not None else {"run_id": None, "status": "voted"}
+        data["ask"] = ask_dict(index)
+        return data
 
     return json_response(await sync_to_async(decide)(), status=202)
+
+
+# ---- asks, teams and rules (SPEC section 11) ----
+
+
+def ask_dict(index: AskIndex) -> dict[str, Any]:
+    """One ask as GET /asks lists it: the index row, with arguments and votes from the
+    session's cached projection (no query more than the row's own join)."""
+    session = index.session
+    ask = ((session.state or {}).get("asks") or {}).get(index.ask_id) or {}
+    return {
+        "ask_id": index.ask_id,
+        "session_id": session.pk,
+        "team": session.team.name if session.team is not None else None,
+        "owner": session.owner.get_username(),
+        "tool": index.tool,
+        "tool_call_id": ask.get("tool_call_id"),
+        "arguments": ask.get("arguments") or {},
+        "state": "pending" if index.status == AskIndex.PENDING else "decided",
+        "status": index.status,
+        "requested_at": index.requested_at.isoformat() if index.requested_at else None,
+        "deadline": index.deadline.isoformat() if index.deadline else None,
+        "approvals_required": index.approvals_required,
+        "votes": list(ask.get("votes") or []),
+        "rule_id": index.rule_id or None,
+        "decided_by": index.decided_by or None,
+        "verdict": index.verdict or None,
+        "decided_at": index.decided_at.isoformat() if index.decided_at else None,
+    }
+
+
+def _query_text(request: HttpRequest, key: str) -> str | None:
+    raw = request.GET.get(key)
+    if raw is None or raw == "":
+        return None
+    if len(raw) > 100:
+        raise ValidationFailed(f"{key} is longer than 100 characters", code=f"invalid_{key}")
+    return raw
+
+
+async def list_asks(call: ApiCall) -> HttpResponse:
+    limit = query_int(call.request, "limit", 50, 1, 100)
+    offset = query_int(call.request, "offset", 0, 0, 10**9)
+    state = _query_text(call.request, "state")
+    team = _query_text(call.request, "team")
+    tool = _query_text(call.request, "tool")
+
+    def page() -> dict[str, Any]:
+        asks = actions.visible_asks(call.user, state=state, team=team, tool=tool)
+        total = asks.count()
+        return {
+            "asks": [ask_dict(index) for index in asks[offset : offset + limit]],
+            "count": total,
+            "limit": limit,
+            "offset": offset,
+            "next_offset": offset + limit if offset + limit < total else None,
+        }
+
+    return json_response(await sync_to_async(page)())
+
+
+def rule_dict(rule: ApprovalRule) -> dict[str, Any]:
+    return {**rule.as_dict(), "created_by": rule.created_by or None, "updated_at": rule.updated_at.isoformat()}
+
+
+RULE_FIELDS = ("tool", "arguments", "action", "approvals_required", "expires_after_s", "position")
+
+
+async def list_rules(call: ApiCall, name: str) -> HttpResponse:
+    def read() -> dict[str, Any]:
+        return {"team": name, "rules": [rule_dict(rule) for rule in actions.list_rules(call.user, name)]}
+
+    return json_response(await sync_to_async(read)())
+
+
+async def create_rule(call: ApiCall, name: str) -> HttpResponse:
+    check_fields(call.body, *RULE_FIELDS)
+
+    def create() -> dict[str, Any]:
+        return rule_dict(actions.do_create_rule(call.user, name, call.body))
+
+    return json_response(await sync_to_async(create)(), status=201)
+
+
+async def update_rule(call: ApiCall, name: str, rule_id: str) -> HttpResponse:
+    check_fields(call.body, *RULE_FIELDS)
+
+    def update() -> dict[str, Any]:
+        return rule_dict(actions.do_update_rule(call.user, name, rule_id, call.body))
+
+    return json_response(await sync_to_async(update)())
+
+
+async def delete_rule(call: ApiCall, name: str, rule_id: str) -> HttpResponse:
+    await sync_to_async(actions.do_delete_rule)(call.user, name, rule_id)
+    return HttpResponse(status=204)

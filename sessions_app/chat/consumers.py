@@ -13,7 +13,10 @@ ChatConsumer (``/ws/sessions/<id>/?after=N``), one per browser tab:
    last seq instead of trusting the message;
 4. every RESYNC_SECONDS it re-joins the group (a restarted Redis forgot it) and
    compares its last seq with the journal's, so even a dropped *last* message of a run
-   shows up.
+   shows up;
+5. every SECTR_WS_ACCESS_SECONDS it re-checks the login and the user's right to read
+   the session (sessions_app.socket_access): logged out, deactivated, a lost role or a
+   deleted session closes the socket (4401, 4403/4404) and nothing is sent after that.
 
 Frames are JSON: ``{"first": seq, "seq": last seq, "html": OOB swaps}`` (html may be
 empty), ``{"ready": true, "seq": N}`` once caught up, ``{"reload": true}`` when the
@@ -35,16 +38,18 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.generic.websocket import AsyncWebsocketConsumer
 
 from sectr.errors import Forbidden, NotFound
 from sectr.events import Envelope
 from sessions_app import access
 from sessions_app.chat.render import chat_context, render_changes
 from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
+from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
+from sessions_app.socket_access import RecheckedConsumer, reloaded_user
 
 logger = logging.getLogger("sectr.consumers")
 
@@ -56,8 +61,7 @@ RESYNC_SECONDS = float(os.environ.get("SECTR_WS_RESYNC_SECONDS", "10"))
 # ---- database helpers (each one runs in a thread) ----
 
 
-@database_sync_to_async
-def chat_permissions(user: Any, session_id: str) -> dict[str, bool]:
+def chat_permissions_now(user: Any, session_id: str) -> dict[str, bool]:
     """The viewer's rights on the session; NotFound / Forbidden when they may not read it."""
     if user is None or not user.is_authenticated:
         raise Forbidden("log in first")
@@ -67,6 +71,15 @@ def chat_permissions(user: Any, session_id: str) -> dict[str, bool]:
         "can_approve": access.can_approve(user, session),
         "can_fork": True,
     }
+
+
+chat_permissions = database_sync_to_async(chat_permissions_now)
+
+
+@database_sync_to_async
+def current_chat_permissions(user: Any, session_id: str) -> dict[str, bool]:
+    """chat_permissions for the user as the database has them now."""
+    return chat_permissions_now(reloaded_user(user), session_id)
 
 
 @database_sync_to_async
@@ -83,10 +96,10 @@ def journal_last_seq(session_id: str) -> int | None:
 def parse_after(scope: dict[str, Any]) -> int:
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     raw = (query.get("after") or ["0"])[0]
-    return int(raw) if raw.isdigit() else 0
+    return int(raw) if is_whole_number(raw) else 0
 
 
-class ChatConsumer(AsyncWebsocketConsumer):
+class ChatConsumer(RecheckedConsumer):
     session_id: str
     group: str
     vm: ChatViewModel | None = None
@@ -108,12 +121,29 @@ class ChatConsumer(AsyncWebsocketConsumer):
         # Join before reading the journal: whatever is appended after the read arrives
         # through the group (and the seq check drops what the read already had).
         await self.channel_layer.group_add(self.group, self.channel_name)
+        self.groups_joined = [self.group]
         await self.accept()
+        WEBSOCKET_CLIENTS.labels("chat").inc()
+        self.counted = True
         async with self.lock:
             await self.catch_up(parse_after(self.scope))
         self._resync_task = asyncio.ensure_future(self.resync_forever())
+        self.start_rechecking()
+
+    async def current_access(self) -> int | None:
+        try:
+            self.permissions = await current_chat_permissions(self.scope.get("user"), self.session_id)
+        except NotFound:
+            return CLOSE_NOT_FOUND
+        except Forbidden:
+            return CLOSE_FORBIDDEN
+        return None
 
     async def disconnect(self, code: int) -> None:
+        if getattr(self, "counted", False):
+            WEBSOCKET_CLIENTS.labels("chat").dec()
+            self.counted = False
+        await self.stop_rechecking()
         if self._resync_task is not None:
             self._resync_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -177,13 +207,13 @@ class ChatConsumer(AsyncWebsocketConsumer):
         async with self.lock:
             newest = await journal_last_seq(self.session_id)
             if newest is None:
-                await self.close(code=CLOSE_NOT_FOUND)  # the session was deleted
+                await self.revoke(CLOSE_NOT_FOUND)  # the session was deleted
                 return
             if newest > self.last_seq:
                 await self.send_envelopes(await load_journal(self.session_id, self.last_seq))
 
     async def resync_forever(self) -> None:
-        while True:
+        while not self.access_revoked:
             await asyncio.sleep(RESYNC_SECONDS)
             try:
                 await self.channel_layer.group_add(self.group, self.channel_name)

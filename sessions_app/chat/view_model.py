@@ -127,8 +127,6 @@ class ToolCallView:
     is_error: bool = False
     result_seq: int | None = None
     awaiting_approval: bool = False
-    # An approval card shows this call's arguments, so the call's card does not repeat them.
-    gated: bool = False
     kind: str = "tool-call"
 
     @property
@@ -250,6 +248,13 @@ class ApprovalView:
     owner: str | None = None
     at: datetime | None = None
     kind: str = "approval"
+    #: the transcript shows the tool call this card asks about (with its arguments): the
+    #: pending card shows them instead of the call, the decided card leaves them to it
+    call_shown: bool = False
+
+    @property
+    def shows_arguments(self) -> bool:
+        return self.is_pending or not self.call_shown
 
     @property
     def dom_id(self) -> str:
@@ -584,15 +589,13 @@ class ChatViewModel:
         if ask is None:
             return
         card = ApprovalView.from_ask(ask, self.session_id)
+        card.call_shown = str(ask.get("tool_call_id")) in self.tool_calls
         self.approvals[card.ask_id] = card
         self._append(card)
         self._update_tool_call_for_ask(ask)
 
     def _update_tool_call_for_ask(self, ask: dict[str, Any]) -> None:
         call = self.tool_calls.get(str(ask.get("tool_call_id")))
-        if call is not None and not call.gated:
-            call.gated = True
-            self._replace(call)
         if call is not None and call.result is None:
             call.awaiting_approval = ask.get("status") == "pending"
             self._replace(call)

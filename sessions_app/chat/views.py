@@ -36,6 +36,7 @@ from sectr.providers import default_model_from_env
 from sessions_app import access, actions
 from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
 from sessions_app.chat.view_model import ChatViewModel, UserView
+from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
 from sessions_app.models import Envelope, MediaBlob, Run, Session
@@ -202,12 +203,16 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
     for item in page.object_list:
         origin = (item.state or {}).get("forked_from") or {}
         item.forked_from_id = origin.get("session_id")
+    teams = list(access.member_teams(request.user))
     return render(
         request,
         "chat/home.html",
         {
             "page": page,
             "query": query,
+            "teams": teams,
+            # The New session form preselects the owner's team when they have exactly one.
+            "default_team": teams[0].name if len(teams) == 1 else "",
             "modes": mode_choices(),
             "models": model_choices(),
             "default_model": default_model_from_env(),
@@ -244,11 +249,14 @@ def favicon(request: HtmxHttpRequest) -> HttpResponse:
 @refusals_as_messages
 def create_session(request: HtmxHttpRequest) -> HttpResponse:
     title = request.POST.get("title", "").strip() or None
+    actions.check_new_session_budget(request.user)
     session = actions.do_create_session(
         request.user,
         title=title,
         mode=request.POST.get("mode") or None,
         model=request.POST.get("model") or None,
+        # The form always sends its Team choice; "" is a personal session.
+        team=request.POST.get("team") or None if "team" in request.POST else actions.DEFAULT_TEAM,
     )
     return go_to(request, reverse("chat", args=[session.pk]))
 
@@ -321,9 +329,10 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     raw_seq = request.POST.get("at_seq", "").strip()
     at_seq: int | None = None
     if raw_seq:
-        if not raw_seq.isdigit():
+        if not is_whole_number(raw_seq):
             raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
         at_seq = int(raw_seq)
+    actions.check_new_session_budget(request.user)
     forked = actions.do_fork(request.user, session.pk, at_seq=at_seq)
     messages.info(request, "Forked: this is a new session; the original stays as it was.")
     return go_to(request, reverse("chat", args=[forked.pk]))
@@ -347,7 +356,7 @@ def edit_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Send an edited message in a new branch forked just before it (actions.do_edit_message)."""
     session = get_session_for_request(request, session_id, "write")
     raw_seq = request.POST.get("seq", "").strip()
-    if not raw_seq.isdigit():
+    if not is_whole_number(raw_seq):
         raise ValidationFailed("seq must be a whole number", code="invalid_seq")
     branch = actions.do_edit_message(request.user, session.pk, int(raw_seq), request.POST.get("content", ""))
     messages.info(request, "Edited message sent in a new branch; the original conversation stays as it was.")
@@ -359,6 +368,7 @@ def edit_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
+    actions.check_new_session_budget(request.user)
     cleared = actions.do_clear(request.user, session.pk)
     messages.info(request, "Cleared: a new empty session with the same mode and model.")
     return go_to(request, reverse("chat", args=[cleared.pk]))

@@ -56,7 +56,17 @@ from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
+from sessions_app.journal.ask_index import update_ask_index
+from sessions_app.journal.moderation import record_moderation
+from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
+from sessions_app.ops.metrics import count_appended
+from sessions_app.ops.tracing import observe_decisions_on_commit
+
+#: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
+ASK_INDEX_TYPES = frozenset(
+    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
+)
 
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
@@ -232,6 +242,8 @@ class DatabaseJournal:
         """Append inside the caller's transaction, if any; publish when it commits."""
         with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
+            if envelopes:
+                transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
             if self.publish and envelopes:
                 publish_on_commit(envelopes, using=self.using)
         return envelopes
@@ -323,17 +335,21 @@ class DatabaseJournal:
         ]
         self._insert(connection, envelopes)
         if session is not None:
-            asks = [e.payload["ask_id"] for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
-            if asks:
-                models.AskIndex.objects.using(self.using).bulk_create(
-                    [models.AskIndex(ask_id=ask_id, session_id=session_id) for ask_id in asks]
-                )
             state = session.projection()
+            pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
+            review = ReviewProjection(session, self.using)
             for envelope in envelopes:
+                review.observe(state, envelope)
                 apply_envelope(state, envelope)
+            review.write()
+            if any(e.type in ASK_INDEX_TYPES for e in envelopes):
+                update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
+                observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+            # The audit (and notification outbox) of asks and decisions, in this transaction.
+            record_moderation(session, envelopes, state, using=self.using)
         return envelopes
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
@@ -499,6 +515,9 @@ class _GroupCommit:
                 continue
             self.groups += 1
             self.appends += len(group)
+            for result in results:
+                if not isinstance(result, Exception):
+                    count_appended(result)  # committed: one batch per append
             if journal.publish:
                 await self._publish(group, results)
             for item, result in zip(group, results, strict=True):

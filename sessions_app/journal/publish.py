@@ -22,10 +22,10 @@ commits:
 
 * group ``MODERATION_GROUP`` (``"sectr.moderation"``): the same message shape, with
   only the envelopes moderators care about: APPROVAL_REQUESTED (an ask is now
-  pending), INVOCATION_STARTED whose reason is ``approval_decision`` (an ask was
-  decided) and INVOCATION_CANCELLED naming an ``ask_id`` (a paused run was cancelled:
-  its ask is withdrawn). Other envelopes of that append are left out; a batch with none of them
-  sends nothing.
+  pending), APPROVAL_VOTED (a vote towards a quorum), INVOCATION_STARTED whose reason
+  is ``approval_decision`` (an ask was decided) and INVOCATION_CANCELLED naming an
+  ``ask_id`` (a paused run was cancelled: its ask is withdrawn). Other envelopes of
+  that append are left out; a batch with none of them sends nothing.
 
 * group ``WORKERS_GROUP`` (``"sectr.workers"``): ``{"type": "runs.wake"}`` from
   `wake_workers` / `awake_workers` / `wake_workers_on_commit`, sent when a run was
@@ -53,6 +53,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sectr.events import Envelope, EventType
+from sessions_app.ops.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
 
@@ -80,7 +81,7 @@ def session_group(session_id: str) -> str:
 
 
 def is_moderation_envelope(envelope: Envelope) -> bool:
-    if envelope.type is EventType.APPROVAL_REQUESTED:
+    if envelope.type in (EventType.APPROVAL_REQUESTED, EventType.APPROVAL_VOTED):
         return True
     if envelope.type is EventType.INVOCATION_STARTED:
         reason = envelope.payload.get("reason")
@@ -122,6 +123,7 @@ async def _send(messages: list[tuple[str, dict[str, Any]]]) -> None:
             await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
         except Exception:
             # The journal has it; readers catch up from there.
+            PUBLISH_DROPS.labels(group_kind(group)).inc()
             logger.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
 
 

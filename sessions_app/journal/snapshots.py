@@ -81,6 +81,7 @@ def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]
         "created_at": _iso(state.created_at or session.created_at),
         "updated_at": _iso(state.updated_at or session.updated_at),
         "owner": session.owner.get_username(),
+        "team": session.team.name if session.team_id is not None and session.team is not None else None,
         "last_seq": state.last_seq,
         "closed": session.closed_at is not None,
         "forked_from": state.forked_from,
@@ -93,7 +94,14 @@ def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]
 def _ask(ask: dict[str, Any] | None) -> dict[str, Any] | None:
     if ask is None:
         return None
-    return {key: ask.get(key) for key in ("ask_id", "tool_call_id", "name", "arguments", "seq", "invocation_id")}
+    data = {key: ask.get(key) for key in ("ask_id", "tool_call_id", "name", "arguments", "seq", "invocation_id")}
+    # What a rule set (SPEC 11): quorum, expiry, and the votes so far.
+    for key in ("rule_id", "approvals_required", "expires_after_s", "requested_at"):
+        if ask.get(key) is not None:
+            data[key] = ask[key]
+    if ask.get("votes"):
+        data["votes"] = list(ask["votes"])
+    return data
 
 
 def session_summary(session: Session) -> dict[str, Any]:

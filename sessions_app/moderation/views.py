@@ -1,52 +1,44 @@
-"""The moderation queue's views: the pending asks a user may decide, and deciding one.
+"""The moderation pages: the approval queue (/approvals/), deciding an ask, the audit
+(/approvals/audit/ and its CSV).
 
 Deciding goes through actions.do_decide, which checks the user's right to approve under
 the session lock; the card rendered afterwards shows the ask as it is now (decided by
-this request, or by someone faster).
+this request, or by someone faster, whose name and verdict it then shows).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.http import HttpResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.views.decorators.http import require_GET, require_POST
 
-from sectr.errors import Forbidden, NotFound, SectrError
+from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
-from sessions_app.chat.view_model import ApprovalView
+from sessions_app.chat.view_model import ApprovalView, pretty_json
 from sessions_app.models import Session
-from sessions_app.web import HtmxHttpRequest, refusals_as_messages
-
-
-def pending_approvals(user: Any) -> list[ApprovalView]:
-    """Every pending ask `user` may decide: all sessions' for moderators, their own otherwise."""
-    sessions = Session.objects.filter(status="awaiting").select_related("owner").order_by("updated_at")
-    if not access.is_moderator(user):
-        sessions = sessions.filter(owner=user)
-    cards = []
-    for session in sessions:
-        ask = session.projection().pending_ask
-        if ask:
-            card = ApprovalView.from_ask(ask, session.pk)
-            card.session_title = session.title
-            card.owner = session.owner.get_username()
-            cards.append(card)
-    return cards
+from sessions_app.moderation import audit, queue
+from sessions_app.web import HtmxHttpRequest, flash, refusals_as_messages
 
 
 @login_required
 @require_GET
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
+    filters = queue.QueueFilters.from_query(request.GET)
     context = {
-        "cards": pending_approvals(request.user),
-        "can_approve": True,  # pending_approvals lists only asks this user may decide
-        "show_session": True,
-        "is_moderator": access.is_moderator(request.user),
+        "cards": queue.pending_cards(request.user, filters),
+        "filters": filters,
+        "filter_query": urlencode(filters.as_query()),
+        "choices": queue.filter_choices(request.user),
+        "age_labels": list(queue.AGE_LABELS.items()),
     }
     if request.htmx and request.GET.get("partial") == "queue":
         return render(request, "moderation/_approval_queue.html", context)
@@ -58,7 +50,7 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
 @refusals_as_messages
 def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
     verdict = request.POST.get("verdict", "")
-    note = request.POST.get("note") or None
+    note = request.POST.get("note", "").strip() or None
     try:
         actions.do_decide(request.user, ask_id, verdict, note=note)
     except SectrError as exc:
@@ -76,16 +68,65 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
             messages.error(request, refused.message)
         return redirect("approvals") if where_queue else redirect("chat", session_id=session.pk)
     ask = session.projection().asks.get(ask_id, {})
-    card = ApprovalView.from_ask(ask, session.pk)
+    html: str
     if where_queue:
-        card.session_title = session.title
-        card.owner = session.owner.get_username()
-    html: str = render_to_string(
-        "chat/_approval.html",
-        {"item": card, "can_approve": access.can_approve(request.user, session), "show_session": where_queue},
-        request=request,
-    )
+        html = render_to_string("moderation/_card.html", {"item": queue.build_card(session, ask)}, request=request)
+    else:
+        card = ApprovalView.from_ask(ask, session.pk)
+        html = render_to_string(
+            "chat/_approval.html",
+            {"item": card, "can_approve": access.can_approve(request.user, session), "show_session": False},
+            request=request,
+        )
     if refused is not None:
-        flash = render_to_string("chat/_flash.html", {"message": refused.message, "level": "error"})
-        html += f'<div id="flash" hx-swap-oob="innerHTML">{flash}</div>'
+        message = refused.message
+        if card_decider := ask.get("approver"):
+            message = f"{message} (decided by {card_decider})"
+        notice = render_to_string("chat/_flash.html", {"message": message, "level": "error"})
+        html += f'<div id="flash" hx-swap-oob="innerHTML">{notice}</div>'
     return HttpResponse(html)
+
+
+AUDIT_PAGE_SIZE = 50
+
+
+@login_required
+@require_GET
+def audit_page(request: HtmxHttpRequest) -> HttpResponse:
+    try:
+        filters = audit.AuditFilters.from_query(request.GET)
+    except ValidationFailed as exc:
+        return flash(exc.message, level="error", status=400)
+    entries = audit.audit_entries(request.user, filters)
+    page = Paginator(entries, AUDIT_PAGE_SIZE).get_page(request.GET.get("page"))
+    visible = audit.auditable_sessions(request.user)
+    context = {
+        "page": page,
+        "rows": [
+            audit.entry_dict(entry)
+            | {"kind_label": audit.KIND_LABELS[entry.kind], "arguments_json": pretty_json(entry.arguments)}
+            for entry in page
+        ],
+        "filters": filters,
+        "filter_query": urlencode(filters.as_query()),
+        "timings": audit.time_to_decision(entries),
+        "kinds": [(k, audit.KIND_LABELS[k]) for k in (*audit.DEFAULT_KINDS, "ask")],
+        "verdicts": audit.VERDICTS,
+        "teams": audit_team_names(request.user, visible),
+    }
+    return render(request, "moderation/audit.html", context)
+
+
+def audit_team_names(user: Any, sessions: QuerySet[Session]) -> list[str]:
+    teams = set(access.teams_for(user, "reviewer").values_list("name", flat=True))
+    return sorted(teams | set(sessions.exclude(team__isnull=True).values_list("team__name", flat=True)))
+
+
+@login_required
+@require_GET
+def audit_csv(request: HtmxHttpRequest) -> HttpResponseBase:
+    try:
+        filters = audit.AuditFilters.from_query(request.GET)
+    except ValidationFailed as exc:
+        return flash(exc.message, level="error", status=400)
+    return audit.csv_response(audit.audit_entries(request.user, filters))

@@ -1,11 +1,129 @@
-"""Operations endpoints: liveness (more of SPEC section 13 lives here as it is built)."""
+"""Operations endpoints (SPEC section 13): liveness, readiness, Prometheus metrics.
+
+`/healthz` and `/readyz` answer without login (load balancers and orchestrators probe
+them). `/metrics` answers a request bearing SECTR_METRICS_TOKEN (`Authorization: Bearer
+...`) or one from loopback that did not come through a proxy (no X-Forwarded-For or
+Forwarded header: behind a proxy on the same machine every request is from loopback).
+"""
 
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
+import asyncio
+import hmac
+import ipaddress
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, connections
+from django.db.migrations.executor import MigrationExecutor
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.cache import never_cache
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 import sectr
+from sessions_app.ops.scrape import database_registry
+
+#: How long each readiness check may take before it counts as failed.
+READY_TIMEOUT = float(os.environ.get("SECTR_READY_TIMEOUT", "2"))
+_migrated = False  # once all migrations are applied they stay applied: checked once
 
 
+@never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True, "version": sectr.__version__})
+
+
+def check_database() -> None:
+    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+        cursor.execute("SELECT 1")
+        cursor.fetchone()
+
+
+def check_migrations() -> None:
+    global _migrated
+    if _migrated:
+        return
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    if plan:
+        names = ", ".join(f"{migration.app_label}.{migration.name}" for migration, _backwards in plan[:5])
+        raise RuntimeError(f"{len(plan)} unapplied: {names}")
+    _migrated = True
+
+
+async def check_channel_layer() -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        raise RuntimeError("no channel layer configured")
+    # A send to a channel nobody listens on: one round trip to Redis (a PUBLISH with the
+    # pub/sub layer), nothing kept.
+    await layer.send(f"sectr.readyz.{uuid.uuid4().hex}", {"type": "readyz.probe"})
+
+
+async def _timed(name: str, check: Callable[[], Awaitable[None]]) -> tuple[str, str]:
+    started = time.monotonic()
+    try:
+        await asyncio.wait_for(check(), READY_TIMEOUT)
+    except TimeoutError:
+        return name, f"timed out after {READY_TIMEOUT:g}s"
+    except Exception as exc:
+        return name, f"{type(exc).__name__}: {exc}"[:300]
+    return name, f"ok ({(time.monotonic() - started) * 1000:.0f} ms)"
+
+
+@never_cache
+async def readyz(request: HttpRequest) -> JsonResponse:
+    """200 when the database, the channel layer and the migrations are ready; else 503
+    naming what is not."""
+    results = await asyncio.gather(
+        # database_sync_to_async closes the connection it used (CONN_MAX_AGE = 0).
+        _timed("database", database_sync_to_async(check_database)),
+        _timed("migrations", database_sync_to_async(check_migrations)),
+        _timed("channel_layer", check_channel_layer),
+    )
+    checks = dict(results)
+    failing = [name for name, outcome in results if not outcome.startswith("ok")]
+    body = {"ok": not failing, "checks": checks, "failing": failing}
+    return JsonResponse(body, status=503 if failing else 200)
+
+
+def may_read_metrics(request: HttpRequest) -> bool:
+    token = getattr(settings, "SECTR_METRICS_TOKEN", "")
+    header = request.headers.get("Authorization", "")
+    if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip(), token):
+        return True
+    if request.headers.get("X-Forwarded-For") or request.headers.get("Forwarded"):
+        return False  # proxied: REMOTE_ADDR is the proxy's, not the client's
+    try:
+        return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback
+    except ValueError:
+        return False
+
+
+def process_metrics_text() -> bytes:
+    """This process's metrics, or in multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the sum
+    over every process of the machine that writes to that directory."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest(REGISTRY)
+
+
+def metrics_text() -> bytes:
+    """The processes' metrics, then the database's (computed now)."""
+    return process_metrics_text() + generate_latest(database_registry)
+
+
+@never_cache
+def metrics(request: HttpRequest) -> HttpResponse:
+    if not may_read_metrics(request):
+        return HttpResponse(
+            "metrics need the metrics token or a loopback client\n", status=403, content_type="text/plain"
+        )
+    return HttpResponse(metrics_text(), content_type=CONTENT_TYPE_LATEST)

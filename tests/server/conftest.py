@@ -92,7 +92,12 @@ def make_session(db: None, owner: Any) -> SessionFactory:
         model: str = "demo",
         limits: dict[str, int] | None = None,
     ) -> Session:
-        session = Session.objects.create(owner=user or owner, mode=mode, model=model)
+        from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
+
+        who = user or owner
+        # The owner's team when they have exactly one, as do_create_session chooses.
+        team = check_session_team(who, DEFAULT_TEAM)
+        session = Session.objects.create(owner=who, mode=mode, model=model, team=team)
         payload: dict[str, Any] = {"mode": mode, "model": model}
         if title is not None:
             payload["title"] = title
@@ -134,3 +139,23 @@ def run_threads(count: int, target: Callable[[int], Any]) -> tuple[list[Any], li
         thread.join(timeout=90)
     assert not any(thread.is_alive() for thread in threads)
     return results, errors
+
+
+def join_team(user: Any, role: str, *owners_or_sessions: Any, team: str = "crew") -> Any:
+    """Give `user` `role` in `team` (made if missing), with the given owners as members and
+    their personal sessions (or the given sessions) moved into the team. Returns a fresh
+    user object."""
+    from sessions_app.models import Membership, Session, Team
+
+    crew, _ = Team.objects.get_or_create(name=team)
+    for thing in owners_or_sessions:
+        if isinstance(thing, Session):
+            Session.objects.filter(pk=thing.pk).update(team=crew)
+            thing.team_id = crew.pk
+            owner_id = thing.owner_id
+        else:
+            owner_id = thing.pk
+            Session.objects.filter(owner_id=owner_id, team__isnull=True).update(team=crew)
+        Membership.objects.get_or_create(team=crew, user_id=owner_id, defaults={"role": Membership.MEMBER})
+    Membership.objects.update_or_create(team=crew, user=user, defaults={"role": role})
+    return type(user).objects.get(pk=user.pk)

@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AnonymousUser, Permission
-from django.contrib.contenttypes.models import ContentType
+from django.contrib.auth.models import AnonymousUser
 from django.core.files.base import ContentFile
 
 from sectr.errors import (
@@ -39,13 +38,13 @@ from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sectr.state import DEFAULT_LIMITS
 from sessions_app import actions
-from sessions_app.access import check_access, get_session_for_user, is_moderator, is_reviewer, visible_sessions
+from sessions_app.access import check_access, get_session_for_user, has_any_role, visible_sessions
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import MediaBlob, Run, Session, SessionMedia
 from sessions_app.runs import Claim, finish_run
 from sessions_app.worker import Worker
-from tests.server.conftest import run_threads
+from tests.server.conftest import join_team, run_threads
 
 E = EventType
 RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005, slow_delay=0.02))
@@ -58,29 +57,15 @@ def make_user(username: str, **flags: Any) -> Any:
     return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
 
 
-def grant(user: Any, codename: str) -> Any:
-    """Give `user` sessions_app.<codename>; returns a fresh instance (no stale perm cache).
-
-    The permission row is created when missing: Session.Meta does not declare the
-    review/moderation permissions (yet), so no migration creates them.
-    """
-    permission, _ = Permission.objects.get_or_create(
-        codename=codename,
-        content_type=ContentType.objects.get_for_model(Session),
-        defaults={"name": codename.replace("_", " ")},
-    )
-    user.user_permissions.add(permission)
-    return get_user_model().objects.get(pk=user.pk)
+@pytest.fixture
+def reviewer(owner: Any) -> Any:
+    # A reviewer of the owner's team (the owner's sessions, made before or after, are in it).
+    return join_team(make_user("reviewer"), "reviewer", owner)
 
 
 @pytest.fixture
-def reviewer(db: None) -> Any:
-    return grant(make_user("reviewer"), "review_session")
-
-
-@pytest.fixture
-def moderator(db: None) -> Any:
-    return grant(make_user("moderator"), "moderate_session")
+def moderator(owner: Any) -> Any:
+    return join_team(make_user("moderator"), "moderator", owner)
 
 
 @pytest.fixture
@@ -938,6 +923,7 @@ def test_it_applies_the_access_rules(
         "anonymous": AnonymousUser(),
     }
     user = users[who]
+    session.refresh_from_db()  # the reviewer and moderator fixtures moved it into their team
     for need, expected in zip(("read", "write", "approve"), ACCESS[who], strict=True):
         if expected == "ok":
             assert get_session_for_user(user, session.pk, need) == session  # type: ignore[arg-type]
@@ -945,8 +931,8 @@ def test_it_applies_the_access_rules(
             with pytest.raises(expected) as refused:  # type: ignore[call-overload]
                 check_access(user, session, need)  # type: ignore[arg-type]
             assert isinstance(refused.value, SectrError)
-    assert is_moderator(user) == (who in ("superuser", "moderator"))
-    assert is_reviewer(user) == (who in ("superuser", "moderator", "reviewer"))
+    assert has_any_role(user, "moderator") == (who in ("superuser", "moderator"))
+    assert has_any_role(user, "reviewer") == (who in ("superuser", "moderator", "reviewer"))
 
 
 @pytest.mark.django_db

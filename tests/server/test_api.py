@@ -63,7 +63,9 @@ def wait_for_state(api: LiveApi, session_id: str, states: tuple[str, ...], user:
 def assert_error(response: httpx.Response, status: int, code: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}
+    # ask_not_pending also names who decided (SPEC 11); every other error is just these two.
+    extra = {"decided_by", "status", "verdict"} if code == "ask_not_pending" else set()
+    assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]) <= {"code", "message"} | extra
     assert body["error"]["code"] == code, body
     assert body["error"]["message"]
 
@@ -137,7 +139,9 @@ def test_users_cannot_see_each_others_sessions(api: LiveApi) -> None:
     assert_error(moderator.post(f"/sessions/{session_id}/runs", json={"content": "hi"}), 403, "forbidden")
     decided = moderator.post(f"/asks/{ask_id}", json={"verdict": "deny", "note": "not today"})
     assert decided.status_code == 202, decided.text
-    assert_error(api.http().post(f"/asks/{ask_id}", json={"verdict": "allow_once"}), 409, "ask_not_pending")
+    late = api.http().post(f"/asks/{ask_id}", json={"verdict": "allow_once"})
+    assert_error(late, 409, "ask_not_pending")
+    assert late.json()["error"]["decided_by"] == "mod" and late.json()["error"]["verdict"] == "deny"
     frames = events(read_stream(api, decided.json()["run_id"]))
     assert frames[0]["event"] == "approval" and frames[0]["data"]["payload"]["approved"] is False
     assert frames[-1]["data"]["payload"]["text"] == "write_note was denied"

@@ -28,14 +28,16 @@ USERS = ("alice", "bob", "mod")
 _SETUP = """
 import json
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from sessions_app.actions.teams import do_create_team, do_set_membership
 from sessions_app.actions.tokens import do_issue_token
 User = get_user_model()
 tokens = {}
+# alice's sessions are in team crew (her only team), which mod moderates; bob is outside.
+do_create_team("crew")
 for name in NAMES:
     user = User.objects.create_user(name, password="pw-Secret-123")
-    if name == "mod":
-        user.user_permissions.add(Permission.objects.get(codename="moderate_session"))
+    if name in ("alice", "mod"):
+        do_set_membership("crew", name, "moderator" if name == "mod" else "member")
     tokens[name] = do_issue_token(user, "tests")[1]
 print(json.dumps(tokens))
 """

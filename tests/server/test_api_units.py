@@ -136,3 +136,45 @@ def test_the_resume_cursor_comes_from_last_event_id_or_after(header: str | None,
 def test_a_malformed_resume_cursor_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_after(bad, None)
+
+
+def test_a_deactivated_users_tokens_stay_dead_after_reactivation(owner: Any) -> None:
+    _, raw = do_issue_token(owner, "laptop")
+    client = Client()
+    assert client.get("/api/v1/sessions", **bearer(raw)).status_code == 200
+    owner.is_active = False
+    owner.save()
+    assert client.get("/api/v1/sessions", **bearer(raw)).status_code == 401
+    owner.is_active = True
+    owner.save()
+    assert client.get("/api/v1/sessions", **bearer(raw)).status_code == 401, "reactivation revived a token"
+    assert ApiToken.objects.get(user=owner).revoked_at is not None
+    _, fresh = do_issue_token(owner, "reissued")
+    assert client.get("/api/v1/sessions", **bearer(fresh)).status_code == 200
+
+
+def test_deactivating_through_the_admin_revokes_the_tokens(owner: Any, admin_client: Client) -> None:
+    _, raw = do_issue_token(owner, "laptop")
+    # The user change form with "Active" unticked (an unticked checkbox is simply absent).
+    data = {
+        "username": owner.username,
+        "email": owner.email,
+        "date_joined_0": "2024-01-01",
+        "date_joined_1": "00:00:00",
+    }
+    response = admin_client.post(f"/admin/auth/user/{owner.pk}/change/", data)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    owner.refresh_from_db()
+    assert not owner.is_active and ApiToken.objects.get(user=owner).revoked_at is not None
+    owner.is_active = True
+    owner.save()
+    assert ApiToken.authenticate(raw) is None
+
+
+def test_the_admin_revokes_tokens_through_the_token_action(owner: Any, admin_client: Client) -> None:
+    token, raw = do_issue_token(owner, "laptop")
+    response = admin_client.post(
+        "/admin/sessions_app/apitoken/", {"action": "revoke", "_selected_action": [str(token.pk)]}
+    )
+    assert response.status_code == 302
+    assert ApiToken.authenticate(raw) is None

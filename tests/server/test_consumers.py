@@ -22,11 +22,13 @@ from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Session
-from tests.server.test_web import append, asked, assert_inert, completed, grant, reply, started
+from tests.server.conftest import join_team
+from tests.server.test_web import append, asked, assert_inert, completed, reply, started
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 ORIGIN = (b"origin", b"http://127.0.0.1")
+HOST = (b"host", b"127.0.0.1")  # what a browser sends: the origin check compares the two
 
 
 @pytest.fixture(autouse=True)
@@ -44,7 +46,7 @@ def _cookie_for(user: Any) -> bytes:
 async def connect(user: Any, path: str, *, origin: bool = True) -> tuple[WebsocketCommunicator, bool, Any]:
     from sectr_web.asgi import application
 
-    headers = [ORIGIN] if origin else []
+    headers = [HOST, ORIGIN] if origin else [HOST]
     if user is not None:
         headers.append((b"cookie", await database_sync_to_async(_cookie_for)(user)))
     communicator = WebsocketCommunicator(application, path, headers=headers)
@@ -115,7 +117,7 @@ async def test_a_socket_without_an_origin_is_refused(owner: Any, session: Sessio
 
 
 async def test_a_reviewer_connects_without_decision_buttons(teammate: Any, session: Session) -> None:
-    reviewer = await database_sync_to_async(grant)(teammate, "review_session")
+    reviewer = await database_sync_to_async(join_team)(teammate, "reviewer", session)
     await database_sync_to_async(append)(session, [started("note: buy milk", inv="inv_2"), *asked()])
     communicator, connected, _ = await connect(reviewer, chat_path(session))
     assert connected
@@ -272,11 +274,12 @@ async def test_a_decision_updates_the_card(owner: Any, session: Session) -> None
 async def test_the_queue_gets_new_asks_of_sessions_the_user_may_decide(
     owner: Any, outsider: Any, teammate: Any, session: Session
 ) -> None:
-    moderator = await database_sync_to_async(grant)(teammate, "moderate_session")
+    moderator = await database_sync_to_async(join_team)(teammate, "moderator", session)
     sockets = {}
     for name, user in (("owner", owner), ("outsider", outsider), ("moderator", moderator)):
         communicator, connected, _ = await connect(user, "/ws/approvals/")
         assert connected, name
+        assert await frames_until_ready(communicator) == []
         sockets[name] = communicator
     await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
     for name in ("owner", "moderator"):
@@ -299,6 +302,7 @@ async def test_the_queue_drops_a_withdrawn_ask_live(owner: Any, session: Session
 
     communicator, connected, _ = await connect(owner, "/ws/approvals/")
     assert connected
+    assert await frames_until_ready(communicator) == []
     await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
     assert "ask-ask_1" in (await next_frame(communicator))["html"]
     state = await DatabaseJournal().state(session.pk)

@@ -164,6 +164,8 @@ def test_public_https_urls_pass_by_reference(resolver: dict[str, list[str]]) -> 
     resolver["images.example"] = ["93.184.215.14", "2606:2800:21f:cb07:6820:80da:af6b:8b2c"]
     assert check_media_url("https://images.example/cat.png") == "https://images.example/cat.png"
     assert check_media_url("https://93.184.215.14:8443/cat.png?x=1")
+    # A NAT64 address is as public as the IPv4 it embeds (93.184.215.14).
+    assert check_media_url("https://[64:ff9b::5db8:d70e]/cat.png")
     (checked,) = validate_parts([{"type": "image_url", "image_url": {"url": "https://images.example/a.png"}}], DEMO)
     assert checked.data is None and checked.part == {
         "type": "image_url",
@@ -198,6 +200,20 @@ def test_public_https_urls_pass_by_reference(resolver: dict[str, list[str]]) -> 
         "https://[::ffff:127.0.0.1]/",
         "https://[::ffff:169.254.169.254]/",
         "https://[2002:7f00:1::]/",
+        # IPv6 forms that embed an IPv4 address: NAT64, IPv4-compatible, SIIT-translated.
+        "https://[64:ff9b::a9fe:a9fe]/",
+        "https://[64:ff9b::7f00:1]/",
+        "https://[64:ff9b:1::a00:1]/",
+        "https://[::a9fe:a9fe]/",
+        "https://[::127.0.0.1]/",
+        "https://[::ffff:0:7f00:1]/",
+        "https://[::ffff:0:a9fe:a9fe]/",
+        "https://[2001::1]/",
+        "https://[2001:db8::1]/",
+        "https://[100::1]/",
+        "https://240.0.0.1/",
+        "https://255.255.255.255/",
+        "https://198.18.0.1/",
         "https://[ff02::1]/",
         "https://224.0.0.1/",
         "https://localhost/",
@@ -226,7 +242,9 @@ def test_it_refuses_host_names_that_resolve_to_private_addresses(resolver: dict[
     resolver["metadata.example"] = ["169.254.169.254"]
     resolver["v6.example"] = ["::1"]
     resolver["mixed.example"] = ["93.184.215.14", "192.168.1.1"]  # one bad address is enough
-    for host in ("rebind.example", "internal.example", "metadata.example", "v6.example", "mixed.example", "nx.example"):
+    resolver["nat64.example"] = ["64:ff9b::a9fe:a9fe"]  # a AAAA answer embedding 169.254.169.254
+    hosts = ("rebind.example", "internal.example", "metadata.example", "v6.example", "mixed.example", "nat64.example")
+    for host in (*hosts, "nx.example"):
         with pytest.raises(ValidationFailed) as caught:
             check_media_url(f"https://{host}/cat.png")
         assert caught.value.code == "url", host

@@ -410,3 +410,56 @@ async def test_an_async_cancellation_raises_request_cancelled(api: LiveApi) -> N
         await run.cancel(cancel=None)
         info: Any = await client.runs.get(run.id)
         assert info.status in ("running", "cancelled")
+
+
+# ---- moderation: asks and team rules (SPEC section 11) ----
+
+
+def test_a_moderator_lists_and_decides_asks_and_edits_rules(api: LiveApi, client: Client) -> None:
+    with (
+        Client(api.base_url, token=api.tokens["mod"]) as moderator,
+        Client(api.base_url, token=api.tokens["bob"]) as outsider,
+    ):
+        rule = moderator.teams.create_rule("crew", "delete_note", "deny", arguments={"title": "keep-*"})
+        assert (rule.tool, rule.action, rule.arguments, rule.position) == (
+            "delete_note",
+            "deny",
+            {"title": "keep-*"},
+            0,
+        )
+        moved = moderator.teams.update_rule("crew", rule.id, "delete_*", "deny")
+        assert moved.tool == "delete_*" and [r.id for r in client.teams.rules("crew")] == [rule.id]
+        with pytest.raises(SectrError) as refused:
+            client.teams.create_rule("crew", "*", "allow")  # alice is a member, not a moderator
+        assert refused.value.status == 403
+        with pytest.raises(NotFoundError):
+            outsider.teams.rules("crew")
+        moderator.teams.delete_rule("crew", rule.id)
+        assert moderator.teams.rules("crew") == []
+
+        session = client.sessions.create(title="shared")
+        assert session.snapshot().team == "crew"  # alice's only team
+        assert client.sessions.create(title="mine", team="").snapshot().team is None
+        result = session.run(NOTE).result()
+        assert result.awaiting_approval
+        pending = moderator.asks.list(state="pending", team="crew", tool="write_note")
+        ask = next(a for a in pending if a.session_id == session.id)
+        assert (ask.status, ask.owner, ask.arguments["title"]) == ("pending", "alice", "plan")
+        assert outsider.asks.list().count == 0
+        decision = moderator.asks.decide(ask.ask_id, "deny", note="not now")
+        assert decision.run is not None and decision.ask is not None and decision.ask.decided_by == "mod"
+        assert decision.run.result().text == "write_note was denied"
+        with pytest.raises(AskAlreadyResolvedError) as late:
+            client.asks.decide(ask.ask_id, "allow_once")
+        assert (late.value.decided_by, late.value.verdict) == ("mod", "deny")
+        assert ask.ask_id in [a.ask_id for a in moderator.asks.list(state="decided")]
+
+
+async def test_the_async_client_lists_asks_and_rules(api: LiveApi) -> None:
+    async with AsyncClient(api.base_url, token=api.tokens["mod"]) as moderator:
+        rule = await moderator.teams.create_rule("crew", "calculator", "allow")
+        assert [r.id for r in await moderator.teams.rules("crew")] == [rule.id]
+        page = await moderator.asks.list(state="decided", limit=5)
+        assert page.count >= 0 and len(page) <= 5
+        await moderator.teams.delete_rule("crew", rule.id)
+        assert await moderator.teams.rules("crew") == []

@@ -11,14 +11,13 @@ import re
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission
-from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope, Run, Session
+from tests.server.conftest import join_team
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
@@ -74,15 +73,6 @@ def asked(inv: str = "inv_2", mid: str = "msg_2", ask_id: str = "ask_1", call_id
 
 def append(session: Session, events: list[NewEvent], *, publish: bool = True) -> list[Any]:
     return DatabaseJournal(publish=publish).append_sync(session.pk, events)
-
-
-def grant(user: Any, codename: str) -> Any:
-    """Give `user` sessions_app.<codename> (the permission row is made if it is missing)."""
-    permission, _ = Permission.objects.get_or_create(
-        codename=codename, content_type=ContentType.objects.get_for_model(Session), defaults={"name": codename}
-    )
-    user.user_permissions.add(permission)
-    return type(user).objects.get(pk=user.pk)  # a fresh object: permissions are cached
 
 
 def logged_in(user: Any) -> Client:
@@ -214,7 +204,7 @@ def test_chat_page_is_404_for_an_outsider_and_403_free_for_a_reviewer(
     outsider_client: Client, teammate: Any, session: Session
 ) -> None:
     assert outsider_client.get(chat_url(session)).status_code == 404
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     response = reviewer.get(chat_url(session))
     assert response.status_code == 200
     html = response.content.decode()
@@ -266,7 +256,7 @@ def test_send_is_404_for_an_outsider_and_403_for_a_reviewer(
     outsider_client: Client, teammate: Any, session: Session
 ) -> None:
     assert outsider_client.post(f"/sessions/{session.pk}/messages", {"content": "hi"}).status_code == 404
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     assert reviewer.post(f"/sessions/{session.pk}/messages", {"content": "hi"}).status_code == 403
     assert Session.objects.get(pk=session.pk).last_seq == session.last_seq
 
@@ -361,7 +351,7 @@ def test_decide_is_404_for_an_outsider(outsider_client: Client, session: Session
 
 def test_a_reviewer_sees_the_card_but_cannot_decide(teammate: Any, session: Session) -> None:
     append(session, [started("note: buy milk", inv="inv_2"), *asked()])
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     html = reviewer.get(chat_url(session)).content.decode()
     assert 'data-role="approval"' in html and "Approve once</button>" not in html
     assert reviewer.post("/asks/ask_1/decide", {"verdict": "allow_once"}, **HTMX).status_code == 403
@@ -369,7 +359,7 @@ def test_a_reviewer_sees_the_card_but_cannot_decide(teammate: Any, session: Sess
 
 def test_a_moderator_decides_someone_elses_ask(teammate: Any, session: Session) -> None:
     append(session, [started("note: buy milk", inv="inv_2"), *asked()])
-    moderator = logged_in(grant(teammate, "moderate_session"))
+    moderator = logged_in(join_team(teammate, "moderator", session))
     response = moderator.post("/asks/ask_1/decide", {"verdict": "allow_always", "where": "queue"}, **HTMX)
     assert "Always allowed by teammate" in response.content.decode()
 
@@ -380,9 +370,10 @@ def test_approvals_page_lists_pending_asks_by_who_may_decide(
     append(session, [started("note: buy milk", inv="inv_2"), *asked()])
     assert "ask-ask_1" in owner_client.get("/approvals/").content.decode()
     assert "ask-ask_1" not in outsider_client.get("/approvals/").content.decode()
-    moderator = logged_in(grant(teammate, "moderate_session"))
+    moderator = logged_in(join_team(teammate, "moderator", session))
     html = moderator.get("/approvals/").content.decode()
-    assert "ask-ask_1" in html and "Approve once</button>" in html and "owner owner" in html
+    assert "ask-ask_1" in html and "Approve once</button>" in html
+    assert 'requested by <span class="requester">owner</span>' in html
     partial = moderator.get("/approvals/?partial=queue", **HTMX).content.decode()
     assert "ask-ask_1" in partial and "<html" not in partial
 
@@ -468,16 +459,16 @@ def test_compact_answers_with_a_flash(owner_client: Client, session: Session) ->
 def test_review_is_for_reviewers_only(owner_client: Client, teammate: Any, session: Session) -> None:
     assert owner_client.get("/review/").status_code == 403
     assert owner_client.get(f"/review/{session.pk}/").status_code == 403
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     html = reviewer.get("/review/").content.decode()
     assert "Test session" in html and "owner" in html
 
 
 def test_review_session_shows_snapshot_usage_and_a_read_only_transcript(teammate: Any, session: Session) -> None:
     append(session, [started("note: buy milk", inv="inv_2"), *asked()])
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     html = reviewer.get(f"/review/{session.pk}/").content.decode()
-    assert "Snapshot" in html and "context window" in html and "Token usage" in html
+    assert "Snapshot" in html and "Context window" in html and "Token usage" in html
     assert 'data-role="approval"' in html and "Approve once</button>" not in html
     assert "Fork from here" not in html
 

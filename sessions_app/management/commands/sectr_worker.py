@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from prometheus_client import start_http_server
 
 from sessions_app.worker import Worker
 
@@ -23,9 +24,18 @@ class Command(BaseCommand):
         parser.add_argument("--poll", type=float, default=1.0, help="poll interval when no wake-up arrives")
         parser.add_argument("--drain", type=float, default=30.0, help="seconds to let runs finish on SIGTERM")
         parser.add_argument("--worker-id", default=None)
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            default=None,
+            help="serve this process's Prometheus metrics on this port (not needed with PROMETHEUS_MULTIPROC_DIR)",
+        )
+        parser.add_argument("--metrics-addr", default="127.0.0.1", help="address of --metrics-port (default loopback)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         logging.getLogger("sectr").setLevel(logging.INFO)
+        if options["metrics_port"] is not None:
+            start_http_server(options["metrics_port"], addr=options["metrics_addr"])
         asyncio.run(self._main(options))
 
     async def _main(self, options: dict[str, Any]) -> None:

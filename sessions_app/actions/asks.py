@@ -1,0 +1,100 @@
+"""Approval asks: a person's verdict or vote (quorum), and the expiry of overdue asks.
+
+Every verdict on an ask serialises on its session's row lock (`_locked`): the first
+verdict that completes a decision wins and resumes the session as a new run; any later
+one finds the ask no longer pending and gets AskNotPending (409) naming who decided it.
+The expiry sweep (sessions_app.moderation.expiry) denies through the same door, so a
+person and any number of workers racing on one ask still decide it exactly once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from sectr import operations
+from sectr.errors import AskNotPending, NotFound, ValidationFailed
+from sessions_app import access, runs
+from sessions_app.actions.sessions import _locked, _username
+from sessions_app.journal import get_journal
+from sessions_app.models import AskIndex, Run, Session
+
+ASK_STATES = ("pending", "decided")
+
+
+def find_ask_session(ask_id: str) -> Session:
+    if not isinstance(ask_id, str) or not ask_id.startswith("ask_") or len(ask_id) > 64:
+        raise NotFound("no such ask")
+    index = AskIndex.objects.select_related("session").filter(pk=ask_id).first()
+    if index is None:
+        raise NotFound("no such ask")
+    return index.session
+
+
+def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run | None:
+    """A person's verdict on an ask: the decision (N = 1) or a vote (N > 1, sectr.operations.vote_events).
+
+    Returns the resumed run, or None for a vote that leaves the quorum short. Locking:
+    takes the session's row lock itself.
+    """
+    session = find_ask_session(ask_id)
+    access.check_access(actor, session, "approve")  # 404 strangers, 403 readers
+    if note is not None and (not isinstance(note, str) or len(note) > 2000):
+        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
+    requester = session.owner.get_username()
+    with _locked(session.pk) as (session, state):
+        invocation_id, events = operations.vote_events(
+            state, ask_id, verdict, approver=_username(actor), note=note, requester=requester
+        )
+        if invocation_id is None:
+            get_journal().append_sync(session.pk, events)
+            return None
+        return runs.queue_run(session, invocation_id, events)
+
+
+def do_expire_ask(ask_id: str, now: datetime | None = None) -> Run | None:
+    """Deny an ask whose deadline has passed (approver "policy:expired") and resume its
+    run; None when it is not due or no longer pending (decided, withdrawn, or expired by
+    another worker a moment ago). Safe to call from any number of workers at once."""
+    now = now or timezone.now()
+    session = find_ask_session(ask_id)
+    with _locked(session.pk) as (session, state):
+        # Re-read under the lock: the row the sweep saw may be stale by now.
+        index = AskIndex.objects.filter(pk=ask_id, status=AskIndex.PENDING, deadline__lte=now).first()
+        if index is None:
+            return None
+        ask = state.asks.get(ask_id) or {}
+        try:
+            invocation_id, events = operations.expired_events(state, ask_id, ask.get("expires_after_s"))
+        except AskNotPending:
+            return None
+        return runs.queue_run(session, invocation_id, events)
+
+
+def due_ask_ids(now: datetime | None = None, limit: int = 100) -> list[str]:
+    """Pending asks whose deadline has passed, oldest deadline first (index status, deadline)."""
+    now = now or timezone.now()
+    return list(
+        AskIndex.objects.filter(status=AskIndex.PENDING, deadline__lte=now)
+        .order_by("deadline")
+        .values_list("ask_id", flat=True)[:limit]
+    )
+
+
+def visible_asks(
+    actor: Any, *, state: str | None = None, team: str | None = None, tool: str | None = None
+) -> QuerySet[AskIndex]:
+    """The asks `actor` may see, filtered (GET /api/v1/asks), newest first."""
+    asks = access.visible_asks(actor)
+    if state is not None:
+        if state not in ASK_STATES:
+            raise ValidationFailed("state must be pending or decided", code="invalid_filter")
+        asks = asks.filter(status="pending") if state == "pending" else asks.exclude(status="pending")
+    if team:
+        asks = asks.filter(session__team__name=team)
+    if tool:
+        asks = asks.filter(tool=tool)
+    return asks.select_related("session", "session__team", "session__owner").order_by("-requested_at", "ask_id")

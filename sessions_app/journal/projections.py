@@ -1,0 +1,192 @@
+"""The review projections the journal keeps: the search index, the daily usage rollup
+and fork links (sessions_app.models SearchEntry, UsageDaily, ForkLink).
+
+Written by DatabaseJournal in the same transaction as the envelopes they reflect, not by
+the worker: a projection that commits with its envelopes can never lag behind or get
+ahead of the journal (no second source of truth, nothing to repair after a crash), and
+every writer of envelopes (worker, actions, `sectr_import`) keeps it current without
+knowing about it. The cost stays off the streaming hot path: an all-MESSAGE_DELTA batch
+takes the journal's fast path and never reaches here; a message is indexed once, at its
+MESSAGE_END (its text read back from its deltas, one indexed query), a user message at
+its INVOCATION_STARTED, a tool at its TOOL_CALL, a steer at STEER_RECEIVED.
+`rebuild_review_projections` recomputes all three from the journal (`sectr_reindex`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import date
+from typing import Any
+
+from django.db import connections
+
+from sectr.events import Envelope, EventType
+from sectr.state import SessionState, apply_envelope, prompt_text
+from sessions_app import models
+
+#: Characters the search snippets use as highlight markers; removed from indexed text.
+MARK_START = "\x02"
+MARK_END = "\x03"
+
+_INDEXED = frozenset(
+    {
+        EventType.SESSION_CREATED,
+        EventType.INVOCATION_STARTED,
+        EventType.MESSAGE_END,
+        EventType.TOOL_CALL,
+        EventType.STEER_RECEIVED,
+    }
+)
+
+
+def searchable(text: str) -> str:
+    return text.replace(MARK_START, " ").replace(MARK_END, " ").replace("\x00", " ").strip()
+
+
+class ReviewProjection:
+    """Collects what one append adds to the projections, then writes it in one go.
+
+    `observe` is called for each envelope *before* it is applied to the session's state
+    (a MESSAGE_END's model is the open message's model), `write` after the insert.
+    """
+
+    def __init__(self, session: models.Session, using: str, api_token_key: int | None = None) -> None:
+        self.session = session
+        self.using = using
+        self.entries: list[models.SearchEntry] = []
+        self.ended: list[tuple[Envelope, int | None]] = []  # (MESSAGE_END, its MESSAGE_START seq if in batch)
+        self.usage: dict[tuple[date, int, str], list[int]] = {}
+        self.forks: list[models.ForkLink] = []
+        self.api_token_key = api_token_key
+        self._starts: dict[str, int] = {}
+        self._invocation_tokens: dict[str | None, int] = {}
+
+    def observe(self, state: SessionState, envelope: Envelope) -> None:
+        kind = envelope.type
+        if kind is EventType.MESSAGE_START:
+            self._starts[str(envelope.payload.get("message_id"))] = envelope.seq
+        if kind not in _INDEXED:
+            return
+        p = envelope.payload
+        if kind is EventType.INVOCATION_STARTED:
+            reason = p.get("reason") or {}
+            if reason.get("kind") == "user_message":
+                self._entry(envelope, "user", prompt_text((reason.get("input") or {}).get("content")))
+        elif kind is EventType.TOOL_CALL:
+            self._entry(envelope, "tool", str(p.get("name") or ""))
+        elif kind is EventType.STEER_RECEIVED:
+            self._entry(envelope, "steer", str(p.get("text") or ""))
+        elif kind is EventType.MESSAGE_END:
+            self.ended.append((envelope, self._starts.get(str(p.get("message_id")))))
+            usage = p.get("usage")
+            if isinstance(usage, dict):
+                model = p.get("model") or state.open_message_model or state.model
+                token_key = self._token_key(envelope.invocation_id)
+                key = (envelope.created_at.date(), token_key, str(model))
+                row = self.usage.setdefault(key, [0, 0, 0, 0, 0])
+                for i, name in enumerate(("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")):
+                    value = usage.get(name) or 0
+                    row[i] += int(value) if isinstance(value, int) else 0
+                row[4] += 1
+        elif kind is EventType.SESSION_CREATED:
+            origin = p.get("forked_from")
+            if isinstance(origin, dict) and isinstance(origin.get("session_id"), str):
+                source_id = origin["session_id"]
+                if models.Session.objects.using(self.using).filter(pk=source_id).exists():
+                    seq = origin.get("seq")
+                    self.forks.append(
+                        models.ForkLink(
+                            child_id=self.session.pk, source_id=source_id, seq=seq if isinstance(seq, int) else 0
+                        )
+                    )
+
+    def _entry(self, envelope: Envelope, kind: str, text: str) -> None:
+        text = searchable(text)
+        if text:
+            self.entries.append(models.SearchEntry(session_id=self.session.pk, seq=envelope.seq, kind=kind, text=text))
+
+    def _token_key(self, invocation_id: str | None) -> int:
+        if self.api_token_key is not None:
+            return self.api_token_key
+        if invocation_id not in self._invocation_tokens:
+            key = (
+                models.Run.objects.using(self.using)
+                .filter(invocation_id=invocation_id)
+                .values_list("api_token_key", flat=True)
+                .first()
+            )
+            self._invocation_tokens[invocation_id] = int(key or 0)
+        return self._invocation_tokens[invocation_id]
+
+    def write(self) -> None:
+        for end, start_seq in self.ended:
+            self._entry(end, "assistant", self._message_text(end, start_seq))
+        if self.entries:
+            models.SearchEntry.objects.using(self.using).bulk_create(self.entries)
+        if self.usage:
+            self._upsert_usage()
+        if self.forks:
+            models.ForkLink.objects.using(self.using).bulk_create(self.forks, ignore_conflicts=True)
+
+    def _message_text(self, end: Envelope, start_seq: int | None) -> str:
+        """The text of the message `end` closes, from its deltas (already inserted)."""
+        message_id = end.payload.get("message_id")
+        envelopes = models.Envelope.objects.using(self.using).filter(session_id=self.session.pk)
+        if start_seq is None:
+            start_seq = (
+                envelopes.filter(type=EventType.MESSAGE_START.value, seq__lt=end.seq)
+                .order_by("-seq")
+                .values_list("seq", flat=True)
+                .first()
+            ) or 0
+        deltas = (
+            envelopes.filter(type=EventType.MESSAGE_DELTA.value, seq__gt=start_seq, seq__lt=end.seq)
+            .order_by("seq")
+            .values_list("payload", flat=True)
+        )
+        return "".join(
+            str(p.get("text") or "") for p in deltas if isinstance(p, dict) and p.get("message_id") == message_id
+        )
+
+    def _upsert_usage(self) -> None:
+        connection = connections[self.using]
+        table = connection.ops.quote_name(models.UsageDaily._meta.db_table)
+        counters = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens", "messages")
+        updates = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in counters)
+        sql = (
+            f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, {', '.join(counters)}) "  # noqa: S608
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            f"ON CONFLICT (day, user_id, team_key, api_token_key, model) DO UPDATE SET {updates}"
+        )
+        with connection.cursor() as cursor:
+            for (day, token_key, model), row in self.usage.items():
+                cursor.execute(
+                    sql,
+                    [
+                        connection.ops.adapt_datefield_value(day),
+                        self.session.owner_id,
+                        self.session.team_id or 0,
+                        token_key,
+                        model,
+                        *row,
+                    ],
+                )
+
+
+def rebuild_review_projections(session: models.Session, using: str = "default") -> None:
+    """Recompute a session's search entries, usage rows (added again) and fork link from
+    its journal. Usage is summed into the rollup, so clear UsageDaily before rebuilding
+    every session (sectr_reindex does)."""
+    models.SearchEntry.objects.using(using).filter(session=session).delete()
+    models.ForkLink.objects.using(using).filter(child=session).delete()
+    envelopes = [row.to_envelope() for row in session.envelopes.using(using).order_by("seq")]
+    projection = ReviewProjection(session, using)
+    observe_all(projection, envelopes, SessionState(session_id=session.pk))
+    projection.write()
+
+
+def observe_all(projection: ReviewProjection, envelopes: Iterable[Envelope], state: SessionState) -> Any:
+    for envelope in envelopes:
+        projection.observe(state, envelope)
+        apply_envelope(state, envelope)
+    return state

@@ -1,0 +1,187 @@
+"""manage.py sectr_seed --sessions N: fill a scratch database for benchmarks (bench/review.py).
+
+Writes N sessions of a few users and teams, each a short conversation (user message,
+an assistant reply streamed in deltas, sometimes a tool call or an ask), straight into
+the tables with bulk inserts: going through the journal one append at a time would take
+hours at 100,000 sessions. The projections the journal would keep (the Session columns,
+SearchEntry, UsageDaily, AskIndex) are written from the same envelopes, so the pages read
+what they would read in production. Refuses a database that already holds sessions
+unless --force: it is for scratch databases only.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
+from django.utils import timezone
+
+from sectr.events import Envelope as JournalEnvelope
+from sectr.events import EventType
+from sectr.state import project
+from sessions_app.models import (
+    AskIndex,
+    Envelope,
+    Membership,
+    SearchEntry,
+    Session,
+    Team,
+    UsageDaily,
+)
+
+WORDS = (
+    "penguin invoice deploy kubernetes refund latency database migration budget weather schedule "
+    "report customer password outage backup python rust pricing contract holiday translation "
+    "summary meeting roadmap incident certificate billing analytics forecast inventory shipping"
+).split()
+# Plus ~1,000 made-up words, so that a search word matches a few percent of the sessions
+# as in real text, not all of them.
+SYLLABLES = "ka lo mi re su ta ve no pi da ri zo".split()
+WORDS += [a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES[:7]]
+MODELS = ("demo", "gpt-4o-mini", "llama-3.1-8b")
+BATCH = 2000
+
+
+class Command(BaseCommand):
+    help = "Fill a scratch database with N synthetic sessions (for bench/review.py)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--sessions", type=int, default=1000)
+        parser.add_argument("--users", type=int, default=50)
+        parser.add_argument("--teams", type=int, default=5)
+        parser.add_argument("--days", type=int, default=60)
+        parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--force", action="store_true", help="add to a database that has sessions already")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if Session.objects.exists() and not options["force"]:
+            raise CommandError("the database has sessions: sectr_seed is for scratch databases (--force to add)")
+        rng = random.Random(options["seed"])
+        users, teams = self._people(options["users"], options["teams"])
+        total = options["sessions"]
+        started = time.monotonic()
+        now = timezone.now()
+        usage: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
+        done = 0
+        while done < total:
+            count = min(BATCH, total - done)
+            with transaction.atomic():
+                self._batch(rng, users, teams, count, now, options["days"], usage)
+            done += count
+            self.stdout.write(f"{done} sessions ({time.monotonic() - started:.0f} s)")
+        UsageDaily.objects.bulk_create(
+            [
+                UsageDaily(
+                    day=day, user_id=user_id, team_key=team_key, api_token_key=0, model=model,
+                    input_tokens=i, output_tokens=o, messages=m,
+                )
+                for (day, user_id, team_key, model), (i, o, m) in usage.items()
+            ],
+            batch_size=BATCH,
+        )  # fmt: skip
+        self.stdout.write(f"seeded {total} sessions in {time.monotonic() - started:.0f} s")
+
+    def _people(self, user_count: int, team_count: int) -> tuple[list[Any], list[Team]]:
+        user_model = get_user_model()
+        users = [user_model.objects.get_or_create(username=f"seed{i}")[0] for i in range(user_count)]
+        teams = [Team.objects.get_or_create(name=f"seed-team-{i}")[0] for i in range(team_count)]
+        for i, user in enumerate(users):
+            Membership.objects.get_or_create(
+                team=teams[i % team_count], user=user, defaults={"role": "reviewer" if i % 5 == 0 else "member"}
+            )
+        return users, teams
+
+    def _batch(
+        self, rng: random.Random, users: list[Any], teams: list[Team], count: int, now: Any, days: int,
+        usage: dict[tuple[Any, ...], list[int]],
+    ) -> None:  # fmt: skip
+        sessions, envelopes, entries, asks = [], [], [], []
+        for _ in range(count):
+            owner_index = rng.randrange(len(users))
+            owner = users[owner_index]
+            team = teams[owner_index % len(teams)]
+            at = now - timedelta(seconds=rng.randrange(days * 86400))
+            model = rng.choice(MODELS)
+            sid = f"ses_{uuid.uuid4().hex}"
+            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))  # noqa: S311 - not crypto
+            answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))
+            journal = _conversation(sid, at, model, prompt, answer, rng)
+            state = project(journal, session_id=sid)
+            total = state.total_usage
+            session = Session(
+                id=sid, owner=owner, team=team, created_at=at, updated_at=journal[-1].created_at,
+                **{k: v for k, v in Session.cached_columns(state).items() if k != "token_total"},
+                token_total=total.get("input_tokens", 0) + total.get("output_tokens", 0),
+            )  # fmt: skip
+            sessions.append(session)
+            envelopes += [
+                Envelope(session_id=sid, seq=e.seq, invocation_id=e.invocation_id, type=e.type.value,
+                         payload=e.payload, created_at=e.created_at)
+                for e in journal
+            ]  # fmt: skip
+            entries.append(SearchEntry(session_id=sid, seq=2, kind="user", text=prompt))
+            entries.append(SearchEntry(session_id=sid, seq=3, kind="assistant", text=answer))
+            for e in journal:
+                if e.type is EventType.TOOL_CALL:
+                    entries.append(SearchEntry(session_id=sid, seq=e.seq, kind="tool", text=e.payload["name"]))
+                if e.type is EventType.APPROVAL_REQUESTED:
+                    asks.append(AskIndex(ask_id=e.payload["ask_id"], session_id=sid))
+            row = usage[(at.date(), owner.pk, team.pk, model)]
+            row[0] += total.get("input_tokens", 0)
+            row[1] += total.get("output_tokens", 0)
+            row[2] += 1
+        Session.objects.bulk_create(sessions, batch_size=BATCH)
+        Envelope.objects.bulk_create(envelopes, batch_size=BATCH)
+        SearchEntry.objects.bulk_create(entries, batch_size=BATCH)
+        AskIndex.objects.bulk_create(asks, batch_size=BATCH)
+
+
+def _conversation(sid: str, at: Any, model: str, prompt: str, answer: str, rng: random.Random) -> list[JournalEnvelope]:
+    inv = f"inv_{uuid.uuid4().hex[:24]}"
+    mid = f"msg_{uuid.uuid4().hex[:24]}"
+    events: list[tuple[EventType, dict[str, Any], str | None]] = [
+        (EventType.SESSION_CREATED, {"mode": "default", "model": model, "title": prompt[:60]}, None),
+        (EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": prompt}}}, inv),
+        (EventType.MESSAGE_START, {"message_id": mid, "role": "assistant", "model": model}, inv),
+    ]
+    words = answer.split(" ")
+    for start in range(0, len(words), 8):
+        events.append(
+            (EventType.MESSAGE_DELTA, {"message_id": mid, "text": " ".join(words[start : start + 8]) + " "}, inv)
+        )
+    roll = rng.random()
+    if roll < 0.2:
+        events.append(
+            (
+                EventType.TOOL_CALL,
+                {"message_id": mid, "tool_call_id": "call_1", "name": "get_time", "arguments": "{}"},
+                inv,
+            )
+        )
+    usage = {"input_tokens": len(prompt.split()), "output_tokens": len(words)}
+    events.append((EventType.MESSAGE_END, {"message_id": mid, "usage": usage}, inv))
+    if 0.2 <= roll < 0.25:
+        ask = f"ask_{uuid.uuid4().hex}"
+        events.append(
+            (
+                EventType.APPROVAL_REQUESTED,
+                {"ask_id": ask, "tool_call_id": None, "name": "write_note", "arguments": {}},
+                inv,
+            )
+        )
+        events.append((EventType.INVOCATION_SUSPENDED, {"ask_id": ask}, inv))
+    elif 0.25 <= roll < 0.3:
+        events.append((EventType.INVOCATION_FAILED, {"error": "provider error", "retryable": True}, inv))
+    else:
+        events.append((EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": usage}, inv))
+    return [
+        JournalEnvelope(sid, seq, invocation, kind, payload, at + timedelta(milliseconds=seq))
+        for seq, (kind, payload, invocation) in enumerate(events, start=1)
+    ]

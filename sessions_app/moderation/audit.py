@@ -1,0 +1,265 @@
+"""The moderation audit as people and programs read it: filters, rows, CSV, statistics.
+
+The rows are `AuditEntry`, a projection of the journal written with each append
+(sessions_app.journal.moderation). A viewer sees only the rows of sessions they may
+audit: their own sessions, the sessions of teams where they are a reviewer or moderator,
+and every session for staff (`auditable_sessions`).
+"""
+
+from __future__ import annotations
+
+import csv
+import itertools
+import json
+import math
+from collections.abc import AsyncIterator, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, time
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db.models import QuerySet
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
+
+from sectr.errors import ValidationFailed
+from sessions_app import access
+from sessions_app.models import AuditEntry, Session
+
+#: Kinds listed by default: every verdict, vote and withdrawal (asks themselves are not decisions).
+DEFAULT_KINDS = (
+    AuditEntry.DECISION,
+    AuditEntry.RULE,
+    AuditEntry.EXPIRY,
+    AuditEntry.VOTE,
+    AuditEntry.WITHDRAWN,
+)
+KIND_LABELS = {
+    AuditEntry.DECISION: "Decision",
+    AuditEntry.RULE: "Rule decision",
+    AuditEntry.EXPIRY: "Expired",
+    AuditEntry.VOTE: "Vote",
+    AuditEntry.WITHDRAWN: "Withdrawn",
+    AuditEntry.ASK: "Ask",
+}
+VERDICTS = ("allow_once", "allow_always", "deny")
+CSV_COLUMNS = (
+    "at",
+    "kind",
+    "actor",
+    "verdict",
+    "note",
+    "team",
+    "session_id",
+    "session_title",
+    "requester",
+    "ask_id",
+    "tool",
+    "arguments",
+    "seconds_to_decide",
+    "rule",
+    "seq",
+)
+
+
+def auditable_sessions(user: Any) -> QuerySet[Session]:
+    """The sessions whose audit rows `user` may read: their own, those of the teams where
+    they are a reviewer or moderator, every session for staff."""
+    return access.reviewable_sessions(user)
+
+
+@dataclass
+class AuditFilters:
+    team: str = ""
+    tool: str = ""
+    actor: str = ""
+    verdict: str = ""
+    kind: str = ""
+    session: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    @classmethod
+    def from_query(cls, query: Any) -> AuditFilters:
+        """The filters of a query string; ValidationFailed (400) for a value that cannot be one."""
+
+        def text(name: str, limit: int = 150) -> str:
+            value = query.get(name, "")
+            return str(value or "").strip()[:limit]
+
+        verdict, kind = text("verdict"), text("kind")
+        if verdict and verdict not in VERDICTS:
+            raise ValidationFailed(f"verdict must be one of {', '.join(VERDICTS)}", code="invalid_filter")
+        if kind and kind not in KIND_LABELS:
+            raise ValidationFailed(f"kind must be one of {', '.join(KIND_LABELS)}", code="invalid_filter")
+        return cls(
+            team=text("team"),
+            tool=text("tool", 100),
+            actor=text("actor"),
+            verdict=verdict,
+            kind=kind,
+            session=text("session", 40),
+            since=_moment(text("from", 40), "from", end=False),
+            until=_moment(text("to", 40), "to", end=True),
+        )
+
+    def as_query(self) -> dict[str, str]:
+        values = {
+            "team": self.team,
+            "tool": self.tool,
+            "actor": self.actor,
+            "verdict": self.verdict,
+            "kind": self.kind,
+            "session": self.session,
+            "from": self.since.date().isoformat() if self.since else "",
+            "to": self.until.date().isoformat() if self.until else "",
+        }
+        return {name: value for name, value in values.items() if value}
+
+
+def _moment(raw: str, name: str, *, end: bool) -> datetime | None:
+    if not raw:
+        return None
+    moment = parse_datetime(raw)
+    if moment is None:
+        day = parse_date(raw) if len(raw) == 10 else None
+        if day is None:
+            raise ValidationFailed(f"{name} must be a date (YYYY-MM-DD) or an ISO 8601 time", code="invalid_filter")
+        moment = datetime.combine(day, time.max if end else time.min)
+    if timezone.is_naive(moment):
+        moment = timezone.make_aware(moment, timezone.get_current_timezone())
+    return moment
+
+
+def audit_entries(user: Any, filters: AuditFilters | None = None) -> QuerySet[AuditEntry]:
+    """The audit rows `user` may read, newest first, narrowed by `filters`."""
+    filters = filters or AuditFilters()
+    entries = AuditEntry.objects.filter(session__in=auditable_sessions(user)).select_related("session__team")
+    entries = entries.filter(kind=filters.kind) if filters.kind else entries.filter(kind__in=DEFAULT_KINDS)
+    if filters.team:
+        entries = entries.filter(session__team__name=filters.team)
+    if filters.tool:
+        entries = entries.filter(tool=filters.tool)
+    if filters.actor:
+        entries = entries.filter(actor=filters.actor)
+    if filters.verdict:
+        entries = entries.filter(verdict=filters.verdict)
+    if filters.session:
+        entries = entries.filter(session_id=filters.session)
+    if filters.since:
+        entries = entries.filter(at__gte=filters.since)
+    if filters.until:
+        entries = entries.filter(at__lte=filters.until)
+    return entries.order_by("-at", "-id")
+
+
+def team_name(entry: AuditEntry) -> str:
+    return entry.session.team.name if entry.session.team is not None else ""
+
+
+def entry_dict(entry: AuditEntry) -> dict[str, Any]:
+    """One row as the API serves it (and as the CSV's columns name it)."""
+    return {
+        "at": entry.at.isoformat(),
+        "kind": entry.kind,
+        "actor": entry.actor,
+        "verdict": entry.verdict or None,
+        "note": entry.note or None,
+        "team": team_name(entry) or None,
+        "session_id": entry.session_id,
+        "session_title": entry.session.title,
+        "requester": entry.requester,
+        "ask_id": entry.ask_id,
+        "tool": entry.tool,
+        "arguments": entry.arguments,
+        "seconds_to_decide": entry.seconds_to_decide,
+        "rule": entry.rule or None,
+        "seq": entry.seq,
+    }
+
+
+class _Echo:
+    """A file-like object whose write returns the line (csv.writer into a stream)."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def csv_lines(entries: Iterable[AuditEntry]) -> Iterator[str]:
+    """The CSV export, line by line (for StreamingHttpResponse): a header, then one row each."""
+    writer = csv.writer(_Echo())
+    yield writer.writerow(CSV_COLUMNS)
+    for entry in entries:
+        row = entry_dict(entry)
+        row["arguments"] = json.dumps(entry.arguments, ensure_ascii=False, sort_keys=True)
+        values = ["" if row[name] is None else row[name] for name in CSV_COLUMNS]
+        # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
+        yield writer.writerow([_defuse(value) for value in values])
+
+
+def _defuse(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        return "'" + value
+    return value
+
+
+async def stream_in_thread(lines: Iterator[str], batch: int = 200) -> AsyncIterator[str]:
+    """`lines` as an async iterator, read `batch` lines at a time in the database thread.
+
+    StreamingHttpResponse under ASGI buffers a sync iterator whole; this keeps the
+    export streaming (the rows come from one server-side cursor, always read from the
+    same thread: sync_to_async is thread-sensitive).
+    """
+
+    def take() -> str:
+        return "".join(itertools.islice(lines, batch))
+
+    while chunk := await sync_to_async(take)():
+        yield chunk
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float | None:
+    """The `fraction` percentile of ascending values (linear interpolation), None if empty."""
+    if not sorted_values:
+        return None
+    position = (len(sorted_values) - 1) * fraction
+    low, high = math.floor(position), math.ceil(position)
+    if low == high:
+        return sorted_values[low]
+    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
+
+
+@dataclass
+class TeamTiming:
+    team: str  # "" for personal sessions
+    decisions: int
+    median_seconds: float | None
+    p90_seconds: float | None
+
+
+def time_to_decision(entries: QuerySet[AuditEntry]) -> list[TeamTiming]:
+    """Median and p90 seconds from ask to a person's decision, per team, over `entries`.
+
+    Only people's decisions count: rule decisions take no time and expiries measure the
+    policy, not the moderators.
+    """
+    people = entries.filter(kind=AuditEntry.DECISION, seconds_to_decide__isnull=False).order_by()
+    by_team: dict[str, list[float]] = {}
+    for name, seconds in people.values_list("session__team__name", "seconds_to_decide").iterator():
+        if seconds is not None:
+            by_team.setdefault(str(name or ""), []).append(float(seconds))
+    timings = []
+    for name in sorted(by_team):
+        values = sorted(by_team[name])
+        timings.append(TeamTiming(name, len(values), percentile(values, 0.5), percentile(values, 0.9)))
+    return timings
+
+
+def csv_response(entries: QuerySet[AuditEntry]) -> StreamingHttpResponse:
+    """The CSV export of `entries`, streamed row by row (the audit may be long)."""
+    rows = stream_in_thread(csv_lines(entries.iterator(chunk_size=500)))
+    response = StreamingHttpResponse(rows, content_type="text/csv; charset=utf-8")
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="sectr-audit-{stamp}.csv"'
+    return response

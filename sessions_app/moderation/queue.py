@@ -1,0 +1,199 @@
+"""The approval queue's view model: the pending asks a user may decide, as cards.
+
+A card is the ask (from the session's projection) with what a moderator needs to decide
+it without opening the session: who asked, in which team, the conversation just before
+the ask, its age, the approval rule that matched and the votes so far (all from the
+session's projection of its journal). Which asks are pending comes from AskIndex (also
+a projection, written with the journal). Oldest first. Filters: `team` (a team name),
+`tool` (a tool name) and `age` (only asks older than that).
+
+Nothing here writes; deciding goes through sessions_app.actions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from sectr.fold import fold_messages
+from sessions_app import access
+from sessions_app.chat.view_model import ApprovalView
+from sessions_app.journal import get_journal
+from sessions_app.journal.moderation import matched_rule
+from sessions_app.models import AskIndex, AuditEntry, Session
+
+#: The `Age` filter: only asks older than this.
+AGE_CHOICES: dict[str, timedelta] = {
+    "1m": timedelta(minutes=1),
+    "10m": timedelta(minutes=10),
+    "1h": timedelta(hours=1),
+    "1d": timedelta(days=1),
+}
+AGE_LABELS = {
+    "": "Any age",
+    "1m": "Older than 1 minute",
+    "10m": "Older than 10 minutes",
+    "1h": "Older than 1 hour",
+    "1d": "Older than 1 day",
+}
+CONTEXT_MESSAGES = 4  # the conversation shown before the ask
+CONTEXT_CHARS = 400
+
+
+@dataclass
+class QueueFilters:
+    team: str = ""
+    tool: str = ""
+    age: str = ""
+
+    @classmethod
+    def from_query(cls, query: Any) -> QueueFilters:
+        age = str(query.get("age", "") or "")
+        return cls(
+            team=str(query.get("team", "") or "")[:150],
+            tool=str(query.get("tool", "") or "")[:100],
+            age=age if age in AGE_CHOICES else "",
+        )
+
+    def as_query(self) -> dict[str, str]:
+        return {name: value for name, value in (("team", self.team), ("tool", self.tool), ("age", self.age)) if value}
+
+    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+        if self.team and card.team != self.team:
+            return False
+        if self.tool and card.name != self.tool:
+            return False
+        if self.age:
+            if card.asked_at is None:
+                return False
+            return (now or timezone.now()) - card.asked_at >= AGE_CHOICES[self.age]
+        return True
+
+
+@dataclass
+class ContextLine:
+    role: str
+    text: str
+
+
+@dataclass
+class Vote:
+    approver: str
+    verdict: str
+    note: str = ""
+
+
+@dataclass
+class QueueCard(ApprovalView):
+    team: str = ""
+    asked_at: datetime | None = None
+    rule: str = ""
+    approvals_required: int = 1
+    votes: list[Vote] = field(default_factory=list)
+    context: list[ContextLine] = field(default_factory=list)
+
+    @property
+    def asked_at_iso(self) -> str:
+        return self.asked_at.isoformat() if self.asked_at else ""
+
+
+def session_team_name(session: Session) -> str:
+    return session.team.name if session.team_id is not None and session.team is not None else ""
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, list):
+        text = " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    else:
+        text = ""
+    if not text and message.get("tool_calls"):
+        names = ", ".join(str((c.get("function") or {}).get("name", "")) for c in message["tool_calls"])
+        text = f"(calls {names})"
+    text = " ".join(text.split())
+    return text if len(text) <= CONTEXT_CHARS else text[: CONTEXT_CHARS - 1] + "…"
+
+
+def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
+    """The last few user/assistant messages before the ask (tool results left out)."""
+    envelopes = [e for e in get_journal().load_since_compaction_sync(session_id) if e.seq < ask_seq]
+    lines = [
+        ContextLine(str(m.get("role")), _message_text(m))
+        for m in fold_messages(envelopes)
+        if m.get("role") in ("user", "assistant")
+    ]
+    return [line for line in lines if line.text][-CONTEXT_MESSAGES:]
+
+
+def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = True) -> QueueCard:
+    """The queue's card of one ask (`ask`: its entry in the session's projection)."""
+    base = ApprovalView.from_ask(ask, session.pk)
+    card = QueueCard(**{name: getattr(base, name) for name in ApprovalView.__dataclass_fields__})
+    card.session_title = session.title
+    card.owner = session.owner.get_username()
+    card.team = session_team_name(session)
+    card.approvals_required = int(ask.get("approvals_required") or 1)
+    card.rule = matched_rule(ask)
+    card.asked_at = parse_datetime(str(ask.get("requested_at") or "")) if ask.get("requested_at") else None
+    card.votes = [
+        Vote(str(v.get("approver", "")), str(v.get("verdict", "")), str(v.get("note") or ""))
+        for v in ask.get("votes") or []
+        if isinstance(v, dict)
+    ]
+    if with_context and card.is_pending:
+        card.context = conversation_before(session.pk, card.seq)
+    if not card.is_pending and card.note is None:
+        # The projection keeps who decided and how; the note is in the decision (audited).
+        card.note = (
+            AuditEntry.objects.filter(session_id=session.pk, ask_id=card.ask_id, kind__in=AuditEntry.VERDICT_KINDS)
+            .values_list("note", flat=True)
+            .first()
+        ) or None
+    return card
+
+
+def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[AskIndex]:
+    """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
+    filters = filters or QueueFilters()
+    asks = AskIndex.objects.filter(status=AskIndex.PENDING, session__in=access.approvable_sessions(user))
+    if filters.team:
+        asks = asks.filter(session__team__name=filters.team)
+    if filters.tool:
+        asks = asks.filter(tool=filters.tool)
+    if filters.age:
+        asks = asks.filter(requested_at__lte=timezone.now() - AGE_CHOICES[filters.age])
+    return asks.order_by("requested_at", "ask_id")
+
+
+def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
+    """Every pending ask `user` may decide, as cards, oldest first."""
+    cards = []
+    for index in pending_asks(user, filters).select_related("session__owner", "session__team"):
+        ask = index.session.projection().asks.get(index.ask_id)
+        if ask is not None and ask.get("status") == "pending":
+            cards.append(build_card(index.session, ask))
+    return cards
+
+
+def pending_count(user: Any) -> int:
+    """How many asks wait for `user`'s decision (the `Approvals` badge)."""
+    if user is None or not user.is_authenticated:
+        return 0
+    return pending_asks(user).count()
+
+
+def filter_choices(user: Any) -> dict[str, list[str]]:
+    """The values the `Team` and `Tool` filters offer: the teams the user moderates (and
+    any with a pending ask of theirs) and the tools of their pending asks."""
+    pending = pending_asks(user)
+    teams = set(access.teams_for(user, "moderator").values_list("name", flat=True))
+    teams |= {name for name in pending.values_list("session__team__name", flat=True) if name}
+    tools = set(pending.values_list("tool", flat=True))
+    return {"teams": sorted(teams), "tools": sorted(t for t in tools if t)}

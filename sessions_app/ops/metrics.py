@@ -1,0 +1,66 @@
+"""The process's Prometheus counters and gauges (SPEC section 13), counted where things
+happen. `/metrics` serves them with the gauges computed from the database at scrape time
+(sessions_app.ops.scrape); docs/operations.md lists every metric.
+
+This module imports nothing of Sectr's Django app, so the lowest layers (the journal,
+the run state machine, the publisher) can count without an import circle.
+
+Counters on hot paths are counted per append batch, not per envelope (an `inc` is a
+lock and an add; in multiprocess mode a write to a memory-mapped file).
+
+Several processes: set PROMETHEUS_MULTIPROC_DIR (an empty directory, shared by every
+Sectr process of one machine, wiped before they start) and each process writes its
+values there; `/metrics` of any of them then adds up the whole machine. Without it, each
+process serves its own values (workers: `sectr_worker --metrics-port`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from prometheus_client import Counter, Gauge, Histogram
+
+from sectr.events import Envelope, EventType
+
+ENVELOPES = Counter("sectr_journal_envelopes", "Envelopes appended to session journals (committed).")
+DELTAS = Counter("sectr_journal_deltas", "MESSAGE_DELTA envelopes appended (committed): streamed chunks, coalesced.")
+PUBLISH_DROPS = Counter(
+    "sectr_publish_drops",
+    "Channel-layer sends that failed or timed out (readers catch up from the journal).",
+    ["group_kind"],
+)
+LEASE_EXPIRIES = Counter(
+    "sectr_run_lease_expiries",
+    "Runs found running with an expired lease (their worker stopped answering), by what was done.",
+    ["outcome"],
+)
+RECOVERIES = Counter("sectr_run_recoveries", "Recover invocations started for runs whose worker died.")
+LEASES_LOST = Counter("sectr_worker_leases_lost", "Runs a worker stopped because another worker took their lease over.")
+APPROVAL_DECISION_SECONDS = Histogram(
+    "sectr_approval_decision_seconds",
+    "Time from an approval ask to its decision.",
+    buckets=(1, 5, 15, 60, 300, 900, 3600, 4 * 3600, 24 * 3600, 7 * 24 * 3600, float("inf")),
+)
+WEBSOCKET_CLIENTS = Gauge(
+    "sectr_websocket_clients", "Open websockets, by consumer.", ["consumer"], multiprocess_mode="livesum"
+)
+SSE_CLIENTS = Gauge("sectr_sse_clients", "Open SSE run-event streams.", multiprocess_mode="livesum")
+
+
+def count_appended(envelopes: Sequence[Envelope]) -> None:
+    """Count one committed append batch."""
+    if not envelopes:
+        return
+    ENVELOPES.inc(len(envelopes))
+    deltas = sum(1 for envelope in envelopes if envelope.type is EventType.MESSAGE_DELTA)
+    if deltas:
+        DELTAS.inc(deltas)
+
+
+def group_kind(group: str) -> str:
+    """A bounded label for a channel-layer group (never a session id: one series per session
+    would grow without end)."""
+    for prefix, kind in (("sectr.session.", "session"), ("sectr.run.", "run_control")):
+        if group.startswith(prefix):
+            return kind
+    return {"sectr.moderation": "moderation", "sectr.workers": "workers"}.get(group, "other")

@@ -1,0 +1,304 @@
+"""Every state change of team review: check_* validates, do_* writes once, atomically.
+
+Ratings, the reviewed mark, review queues and share links are people's judgements about
+a session, not part of it: they live beside the journal (sessions_app.models), never in
+it, so rating or sharing a session changes nothing its owner or the model sees.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
+from sessions_app import access
+from sessions_app.models import (
+    Envelope,
+    Rating,
+    ReviewMark,
+    ReviewNote,
+    ReviewQueue,
+    ReviewQueueItem,
+    Session,
+    ShareLink,
+)
+
+MAX_TAGS = 10
+MAX_TAG = 40
+MAX_COMMENT = 10_000
+MAX_SHARE_DAYS = 365
+
+
+# ---- ratings ----
+
+
+def check_rating(thumbs: Any, score: Any, tags: Any, comment: Any) -> tuple[int, int | None, list[str], str]:
+    if thumbs in ("up", "+1", 1, "1"):
+        value = 1
+    elif thumbs in ("down", "-1", -1):
+        value = -1
+    else:
+        raise ValidationFailed("a rating needs thumbs up or down", code="thumbs")
+    if score in (None, ""):
+        number: int | None = None
+    else:
+        try:
+            number = int(score)
+        except (TypeError, ValueError):
+            raise ValidationFailed("the score must be a whole number from 1 to 5", code="score") from None
+        if not 1 <= number <= 5:
+            raise ValidationFailed("the score must be a whole number from 1 to 5", code="score")
+    if isinstance(tags, str):
+        tags = [t for t in (part.strip() for part in tags.split(",")) if t]
+    if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+        raise ValidationFailed("tags must be a list of words", code="tags")
+    tags = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
+    if len(tags) > MAX_TAGS or any(len(t) > MAX_TAG for t in tags):
+        raise ValidationFailed(f"at most {MAX_TAGS} tags of at most {MAX_TAG} characters", code="tags")
+    text = str(comment or "").strip()
+    if len(text) > MAX_COMMENT:
+        raise ValidationFailed(f"the comment is longer than {MAX_COMMENT} characters", code="comment")
+    return value, number, tags, text
+
+
+def _message_end(session: Session, message_id: str) -> int:
+    """The MESSAGE_END seq of an assistant message of `session` (what a message rating pins)."""
+    seq = (
+        Envelope.objects.filter(session=session, type="MESSAGE_END", payload__message_id=message_id)
+        .values_list("seq", flat=True)
+        .first()
+    )
+    if seq is None:
+        raise NotFound("no such message in this session")
+    return int(seq)
+
+
+def _save_rating(
+    actor: Any, session: Session, source: str, message_id: str, thumbs: Any, score: Any, tags: Any, comment: Any
+) -> Rating:
+    value, number, tag_list, text = check_rating(thumbs, score, tags, comment)
+    seq = _message_end(session, message_id) if message_id else 0
+    now = timezone.now()
+    with transaction.atomic():
+        rating, _ = Rating.objects.update_or_create(
+            session=session,
+            seq=seq,
+            author=actor,
+            source=source,
+            defaults={
+                "message_id": message_id,
+                "thumbs": value,
+                "score": number,
+                "tags": tag_list,
+                "comment": text,
+                "updated_at": now,
+            },
+            create_defaults={
+                "message_id": message_id,
+                "thumbs": value,
+                "score": number,
+                "tags": tag_list,
+                "comment": text,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
+    return rating
+
+
+def do_rate(
+    actor: Any,
+    session_id: str,
+    *,
+    thumbs: Any,
+    message_id: str = "",
+    score: Any = None,
+    tags: Any = "",
+    comment: Any = "",
+) -> Rating:
+    """A reviewer's rating of a session (message_id "") or one assistant message; rating
+    the same thing again replaces the reviewer's earlier rating."""
+    session = access.get_session_for_user(actor, session_id, "review")
+    return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, tags, comment)
+
+
+def do_end_user_feedback(actor: Any, session_id: str, message_id: str, thumbs: Any) -> Rating:
+    """The chat page's own thumbs on an assistant message, by someone who may write the
+    session (its owner): stored apart from reviewers' ratings (source end_user)."""
+    session = access.get_session_for_user(actor, session_id, "write")
+    return _save_rating(actor, session, Rating.END_USER, message_id, thumbs, None, [], "")
+
+
+def do_set_reviewed(actor: Any, session_id: str, reviewed: bool) -> bool:
+    session = access.get_session_for_user(actor, session_id, "review")
+    with transaction.atomic():
+        if reviewed:
+            ReviewMark.objects.update_or_create(
+                session=session, defaults={"reviewed_by": actor, "reviewed_at": timezone.now()}
+            )
+        else:
+            ReviewMark.objects.filter(session=session).delete()
+    return reviewed
+
+
+MAX_NOTE = 10_000
+
+
+def do_add_note(actor: Any, session_id: str, body: Any, seq: int | None = None) -> ReviewNote:
+    session = access.get_session_for_user(actor, session_id, "review")
+    text = str(body or "").strip()
+    if not 1 <= len(text) <= MAX_NOTE:
+        raise ValidationFailed(f"a note needs 1 to {MAX_NOTE} characters", code="note")
+    return ReviewNote.objects.create(session=session, author=actor, body=text, seq=seq)
+
+
+# ---- queues ----
+
+
+def is_moderator(user: Any) -> bool:
+    """A moderator of some team (or staff): sees every item of the queues they open."""
+    return access.has_any_role(user, "moderator")
+
+
+def check_queue_name(name: Any) -> str:
+    text = str(name or "").strip()
+    if not 1 <= len(text) <= 100:
+        raise ValidationFailed("a queue needs a name of 1 to 100 characters", code="name")
+    return text
+
+
+def _require_reviewer(actor: Any) -> None:
+    if not access.has_any_role(actor, "reviewer"):
+        raise Forbidden("review queues are for reviewers and moderators")
+
+
+def do_create_queue(actor: Any, name: Any, reviewers: Iterable[Any] = ()) -> ReviewQueue:
+    _require_reviewer(actor)
+    text = check_queue_name(name)
+    people = list(reviewers)
+    for person in people:
+        if not access.has_any_role(person, "reviewer"):
+            raise ValidationFailed(f"{person.get_username()} is not a reviewer", code="reviewers")
+    try:
+        with transaction.atomic():
+            queue = ReviewQueue.objects.create(name=text, created_by=actor)
+            queue.reviewers.set(people)
+    except IntegrityError:
+        raise SectrError(f"a queue named {text!r} exists already", code="queue_exists", status=409) from None
+    return queue
+
+
+def get_queue_for_user(actor: Any, queue_id: int) -> ReviewQueue:
+    """A queue its reviewers, its creator and moderators may work with; 404 for others."""
+    queue = ReviewQueue.objects.filter(pk=queue_id).first()
+    if queue is None or not access.has_any_role(actor, "reviewer"):
+        raise NotFound("no such queue")
+    if not (is_moderator(actor) or queue.created_by_id == actor.pk or queue.reviewers.filter(pk=actor.pk).exists()):
+        raise NotFound("no such queue")
+    return queue
+
+
+def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> tuple[int, int]:
+    """Put sessions in a queue, assigned round-robin to its reviewers (unassigned when it
+    has none). Sessions already in it are refused (skipped), never doubled.
+    Returns (added, refused as duplicates). Takes the queue row lock, so two people
+    adding at once number their items without gaps or clashes."""
+    with transaction.atomic():
+        queue = get_queue_for_user(actor, queue_id)
+        ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()
+        # One query for the whole batch (a search may put thousands in): what `actor` may review.
+        wanted = [s.pk for s in sessions]
+        candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted))
+        present = set(
+            ReviewQueueItem.objects.filter(queue=queue, session__in=[s.pk for s in candidates]).values_list(
+                "session_id", flat=True
+            )
+        )
+        fresh = [s for s in dict((s.pk, s) for s in candidates).values() if s.pk not in present]
+        start = (ReviewQueueItem.objects.filter(queue=queue).aggregate(m=Max("position"))["m"] or 0) + 1
+        reviewers = list(queue.reviewers.order_by("pk"))
+        assignees = itertools.cycle(reviewers) if reviewers else itertools.repeat(None)
+        ReviewQueueItem.objects.bulk_create(
+            [
+                ReviewQueueItem(queue=queue, session=s, position=start + i, assignee=next(assignees), added_by=actor)
+                for i, s in enumerate(fresh)
+            ]
+        )
+    return len(fresh), len(candidates) - len(fresh)
+
+
+def do_assign(actor: Any, item_id: int, assignee: Any | None) -> ReviewQueueItem:
+    item = ReviewQueueItem.objects.select_related("queue").filter(pk=item_id).first()
+    if item is None:
+        raise NotFound("no such queue item")
+    get_queue_for_user(actor, item.queue_id)
+    if assignee is not None and not access.has_any_role(assignee, "reviewer"):
+        raise ValidationFailed(f"{assignee.get_username()} is not a reviewer", code="assignee")
+    ReviewQueueItem.objects.filter(pk=item.pk).update(assignee=assignee)
+    item.assignee = assignee
+    return item
+
+
+def do_mark_item_done(actor: Any, item_id: int, done: bool = True) -> ReviewQueueItem:
+    item = ReviewQueueItem.objects.filter(pk=item_id).first()
+    if item is None:
+        raise NotFound("no such queue item")
+    get_queue_for_user(actor, item.queue_id)
+    if item.assignee_id not in (None, actor.pk) and not is_moderator(actor):
+        raise Forbidden("this item is assigned to someone else")
+    item.done_at = timezone.now() if done else None
+    ReviewQueueItem.objects.filter(pk=item.pk).update(done_at=item.done_at)
+    return item
+
+
+# ---- share links ----
+
+
+def do_create_share(actor: Any, session_id: str, *, days: Any = 7, require_login: bool = False) -> ShareLink:
+    """A read-only link to the transcript as it is now (the session's last seq)."""
+    session = access.get_session_for_user(actor, session_id, "review")
+    try:
+        lifetime = int(days)
+    except (TypeError, ValueError):
+        raise ValidationFailed("the expiry must be a number of days", code="expiry") from None
+    if not 1 <= lifetime <= MAX_SHARE_DAYS:
+        raise ValidationFailed(f"the expiry must be 1 to {MAX_SHARE_DAYS} days", code="expiry")
+    now = timezone.now()
+    last_seq = Session.objects.filter(pk=session.pk).values_list("last_seq", flat=True).first() or 0
+    return ShareLink.objects.create(
+        session=session,
+        seq=last_seq,
+        created_by=actor,
+        created_at=now,
+        expires_at=now + timedelta(days=lifetime),
+        require_login=bool(require_login),
+    )
+
+
+def do_revoke_share(actor: Any, share_id: int) -> ShareLink:
+    share = ShareLink.objects.filter(pk=share_id, created_by=actor).first()
+    if share is None:
+        raise NotFound("no such share link")
+    if share.revoked_at is None:
+        share.revoked_at = timezone.now()
+        ShareLink.objects.filter(pk=share.pk).update(revoked_at=share.revoked_at)
+    return share
+
+
+def live_share(token: str, user: Any) -> ShareLink:
+    """The share link `token` names if it is live (and the viewer logged in when it asks
+    for that); NotFound for anything else: revoked, expired, unknown, malformed."""
+    if not isinstance(token, str) or not 16 <= len(token) <= 64:
+        raise NotFound("no such link")
+    share = ShareLink.objects.select_related("session").filter(token=token).first()
+    if share is None or not share.is_live():
+        raise NotFound("no such link")
+    if share.require_login and not user.is_authenticated:
+        raise NotFound("no such link")
+    return share

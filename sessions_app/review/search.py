@@ -1,0 +1,271 @@
+"""Finding sessions for /review/: full-text search over SearchEntry plus the filters of
+SPEC section 12 (Team, User, State, Model, From, To, Has asks, Failed).
+
+PostgreSQL matches ``to_tsvector('english', text) @@ websearch_to_tsquery(...)`` through
+the GIN index on that very expression (migration 0005); SQLite matches the FTS5 table
+kept by triggers. Both find sessions with a semi-join on the index, then filter and
+order sessions by their own indexes, so the cost follows the matches, not the journal.
+Snippets are computed only for the page shown, and returned as safe HTML: the text is
+escaped first and only the database's highlight markers become <mark>.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from django.db import connection
+from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
+from django.db.models.expressions import RawSQL
+from django.utils.html import escape
+from django.utils.safestring import SafeString, mark_safe
+
+from sectr.events import EventType
+from sessions_app import access
+from sessions_app.journal.projections import MARK_END, MARK_START
+from sessions_app.models import AskIndex, Envelope, SearchEntry, Session
+
+FTS_TABLE = "sessions_app_searchentry_fts"
+MAX_QUERY = 200
+_WORD = re.compile(r"\w+", re.UNICODE)
+STATES = [s for s, _ in Session.STATUS_CHOICES]
+
+
+@dataclass
+class Filters:
+    """The /review/ form, validated. Unknown or malformed values are dropped, not errors:
+    it is a search form, and a bookmarked URL should still show something."""
+
+    q: str = ""
+    team: str = ""
+    user: str = ""
+    state: str = ""
+    model: str = ""
+    date_from: date | None = None
+    date_to: date | None = None
+    has_asks: bool = False
+    failed: bool = False
+    errors: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_query(cls, params: Any) -> Filters:
+        filters = cls(
+            q=str(params.get("q", "")).strip()[:MAX_QUERY],
+            team=str(params.get("team", "")).strip()[:100],
+            user=str(params.get("user", "")).strip()[:150],
+            model=str(params.get("model", "")).strip()[:200],
+            has_asks=params.get("has_asks") in ("1", "on", "true"),
+            failed=params.get("failed") in ("1", "on", "true"),
+        )
+        state = str(params.get("state", "")).strip()
+        filters.state = state if state in STATES else ""
+        filters.date_from = filters._date(params.get("from"), "From")
+        filters.date_to = filters._date(params.get("to"), "To")
+        return filters
+
+    def _date(self, value: Any, label: str) -> date | None:
+        if not value:
+            return None
+        try:
+            return date.fromisoformat(str(value))
+        except ValueError:
+            self.errors.append(f"{label} is not a date (YYYY-MM-DD); ignored")
+            return None
+
+    def as_query(self) -> dict[str, str]:
+        """The filters as URL parameters (for the pager and the bulk export link)."""
+        pairs = {
+            "q": self.q,
+            "team": self.team,
+            "user": self.user,
+            "state": self.state,
+            "model": self.model,
+            "from": self.date_from.isoformat() if self.date_from else "",
+            "to": self.date_to.isoformat() if self.date_to else "",
+            "has_asks": "1" if self.has_asks else "",
+            "failed": "1" if self.failed else "",
+        }
+        return {key: value for key, value in pairs.items() if value}
+
+
+def _day_start(day: date) -> datetime:
+    return datetime.combine(day, time.min, tzinfo=UTC)
+
+
+def fts5_query(text: str) -> str:
+    """The search box's words as an FTS5 query: each word a quoted term, all required
+    (FTS5's own syntax (NEAR, column filters, quotes) is not the user's to type)."""
+    return " ".join(f'"{word}"' for word in _WORD.findall(text))
+
+
+def text_match_sql() -> tuple[str, str]:
+    """(SQL condition on sessions_app_searchentry matching %s, the parameter transform)."""
+    if connection.vendor == "postgresql":
+        return "to_tsvector('english'::regconfig, text) @@ websearch_to_tsquery('english'::regconfig, %s)", "plain"
+    return f"id IN (SELECT rowid FROM {FTS_TABLE} WHERE {FTS_TABLE} MATCH %s)", "fts5"  # noqa: S608 - fixed name
+
+
+def _query_param(q: str, transform: str) -> str:
+    return fts5_query(q) if transform == "fts5" else q
+
+
+def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
+    """The sessions `user` may review that match `filters`, newest activity first."""
+    sessions = access.reviewable_sessions(user).select_related("owner")
+    if filters.q:
+        condition, transform = text_match_sql()
+        param = _query_param(filters.q, transform)
+        if not param:
+            return sessions.none()
+        # The condition is one of two fixed strings; the user's words are a parameter.
+        match = RawSQL(condition, [param], output_field=BooleanField())  # noqa: S611
+        matching = SearchEntry.objects.filter(match).values("session_id")
+        sessions = sessions.filter(pk__in=matching)
+    if filters.team:
+        sessions = _filter_team(sessions, filters.team)
+    if filters.user:
+        sessions = sessions.filter(owner__username=filters.user)
+    if filters.state:
+        sessions = sessions.filter(status=filters.state)
+    if filters.model:
+        sessions = sessions.filter(model=filters.model)
+    if filters.date_from:
+        sessions = sessions.filter(updated_at__gte=_day_start(filters.date_from))
+    if filters.date_to:
+        sessions = sessions.filter(updated_at__lt=_day_start(filters.date_to + timedelta(days=1)))
+    if filters.has_asks:
+        sessions = sessions.filter(Exists(AskIndex.objects.filter(session=OuterRef("pk"))))
+    if filters.failed:
+        failed_once = Envelope.objects.filter(session=OuterRef("pk"), type=EventType.INVOCATION_FAILED.value)
+        sessions = sessions.filter(Q(status="failed") | Exists(failed_once))
+    return sessions.order_by("-updated_at", "-pk")
+
+
+def _filter_team(sessions: QuerySet[Session], team: str) -> QuerySet[Session]:
+    return sessions.filter(team__name=team)
+
+
+@dataclass
+class ResultPage:
+    """One page of results without counting them all: a COUNT(*) of a search that matches
+    most of 100,000 sessions costs more than the page itself, so a page reads one row
+    more than it shows to know whether there is a next one."""
+
+    number: int
+    object_list: list[Session]
+    has_next: bool
+
+    @classmethod
+    def of(cls, sessions: QuerySet[Session], number: Any, size: int) -> ResultPage:
+        try:
+            page = max(1, min(int(number or 1), 10_000))
+        except (TypeError, ValueError):
+            page = 1
+        rows = list(sessions[(page - 1) * size : page * size + 1])
+        return cls(page, rows[:size], len(rows) > size)
+
+    @property
+    def has_previous(self) -> bool:
+        return self.number > 1
+
+    @property
+    def has_other_pages(self) -> bool:
+        return self.has_previous or self.has_next
+
+    @property
+    def previous_page_number(self) -> int:
+        return self.number - 1
+
+    @property
+    def next_page_number(self) -> int:
+        return self.number + 1
+
+
+@dataclass(frozen=True)
+class Snippet:
+    seq: int
+    kind: str
+    html: SafeString
+
+
+SNIPPET_WORDS = 12
+
+
+def _highlight_in_python(session_ids: list[str], q: str, placeholders: str) -> dict[str, Snippet]:
+    terms = [word.lower() for word in _WORD.findall(q)]
+    if not terms:
+        return {}
+    sql = (
+        "SELECT session_id, seq, kind, text FROM sessions_app_searchentry "  # noqa: S608 - placeholders only
+        f"WHERE session_id IN ({placeholders}) ORDER BY session_id, seq"
+    )
+    found: dict[str, Snippet] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, session_ids)
+        for session_id, seq, kind, text in cursor.fetchall():
+            if session_id in found:
+                continue
+            marked = _mark_terms(text, terms)
+            if marked is not None:
+                found[session_id] = Snippet(seq, kind, highlight(marked))
+    return found
+
+
+def _mark_terms(text: str, terms: list[str]) -> str | None:
+    """A window of `text` around its first word that starts with a search term (FTS5's
+    porter stemmer matches "penguins" for "penguin": a prefix is the near equivalent),
+    with every such word between the markers; None when no word matches."""
+    words = text.split()
+    hits = [
+        i
+        for i, word in enumerate(words)
+        if any(token.lower().startswith(terms_) for token in _WORD.findall(word) for terms_ in terms)
+    ]
+    if not hits:
+        return None
+    start = max(0, hits[0] - SNIPPET_WORDS // 3)
+    window = words[start : start + SNIPPET_WORDS]
+    prefix = "… " if start else ""
+    suffix = " …" if start + SNIPPET_WORDS < len(words) else ""
+
+    def mark(found: re.Match[str]) -> str:
+        token = found.group(0)
+        return f"{MARK_START}{token}{MARK_END}" if any(token.lower().startswith(t) for t in terms) else token
+
+    return prefix + _WORD.sub(mark, " ".join(window)) + suffix
+
+
+def highlight(raw: str) -> SafeString:
+    """Escape `raw`, then turn the database's markers into <mark> (and nothing else)."""
+    escaped = str(escape(raw))
+    return mark_safe(escaped.replace(MARK_START, "<mark>").replace(MARK_END, "</mark>"))  # noqa: S308 - escaped above
+
+
+def snippets_for(session_ids: list[str], q: str) -> dict[str, Snippet]:
+    """The first matching text of each session, highlighted (one query for a page)."""
+    if not q or not session_ids:
+        return {}
+    placeholders = ", ".join(["%s"] * len(session_ids))
+    if connection.vendor == "postgresql":
+        options = f"StartSel={MARK_START},StopSel={MARK_END},MaxWords=24,MinWords=8,MaxFragments=1"
+        sql = (
+            "SELECT e.session_id, e.seq, e.kind, ts_headline('english'::regconfig, e.text, query, %s) "  # noqa: S608
+            "FROM sessions_app_searchentry e, websearch_to_tsquery('english'::regconfig, %s) query "
+            f"WHERE e.session_id IN ({placeholders}) "  # placeholders only
+            "AND to_tsvector('english'::regconfig, e.text) @@ query ORDER BY e.session_id, e.seq"
+        )
+        params: list[Any] = [options, q, *session_ids]
+    else:
+        # FTS5's snippet() would evaluate the MATCH over the whole index before the
+        # session filter applies; the page's own entries (a few per session, on the
+        # (session, seq) index) are highlighted here instead, word by word.
+        return _highlight_in_python(session_ids, q, placeholders)
+    found: dict[str, Snippet] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        for session_id, seq, kind, text in cursor.fetchall():
+            if session_id not in found:
+                found[session_id] = Snippet(seq, kind, highlight(text))
+    return found

@@ -1,0 +1,265 @@
+"""A session's journal as a read-only timeline for people: the review page, shared
+links and the Markdown export all read it.
+
+Unlike the chat's view model (built to be patched live), this is one pass over the
+envelopes that keeps everything a reviewer asks about: who sent what and when, tool
+calls with their results, asks and the decisions on them (who, verdict, note, rule),
+votes, steers, compactions, errors and how each invocation ended.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.utils.safestring import SafeString
+
+from sectr.events import Envelope, EventType
+from sessions_app.chat.markdown import render_markdown
+from sessions_app.chat.view_model import content_text_and_attachments
+
+
+def pretty(value: Any) -> str:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+@dataclass
+class ToolCallEntry:
+    tool_call_id: str
+    name: str
+    arguments: str
+    seq: int
+    result: str | None = None
+    is_error: bool = False
+
+    @property
+    def arguments_pretty(self) -> str:
+        return pretty(self.arguments)
+
+
+@dataclass
+class TimelineEntry:
+    """One thing on the timeline. `kind` picks the template block:
+    user, assistant, steer, ask, decision, vote, compaction, error, ended, created, settings."""
+
+    kind: str
+    seq: int
+    at: datetime
+    text: str = ""
+    who: str = ""
+    model: str = ""
+    message_id: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallEntry] = field(default_factory=list)
+    attachments: list[Any] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    usage: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def html(self) -> SafeString:
+        return render_markdown(self.text)
+
+    @property
+    def role(self) -> str:
+        return {"user": "user", "assistant": "assistant", "steer": "user"}.get(self.kind, "event")
+
+
+def decision_source(approver: str | None) -> str:
+    """ "rule 3" for an automatic rule decision, "policy: expired" for an expiry, else"""
+    if not approver:
+        return ""
+    if approver.startswith("rule:"):
+        return f"rule {approver[5:]}"
+    if approver.startswith("policy:"):
+        return f"policy: {approver[7:]}"
+    return ""
+
+
+def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
+    entries: list[TimelineEntry] = []
+    messages: dict[str, TimelineEntry] = {}
+    calls: dict[str, ToolCallEntry] = {}
+    asks: dict[str, dict[str, Any]] = {}
+    for env in envelopes:
+        p = env.payload
+        t = env.type.value if isinstance(env.type, EventType) else str(env.type)
+        if t == "SESSION_CREATED":
+            entries.append(
+                TimelineEntry("created", env.seq, env.created_at, details={k: v for k, v in p.items() if v is not None})
+            )
+        elif t == "SESSION_UPDATED":
+            entries.append(TimelineEntry("settings", env.seq, env.created_at, details=dict(p)))
+        elif t == "INVOCATION_STARTED":
+            reason = p.get("reason") or {}
+            if reason.get("kind") == "user_message":
+                text, attachments = content_text_and_attachments((reason.get("input") or {}).get("content"))
+                entries.append(
+                    TimelineEntry(
+                        "user",
+                        env.seq,
+                        env.created_at,
+                        text=text,
+                        who=reason.get("author") or "",
+                        attachments=attachments,
+                    )
+                )
+            elif reason.get("kind") == "approval_decision":
+                decision = reason.get("decision") or {}
+                ask = asks.get(str(reason.get("ask_id")), {})
+                approver = decision.get("approver") or ""
+                verdict = decision.get("verdict") or ("allow_once" if decision.get("approved") else "deny")
+                entries.append(
+                    TimelineEntry(
+                        "decision",
+                        env.seq,
+                        env.created_at,
+                        who=approver,
+                        text=str(decision.get("note") or ""),
+                        details={
+                            "verdict": verdict,
+                            "tool": ask.get("name", ""),
+                            "rule": decision_source(approver),
+                            "ask_id": reason.get("ask_id"),
+                        },
+                    )
+                )
+            elif reason.get("kind") in ("retry", "recover"):
+                entries.append(TimelineEntry(str(reason["kind"]), env.seq, env.created_at))
+        elif t == "MESSAGE_START":
+            entry = TimelineEntry(
+                "assistant",
+                env.seq,
+                env.created_at,
+                model=str(p.get("model") or ""),
+                message_id=str(p.get("message_id")),
+            )
+            messages[entry.message_id] = entry
+            entries.append(entry)
+        elif t == "MESSAGE_DELTA":
+            message = messages.get(str(p.get("message_id")))
+            if message is not None:
+                message.text += str(p.get("text") or "")
+                message.reasoning += str(p.get("reasoning") or "")
+        elif t == "MESSAGE_END":
+            message = messages.get(str(p.get("message_id")))
+            if message is not None:
+                message.usage = dict(p.get("usage") or {})
+                message.details["end_seq"] = env.seq
+                message.details["finish_reason"] = p.get("finish_reason")
+        elif t == "TOOL_CALL":
+            call = ToolCallEntry(str(p.get("tool_call_id")), str(p.get("name")), str(p.get("arguments", "")), env.seq)
+            calls[call.tool_call_id] = call
+            message = messages.get(str(p.get("message_id")))
+            if message is not None:
+                message.tool_calls.append(call)
+            else:
+                entries.append(TimelineEntry("assistant", env.seq, env.created_at, tool_calls=[call]))
+        elif t == "TOOL_RESULT":
+            answered = calls.get(str(p.get("tool_call_id")))
+            if answered is not None:
+                answered.result = str(p.get("content", ""))
+                answered.is_error = bool(p.get("is_error"))
+        elif t == "APPROVAL_REQUESTED":
+            asks[str(p.get("ask_id"))] = p
+            entries.append(
+                TimelineEntry(
+                    "ask",
+                    env.seq,
+                    env.created_at,
+                    details={"tool": p.get("name"), "arguments": pretty(p.get("arguments")), "ask_id": p.get("ask_id")},
+                )
+            )
+        elif t == "APPROVAL_VOTED":
+            entries.append(
+                TimelineEntry(
+                    "vote",
+                    env.seq,
+                    env.created_at,
+                    who=str(p.get("approver") or ""),
+                    text=str(p.get("note") or ""),
+                    details={"verdict": p.get("verdict"), "ask_id": p.get("ask_id")},
+                )
+            )
+        elif t == "STEER_RECEIVED":
+            entries.append(
+                TimelineEntry(
+                    "steer", env.seq, env.created_at, text=str(p.get("text", "")), who=str(p.get("author") or "")
+                )
+            )
+        elif t == "TRANSCRIPT_COMPACTED":
+            entries.append(
+                TimelineEntry(
+                    "compaction",
+                    env.seq,
+                    env.created_at,
+                    text=str(p.get("summary") or ""),
+                    details={"through_seq": p.get("through_seq"), "kept": len(p.get("messages") or [])},
+                )
+            )
+        elif t == "SESSION_ERROR":
+            entries.append(
+                TimelineEntry(
+                    "error",
+                    env.seq,
+                    env.created_at,
+                    text=str(p.get("error", "")),
+                    details={"retryable": p.get("retryable")},
+                )
+            )
+        elif t in ("INVOCATION_COMPLETED", "INVOCATION_FAILED", "INVOCATION_CANCELLED", "INVOCATION_SUSPENDED"):
+            details: dict[str, Any] = {"how": t.removeprefix("INVOCATION_").lower()}
+            if t == "INVOCATION_COMPLETED":
+                details["stop_reason"] = p.get("stop_reason")
+            elif t == "INVOCATION_FAILED":
+                details["error"] = p.get("error")
+            elif t == "INVOCATION_CANCELLED":
+                details["by"] = p.get("by")
+            entries.append(TimelineEntry("ended", env.seq, env.created_at, details=details))
+    return entries
+
+
+def timeline_markdown(title: str, session_id: str, entries: list[TimelineEntry]) -> str:
+    """The transcript as Markdown (`Export Markdown`)."""
+    lines = [f"# {title or 'Untitled session'}", "", f"Session `{session_id}`", ""]
+    for e in entries:
+        when = e.at.strftime("%Y-%m-%d %H:%M:%S UTC")
+        if e.kind == "user":
+            lines += [f"## User{f' ({e.who})' if e.who else ''} · {when}", "", e.text, ""]
+            lines += [f"- attachment: {a.label}" for a in e.attachments]
+        elif e.kind == "assistant":
+            lines += [f"## Assistant{f' ({e.model})' if e.model else ''} · {when}", ""]
+            if e.reasoning:
+                lines += ["> " + line for line in e.reasoning.splitlines()] + [""]
+            if e.text:
+                lines += [e.text, ""]
+            for call in e.tool_calls:
+                lines += [f"**Tool call** `{call.name}`", "", "```json", call.arguments_pretty, "```", ""]
+                if call.result is not None:
+                    label = "Tool error" if call.is_error else "Tool result"
+                    lines += [f"**{label}**", "", "```", call.result, "```", ""]
+        elif e.kind == "steer":
+            lines += [f"## Steer{f' ({e.who})' if e.who else ''} · {when}", "", e.text, ""]
+        elif e.kind == "ask":
+            lines += [f"*Approval asked for `{e.details['tool']}` · {when}*", ""]
+        elif e.kind == "decision":
+            rule = f" by {e.details['rule']}" if e.details.get("rule") else ""
+            note = f": {e.text}" if e.text else ""
+            lines += [f"*{e.details['verdict']} by {e.who or 'someone'}{rule} · {when}{note}*", ""]
+        elif e.kind == "vote":
+            lines += [f"*vote {e.details['verdict']} by {e.who} · {when}*", ""]
+        elif e.kind == "compaction":
+            lines += [f"*Compacted through #{e.details['through_seq']} · {when}*", "", e.text, ""]
+        elif e.kind == "error":
+            lines += [f"*Error · {when}: {e.text}*", ""]
+        elif e.kind == "ended":
+            extra = e.details.get("stop_reason") or e.details.get("error") or e.details.get("by") or ""
+            lines += [f"*Run {e.details['how']}{f': {extra}' if extra else ''} · {when}*", ""]
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,152 @@
+// The approval queue (/approvals/): its live socket, live ages, the count badge and the
+// keyboard (a: approve once, d: deny the focused card). No inline script: the page
+// marks its parts with data- attributes and this file finds them.
+//
+// The socket (/ws/approvals/?team=&tool=&age=) sends JSON frames whose `html` holds
+// htmx out-of-band swaps rendered from templates/moderation/_card.html: a new card is
+// appended to #approval-queue, a changed or decided card replaces the one on the page.
+// Decided, withdrawn and expired cards show who decided and how for a few seconds, then
+// leave the queue. After a reconnect the queue is reloaded (decisions may have happened
+// meanwhile: the channel layer is at-most-once, the page's GET reads the journal).
+(function () {
+  "use strict";
+
+  const RESOLVED_LINGER_MS = 8000;
+
+  function socketUrl(path, query) {
+    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    return scheme + location.host + path + (query ? "?" + query : "");
+  }
+
+  function setLive(text, state) {
+    const live = document.getElementById("live");
+    if (live) {
+      live.textContent = text;
+      live.dataset.state = state;
+    }
+  }
+
+  function pendingCards(queue) {
+    return Array.prototype.slice.call(queue.querySelectorAll("article.queue-card[data-status=pending]"));
+  }
+
+  function updateBadge(page, queue) {
+    // The badge counts every ask waiting for this user; a filtered queue shows fewer.
+    if (page.dataset.wsQuery) return;
+    const badge = document.getElementById("approvals-badge");
+    if (!badge) return;
+    const count = pendingCards(queue).length;
+    badge.textContent = String(count);
+    badge.dataset.count = String(count);
+    badge.hidden = count === 0;
+  }
+
+  function retireResolved(queue) {
+    queue.querySelectorAll("article.queue-card:not([data-status=pending])").forEach(function (card) {
+      if (card.dataset.leaving) return;
+      card.dataset.leaving = "1";
+      setTimeout(function () {
+        if (card.isConnected && card.dataset.status !== "pending") card.remove();
+      }, RESOLVED_LINGER_MS);
+    });
+  }
+
+  function humanAge(seconds) {
+    if (seconds < 60) return Math.max(0, Math.floor(seconds)) + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+    return Math.floor(seconds / 86400) + " d";
+  }
+
+  function refreshAges(root) {
+    const now = Date.now();
+    root.querySelectorAll("time[data-age]").forEach(function (el) {
+      const at = Date.parse(el.getAttribute("datetime") || "");
+      if (!isNaN(at)) el.textContent = humanAge((now - at) / 1000) + " ago";
+    });
+  }
+
+  function connect(page, queue, state) {
+    const socket = new WebSocket(socketUrl(page.dataset.wsPath, page.dataset.wsQuery || ""));
+    socket.onopen = function () {
+      if (state.opened) {
+        const query = (page.dataset.wsQuery ? page.dataset.wsQuery + "&" : "") + "partial=queue";
+        htmx.ajax("GET", location.pathname + "?" + query, { target: "#approval-queue", swap: "innerHTML" });
+      }
+      state.opened = true;
+      state.attempts = 0;
+    };
+    socket.onmessage = function (event) {
+      let frame;
+      try {
+        frame = JSON.parse(event.data);
+      } catch (e) {
+        return;
+      }
+      if (frame.ready) {
+        setLive("live", "live");
+        return;
+      }
+      if (frame.html) htmx.swap(document.body, frame.html, { swapStyle: "none" });
+    };
+    socket.onclose = function () {
+      setLive("reconnecting…", "reconnecting");
+      const delay = Math.min(15000, 500 * Math.pow(2, state.attempts)) * (0.5 + Math.random() / 2);
+      state.attempts += 1;
+      setTimeout(function () {
+        connect(page, queue, state);
+      }, delay);
+    };
+  }
+
+  function cardOf(element) {
+    return element && element.closest ? element.closest("article.queue-card[data-status=pending]") : null;
+  }
+
+  function onKey(queue, event) {
+    if (event.altKey || event.ctrlKey || event.metaKey || event.isComposing) return;
+    const key = event.key.toLowerCase();
+    if (key !== "a" && key !== "d") return;
+    const target = event.target;
+    if (target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT")) return;
+    const card = cardOf(target);
+    if (!card || !queue.contains(card)) return;
+    const button = card.querySelector(key === "a" ? "button[value=allow_once]" : "button[value=deny]");
+    if (!button) return;
+    event.preventDefault();
+    // Focus moves on to the next card, so a run of asks can be decided from the keyboard.
+    const cards = pendingCards(queue);
+    const next = cards[cards.indexOf(card) + 1] || null;
+    button.click();
+    if (next) next.focus();
+  }
+
+  function start() {
+    const page = document.getElementById("approval-queue-page");
+    const queue = document.getElementById("approval-queue");
+    if (!page || !queue || !page.dataset.wsPath) return;
+    connect(page, queue, { opened: false, attempts: 0 });
+    document.addEventListener("keydown", function (event) {
+      onKey(queue, event);
+    });
+    document.body.addEventListener("htmx:afterSettle", function () {
+      retireResolved(queue);
+      updateBadge(page, queue);
+      refreshAges(queue);
+    });
+    new MutationObserver(function () {
+      retireResolved(queue);
+      updateBadge(page, queue);
+    }).observe(queue, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-status"] });
+    refreshAges(queue);
+    setInterval(function () {
+      refreshAges(queue);
+    }, 5000);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", start);
+  } else {
+    start();
+  }
+})();
