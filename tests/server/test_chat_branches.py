@@ -17,7 +17,8 @@ from sectr.errors import NotAtTurnBoundary, ValidationFailed
 from sectr.events import EventType
 from sessions_app import actions
 from sessions_app.models import Envelope, Run, Session
-from tests.server.test_web import HTMX, append, chat_url, completed, grant, logged_in, reply, started
+from tests.server.conftest import join_team
+from tests.server.test_web import HTMX, append, chat_url, completed, logged_in, reply, started
 
 pytestmark = pytest.mark.django_db
 
@@ -116,7 +117,7 @@ def test_regenerate_and_edit_refuse_outsiders_and_readers(
     first, _ = two_turns(session)
     assert outsider_client.post(f"/sessions/{session.pk}/regenerate").status_code == 404
     assert outsider_client.post(f"/sessions/{session.pk}/edit", {"seq": first, "content": "x"}).status_code == 404
-    reviewer = logged_in(grant(teammate, "review_session"))
+    reviewer = logged_in(join_team(teammate, "reviewer", session))
     assert reviewer.post(f"/sessions/{session.pk}/regenerate").status_code == 403
     html = reviewer.get(chat_url(session)).content.decode()
     assert ">Regenerate</button>" not in html and ">Edit</button>" not in html and ">Copy</button>" in html
