@@ -245,7 +245,7 @@
       wrap.appendChild(button);
     });
     // A region that scrolls sideways must be reachable by keyboard to be scrolled.
-    root.querySelectorAll(".table-scroll:not([tabindex]), table.sessions:not([tabindex])").forEach(function (region) {
+    root.querySelectorAll(".table-scroll:not([tabindex]), main table:not([tabindex]), main pre:not([tabindex])").forEach(function (region) {
       if (region.scrollWidth > region.clientWidth) region.tabIndex = 0;
     });
     updateTimes(root);
