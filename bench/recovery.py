@@ -99,6 +99,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--lease", type=float, default=None, help="worker lease seconds (default: the workers')")
     parser.add_argument("--poll", type=float, default=None, help="worker poll interval (default: the workers')")
+    parser.add_argument("--backend", choices=("all", "sqlite", "postgresql"), default="all")
     args = parser.parse_args()
     worker_args: list[str] = []
     if args.lease is not None:
@@ -116,6 +117,7 @@ def main() -> None:
     else:
         print(f"PostgreSQL not reachable at {POSTGRES_URL}: SQLite only")
 
+    backends = [(n, e) for n, e in backends if args.backend == "all" or n.startswith(args.backend)]
     print(f"kill -9 -> streaming again on another worker (lease {lease:g} s, poll {poll:g} s, {args.reps} reps)")
     results: list[tuple[str, list[float]]] = []
     for name, env in backends:

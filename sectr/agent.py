@@ -16,6 +16,7 @@ async def answer_open_tool_calls(ctx: SessionContext) -> None:
     error result), then any later calls of the same message, each under the gate again;
     after a crash, calls that were cut off.
     """
+    await ctx.writer.flush()  # results a sync `ctx.execute` queued count as answers
     for call in open_tool_calls(ctx.messages):
         flat = {"id": call["id"], "name": call["function"]["name"], "arguments": call["function"]["arguments"]}
         limit = ctx.tool_limit_reached()

@@ -23,7 +23,10 @@ NOTE_TITLE_MAX = 120
 NOTE_BODY_MAX = 10_000
 
 
-@tool
+# The built-in tools are idempotent: get_time and calculator only read, and the notes
+# are a projection of the journal (a note tool's effect is its TOOL_RESULT), so a call a
+# crash cut off took no effect and is simply run again.
+@tool(idempotent=True)
 def get_time() -> str:
     """Get the current date and time in UTC, as an ISO 8601 string."""
     return datetime.now(UTC).isoformat(timespec="seconds")
@@ -175,7 +178,7 @@ def evaluate_expression(expression: str) -> str:
         raise
 
 
-@tool
+@tool(idempotent=True)
 def calculator(expression: str) -> str:
     """Evaluate an arithmetic expression and return the result.
 
@@ -197,7 +200,7 @@ def _check_note_title(title: str) -> None:
         raise ValueError(f"a note title has at most {NOTE_TITLE_MAX} characters (got {len(title)})")
 
 
-@tool(gated=True, mutating=True)
+@tool(gated=True, mutating=True, idempotent=True)
 def write_note(title: str, body: str, context: ToolContext | None = None) -> str:
     """Save a note on this session's page, replacing any note with the same title.
 
@@ -214,7 +217,7 @@ def write_note(title: str, body: str, context: ToolContext | None = None) -> str
     return f"saved note {title!r} ({action})"
 
 
-@tool(gated=True, mutating=True)
+@tool(gated=True, mutating=True, idempotent=True)
 def delete_note(title: str, context: ToolContext) -> str:
     """Delete a note from this session's page.
 

@@ -35,7 +35,7 @@ from sectr.providers.base import (
 from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
 from sectr.telemetry import traced_model_step, traced_tool_call
-from sectr.tools import ToolContext, ToolRegistry, format_result
+from sectr.tools import Tool, ToolContext, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
 log = logging.getLogger("sectr.context")
@@ -45,6 +45,9 @@ CANCELLED_TOOL_CONTENT = "tool call interrupted by cancellation"
 #: The result of a tool call still unanswered when its run failed or ended.
 FAILED_TOOL_CONTENT = "tool call not run: the run failed"
 ENDED_TOOL_CONTENT = "tool call not run: the run ended"
+#: The result of a call to a tool that is not idempotent which a crash cut off: it was
+#: journaled as started (TOOL_STARTED) and never answered, so it is not run again.
+INTERRUPTED_TOOL_CONTENT = "tool call interrupted by a crash; it may or may not have taken effect"
 #: Provider errors are retried this many times within one model step.
 PROVIDER_ATTEMPTS = 3
 PROVIDER_BACKOFF_SECONDS = 0.5
@@ -60,6 +63,18 @@ class ToolResult:
 
     def __str__(self) -> str:
         return self.content
+
+
+@dataclass
+class _Admission:
+    """What the session's rules say about one tool call, before it runs (`_admit`)."""
+
+    call_id: str | None
+    tool: Tool | None = None  # run it; None: answer `content` as an error without running
+    content: str = ""
+    denied: ApprovalDenied | None = None  # raise this after answering
+    #: APPROVAL_REQUESTED payloads of asks a rule decided at once, journaled first
+    decided_by_rule: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -81,6 +96,13 @@ def _copy_json(value: Any) -> Any:
     if isinstance(value, list):
         return [_copy_json(item) for item in value]
     return value
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 @asynccontextmanager
@@ -305,8 +327,19 @@ class SessionContext:
         raise ApprovalRequired(name, dict(arguments), None)
 
     def execute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
-        """Sync twin of `aexecute`, for `def` handlers (which run in a worker thread)."""
-        self._check_sync_caller()
+        """Run a tool from sync code: a `def` handler's thread, or an `async def` handler.
+
+        From a `def` handler's thread it is `aexecute`, run on the invocation's loop. On
+        the loop itself (an async handler calling it without `await`) it raises what
+        `aexecute` raises (LookupError, ApprovalRequired, ApprovalDenied), runs a sync
+        tool right there and queues its TOOL_RESULT on the writer (written at the next
+        await of the invocation, in order); an async tool is a TypeError there.
+        """
+        loop = self.loop
+        if loop is None:
+            raise RuntimeError("this SessionContext is not attached to a running invocation")
+        if _running_loop() is loop:
+            return self._execute_on_loop(name, arguments, call_id)
         return self.call(self.aexecute(name, call_id, **arguments))
 
     async def aexecute(self, name: str, /, call_id: str | None = None, **arguments: Any) -> ToolResult:
@@ -317,16 +350,93 @@ class SessionContext:
         """Run a registered tool under the session's rules and journal its TOOL_RESULT.
 
         Raises LookupError (unknown tool), ApprovalRequired (a gated tool without a
-        decision or grant) and ApprovalDenied (the decided call was denied).
+        decision or grant) and ApprovalDenied (the decided call was denied). With a
+        `call_id` and a tool that is not idempotent, TOOL_STARTED is journaled (committed)
+        before the tool runs, so that after a crash recovery knows the call may have
+        taken effect.
         """
+        admission = self._admit(name, arguments, call_id)
+        call_id = admission.call_id
+        tool = admission.tool
+        for payload in admission.decided_by_rule:
+            await self.writer.emit(EventType.APPROVAL_REQUESTED, payload)
+        if tool is None:
+            result = await self._tool_result(call_id, name, admission.content, is_error=True)
+            if admission.denied is not None:
+                raise admission.denied
+            return result
+        self.tool_call_count += 1
+        try:
+            kwargs = tool.bind(arguments, self._tool_context(call_id))
+        except Exception as exc:  # arguments the model got wrong: a result it can correct
+            return await self._tool_failed(call_id, name, exc)
+        if call_id is not None and not tool.idempotent:
+            # Committed before the tool runs: if the worker dies now, recovery knows the
+            # call may have taken effect. An idempotent tool is simply run again, so its
+            # calls cost no extra write.
+            await self.writer.emit(EventType.TOOL_STARTED, {"tool_call_id": call_id, "name": name})
+        try:
+            value = await tool.invoke(kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool's failure is a result for the model, not a crash
+            return await self._tool_failed(call_id, name, exc)
+        self.consecutive_failures = 0
+        return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+
+    def _execute_on_loop(self, name: str, arguments: dict[str, Any], call_id: str | None) -> ToolResult:
+        """`execute` on the invocation's own loop: no awaiting, so the tool runs here and
+        its result is queued on the writer. The loop cannot wait for the journal before
+        the tool runs, so no TOOL_STARTED is journaled: a crash during such a call looks
+        like a call that never started. Side effects that must not repeat after a crash
+        belong in `await ctx.aexecute` (or a `def` handler)."""
+        tool = self.tools.get(name)  # LookupError for an unknown tool
+        if tool.is_async:
+            raise TypeError(
+                f"{name} is an async tool: in an async handler, call it with `await ctx.aexecute({name!r}, ...)`"
+            )
+        admission = self._admit(name, arguments, call_id)
+        call_id = admission.call_id
+        for payload in admission.decided_by_rule:
+            self.writer.append_soon(self.writer.event(EventType.APPROVAL_REQUESTED, payload))
+        if admission.tool is None:
+            result = self._tool_result_soon(call_id, name, admission.content, is_error=True)
+            if admission.denied is not None:
+                raise admission.denied
+            return result
+        self.tool_call_count += 1
+        try:
+            value = tool.fn(**tool.bind(arguments, self._tool_context(call_id)))
+        except Exception as exc:  # a tool's failure is a result for the model, not a crash
+            self.consecutive_failures += 1
+            return self._tool_result_soon(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
+        if inspect.isawaitable(value):
+            if inspect.iscoroutine(value):
+                value.close()  # never awaited, on purpose
+            raise TypeError(f"{name} returned an awaitable: in an async handler, `await ctx.aexecute({name!r}, ...)`")
+        self.consecutive_failures = 0
+        return self._tool_result_soon(call_id, name, format_result(value), is_error=False, value=value)
+
+    def _admit(self, name: str, arguments: dict[str, Any], call_id: str | None) -> _Admission:
+        """Apply the session's rules to a call before it runs: plan mode, a call a crash
+        cut off, the approval gate. Raises LookupError and ApprovalRequired; a refusal or
+        a denial comes back as an error content to journal (and, for a denial, raise)."""
         tool = self.tools.get(name)  # LookupError for an unknown tool
         if self.mode == "plan" and tool.mutating:
-            return await self._tool_result(
-                call_id,
-                name,
-                f"refused: {name} changes things and this session is in plan mode (read-only tools only)",
-                is_error=True,
-            )
+            refusal = f"refused: {name} changes things and this session is in plan mode (read-only tools only)"
+            return _Admission(call_id, content=refusal)
+        if call_id is not None and not tool.idempotent and self._interrupted(call_id):
+            if tool.gated:
+                rule = self._policy.first_match(name, arguments)
+                if rule is not None and rule.action == "deny":
+                    return self._denied_by_rule(rule, name, arguments, call_id)
+                # A person approved running it once; whether to risk a second run is a
+                # new decision (the ask's decision starts a run that runs it, see
+                # `_interrupted`), never taken from the first approval, a grant or an
+                # `allow` rule.
+                terms = self._policy.ask_terms(rule if rule is not None and rule.action == "ask" else None)
+                raise ApprovalRequired(name, dict(arguments), call_id, terms=terms)
+            return _Admission(call_id, content=INTERRUPTED_TOOL_CONTENT)
         if tool.gated:
             ask = self._decided_ask_for(name, arguments, call_id)
             if ask is not None:
@@ -339,54 +449,66 @@ class SessionContext:
                     approver = decision.get("approver") or "the approver"
                     note = decision.get("note")
                     content = f"denied: {approver} denied this call" + (f" ({note})" if note else "")
-                    await self._tool_result(call_id, name, content, is_error=True)
-                    raise ApprovalDenied(name, note)
+                    return _Admission(call_id, content=content, denied=ApprovalDenied(name, note))
             else:
-                await self._apply_rules(tool.name, tool.edit, arguments, call_id)
-        self.tool_call_count += 1
-        context = ToolContext(self.session_id, self.invocation_id, dict(self.state.notes))
-        try:
-            value = await tool.run(arguments, context)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            self.consecutive_failures += 1
-            return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
-        self.consecutive_failures = 0
-        return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+                return self._apply_rules(tool, arguments, call_id)
+        return _Admission(call_id, tool=tool)
+
+    def _interrupted(self, call_id: str) -> bool:
+        """Whether an earlier invocation started this call (TOOL_STARTED) and a crash cut it
+        off: nothing answered it since, and nobody was asked about it again since (an
+        APPROVAL_REQUESTED for it after the start means a person decides the re-run)."""
+        for envelope in reversed(self.transcript):
+            kind = envelope.type
+            if kind is EventType.TOOL_STARTED or kind is EventType.TOOL_RESULT or kind is EventType.APPROVAL_REQUESTED:
+                if envelope.payload.get("tool_call_id") == call_id:
+                    return kind is EventType.TOOL_STARTED
+        return False
+
+    def _tool_context(self, call_id: str | None) -> ToolContext:
+        return ToolContext(self.session_id, self.invocation_id, dict(self.state.notes), tool_call_id=call_id)
+
+    async def _tool_failed(self, call_id: str | None, name: str, exc: Exception) -> ToolResult:
+        self.consecutive_failures += 1
+        return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
 
     @property
     def policy(self) -> Policy:
         """The approval rules this invocation obeys (read-only)."""
         return self._policy
 
-    async def _apply_rules(self, name: str, edit: bool, arguments: dict[str, Any], call_id: str | None) -> None:
-        """The gate of a gated call that is not the decided one: returns when it may run,
-        raises ApprovalDenied (a rule denied it: journaled) or ApprovalRequired (ask).
+    def _apply_rules(self, tool: Tool, arguments: dict[str, Any], call_id: str | None) -> _Admission:
+        """The gate of a gated call that is not the decided one: run it (perhaps after a
+        rule's decision is journaled), a rule's denial, or ApprovalRequired (ask).
 
         A team's `deny` rule wins over a session's allow_always grant and over
         accept_edits (a person's grant in one session cannot lift a team's ban); `allow`
         and `ask` rules apply only where the call would otherwise ask.
         """
+        name = tool.name
         rule = self._policy.first_match(name, arguments)
         if rule is not None and rule.action == "deny":
-            call_id = await self._journal_rule_decision(rule, name, arguments, call_id)
-            content = f"denied: {rule.approver} denied this call"
-            await self._tool_result(call_id, name, content, is_error=True)
-            raise ApprovalDenied(name, f"denied by {rule.approver}")
-        if name in self.state.grants or (self.mode == "accept_edits" and edit):
-            return
+            return self._denied_by_rule(rule, name, arguments, call_id)
+        if name in self.state.grants or (self.mode == "accept_edits" and tool.edit):
+            return _Admission(call_id, tool=tool)
         if rule is not None and rule.action == "allow":
-            await self._journal_rule_decision(rule, name, arguments, call_id)
-            return
+            return _Admission(call_id, tool=tool, decided_by_rule=[self._rule_decision(rule, name, arguments, call_id)])
         raise ApprovalRequired(name, dict(arguments), call_id, terms=self._policy.ask_terms(rule))
 
-    async def _journal_rule_decision(
-        self, rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None
-    ) -> str | None:
-        """Journal an ask a rule decided at once: APPROVAL_REQUESTED with its `decision`
-        (approver "rule:<id>"), in this invocation, so the run goes on without a pause."""
-        payload = {
+    def _denied_by_rule(self, rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None) -> _Admission:
+        return _Admission(
+            call_id,
+            content=f"denied: {rule.approver} denied this call",
+            denied=ApprovalDenied(name, f"denied by {rule.approver}"),
+            decided_by_rule=[self._rule_decision(rule, name, arguments, call_id)],
+        )
+
+    @staticmethod
+    def _rule_decision(rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any]:
+        """The APPROVAL_REQUESTED of an ask a rule decided at once, with its `decision`
+        (approver "rule:<id>"), journaled in this invocation so the run goes on without a
+        pause."""
+        return {
             "ask_id": new_id("ask"),
             "tool_call_id": call_id,
             "name": name,
@@ -394,8 +516,6 @@ class SessionContext:
             "rule_id": rule.id,
             "decision": RuleDecision.of(rule).decision,
         }
-        await self.writer.emit(EventType.APPROVAL_REQUESTED, payload)
-        return call_id
 
     def _decided_ask_for(self, name: str, arguments: dict[str, Any], call_id: str | None) -> dict[str, Any] | None:
         """The ask this invocation's decision answers, if executing (name, arguments,
@@ -419,6 +539,17 @@ class SessionContext:
             if is_error:
                 payload["is_error"] = True
             await self.writer.emit(EventType.TOOL_RESULT, payload)
+        return ToolResult(content, is_error, value)
+
+    def _tool_result_soon(
+        self, call_id: str | None, name: str, content: str, *, is_error: bool, value: Any = None
+    ) -> ToolResult:
+        """`_tool_result` for code on the loop that cannot await: queued on the writer."""
+        if call_id is not None:
+            payload: dict[str, Any] = {"tool_call_id": call_id, "name": name, "content": content}
+            if is_error:
+                payload["is_error"] = True
+            self.writer.append_soon(self.writer.event(EventType.TOOL_RESULT, payload))
         return ToolResult(content, is_error, value)
 
     async def execute_call(self, call: dict[str, Any]) -> ToolResult:
@@ -489,6 +620,8 @@ class SessionContext:
         journaled the step simply starts again; after, a SESSION_ERROR closes the partial
         message and the retry continues it (crash stitching). Permanent errors raise.
         """
+        # Results a sync `execute` queued on the writer belong in the messages the model sees.
+        await self.writer.flush()
         if self._compactor is not None and messages is None:
             await self._compactor(self)
         model = model or self.model
@@ -593,12 +726,8 @@ class SessionContext:
         loop = self.loop
         if loop is None:
             raise RuntimeError("this SessionContext is not attached to a running invocation")
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
-            raise RuntimeError("in an async handler, await the async twin (ctx.aexecute) instead")
+        if _running_loop() is loop:
+            raise RuntimeError("ctx.call is for a def handler's thread: in an async handler, await the helper itself")
         return loop
 
     def call(self, awaitable: Awaitable[T]) -> T:

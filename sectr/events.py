@@ -22,6 +22,9 @@ class EventType(str, Enum):
     MESSAGE_END = "MESSAGE_END"
     TOOL_CALL = "TOOL_CALL"
     TOOL_RESULT = "TOOL_RESULT"
+    #: The intent to run a tool call, journaled (and committed) before the tool runs:
+    #: after a crash, a call with TOOL_STARTED and no TOOL_RESULT may have taken effect.
+    TOOL_STARTED = "TOOL_STARTED"
     APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
     APPROVAL_VOTED = "APPROVAL_VOTED"
     STEER_RECEIVED = "STEER_RECEIVED"

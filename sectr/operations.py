@@ -58,6 +58,8 @@ def check_limits(limits: Any) -> dict[str, int]:
         raise ValidationFailed(f"unknown limits: {', '.join(sorted(unknown))}", code="invalid_limits")
     checked = dict(DEFAULT_LIMITS)
     for key, value in limits.items():
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)  # 5.0 is the whole number 5 in JSON (and in JSON Schema)
         if not isinstance(value, int) or isinstance(value, bool) or value < 0 or value > 10**9:
             raise ValidationFailed(
                 f"limits.{key} must be a whole number from 0 to 1e9 (0 = off)", code="invalid_limits"

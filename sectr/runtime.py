@@ -196,6 +196,7 @@ class Runtime:
         # A steer parked after the handler's last step boundary (a run that stopped at a
         # limit, a handler that never looks) is journaled before the end rather than lost:
         # the next run's model sees it. Never between a tool call and its result.
+        await ctx.writer.flush()  # what a sync `ctx.execute` queued is part of ctx.messages
         if not ctx.control.cancelled and ctx.control.has_steer() and not open_tool_calls(ctx.messages):
             await ctx.step_boundary()
         return None

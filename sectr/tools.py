@@ -46,6 +46,16 @@ class ToolContext:
     invocation_id: str | None = None
     #: The session's notes (title -> body) when the call started, read-only.
     notes: Mapping[str, str] = field(default_factory=dict)
+    #: The id of the tool call being answered (None for an `execute` without `call_id`).
+    tool_call_id: str | None = None
+
+    @property
+    def idempotency_key(self) -> str | None:
+        """A key that stays the same when this very call runs again (after a crash, an
+        idempotent tool is re-run): pass it to the systems the tool calls (an
+        ``Idempotency-Key`` header, a unique request id) so they apply the call once.
+        It is the tool call id; None when the call has none."""
+        return self.tool_call_id
 
     def __post_init__(self) -> None:
         # A plain dict would let a tool change the session's notes behind the journal's back;
@@ -339,6 +349,10 @@ class Tool:
     - `gated`: every call waits for a person's approval (unless granted or auto-approved).
     - `mutating`: changes something; refused in `plan` mode.
     - `edit`: an edit, run without asking in `accept_edits` mode. An edit is mutating.
+    - `idempotent`: running a call twice has the effect of running it once (it only
+      reads, or it dedupes on `ToolContext.idempotency_key`). A call a crash cut off is
+      re-run after recovery only when its tool is idempotent; otherwise the model gets
+      an error result saying it may or may not have taken effect.
 
     Calling the Tool object calls the original function directly.
     """
@@ -348,6 +362,7 @@ class Tool:
     gated: bool
     mutating: bool
     edit: bool
+    idempotent: bool
     fn: Callable[..., Any]
     schema: dict[str, Any]
     # Copied from the function by functools.update_wrapper, like any decorator's wrapper.
@@ -361,6 +376,7 @@ class Tool:
         gated: bool = False,
         mutating: bool = False,
         edit: bool = False,
+        idempotent: bool = False,
         name: str | None = None,
         description: str | None = None,
     ) -> None:
@@ -374,6 +390,7 @@ class Tool:
         self.gated = gated
         self.edit = edit
         self.mutating = mutating or edit
+        self.idempotent = idempotent
         self.is_async = inspect.iscoroutinefunction(fn)
 
         summary, param_docs = parse_docstring(inspect.getdoc(fn))
@@ -443,7 +460,10 @@ class Tool:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<Tool {self.name} gated={self.gated} mutating={self.mutating} edit={self.edit}>"
+        return (
+            f"<Tool {self.name} gated={self.gated} mutating={self.mutating} edit={self.edit}"
+            f" idempotent={self.idempotent}>"
+        )
 
     def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Check the model's arguments against the signature; return them, coerced.
@@ -473,18 +493,27 @@ class Tool:
             raise ToolArgumentError(f"{self.name}: " + "; ".join(problems))
         return checked
 
-    async def run(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
-        """Validate the arguments, then call the tool and return its raw value.
-
-        A sync function runs in a thread so a slow tool does not stall the event loop.
-        Exceptions propagate: the runtime turns them into error tool results.
-        """
+    def bind(self, arguments: dict[str, Any], context: ToolContext | None = None) -> dict[str, Any]:
+        """The keyword arguments of a call: the validated arguments, plus the ToolContext
+        when the tool declares one."""
         kwargs = self.validate(arguments)
         if self._context_param is not None:
             if context is not None:
                 kwargs[self._context_param] = context
             elif self._context_required:
                 raise TypeError(f"tool {self.name} needs a ToolContext and none was given")
+        return kwargs
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext | None = None) -> Any:
+        """Validate the arguments, then call the tool and return its raw value.
+
+        A sync function runs in a thread so a slow tool does not stall the event loop.
+        Exceptions propagate: the runtime turns them into error tool results.
+        """
+        return await self.invoke(self.bind(arguments, context))
+
+    async def invoke(self, kwargs: dict[str, Any]) -> Any:
+        """Call the tool with keyword arguments from `bind`; a sync function in a thread."""
         if self.is_async:
             return await self.fn(**kwargs)
         result = await asyncio.to_thread(self.fn, **kwargs)
@@ -500,6 +529,7 @@ def tool(
     gated: bool = False,
     mutating: bool = False,
     edit: bool = False,
+    idempotent: bool = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Tool: ...
@@ -512,6 +542,7 @@ def tool(
     gated: bool = False,
     mutating: bool = False,
     edit: bool = False,
+    idempotent: bool = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
@@ -523,13 +554,16 @@ def tool(
     gated: bool = False,
     mutating: bool = False,
     edit: bool = False,
+    idempotent: bool = False,
     name: str | None = None,
     description: str | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
-    """Make a Tool of a function: ``@tool`` or ``@tool(gated=True, mutating=True)``."""
+    """Make a Tool of a function: ``@tool`` or ``@tool(gated=True, mutating=True, idempotent=False)``."""
 
     def decorate(func: Callable[..., Any]) -> Tool:
-        return Tool(func, gated=gated, mutating=mutating, edit=edit, name=name, description=description)
+        return Tool(
+            func, gated=gated, mutating=mutating, edit=edit, idempotent=idempotent, name=name, description=description
+        )
 
     if fn is None:
         return decorate

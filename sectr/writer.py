@@ -39,7 +39,8 @@ class InvocationWriter:
         self.invocation_id = invocation_id
         self.fence = fence
         self._on_append = on_append
-        self._buffer: list[tuple[str, str, str]] = []  # (message_id, kind, text)
+        # (message_id, kind, text) for a delta, or a whole event queued by `append_soon`
+        self._buffer: list[tuple[str, str, str] | NewEvent] = []
         self._flusher: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
         self._write_lock = asyncio.Lock()
@@ -61,6 +62,20 @@ class InvocationWriter:
     async def emit(self, type: EventType, payload: dict[str, Any]) -> Envelope:
         (envelope,) = await self.append(NewEvent(type, payload, self.invocation_id))
         return envelope
+
+    def append_soon(self, *events: NewEvent) -> None:
+        """Queue events behind the buffered deltas without waiting for the journal.
+
+        For code on the event loop's thread that cannot await (a sync `ctx.execute` in an
+        async handler): the events are written, in order, by the same task that writes
+        the deltas, and the next `flush` (every `append` starts with one) waits for them
+        and raises the error of a failed write.
+        """
+        self._raise_pending_error()
+        self._check_open()
+        self._buffer.extend(events)
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._drain())
 
     def event(self, type: EventType, payload: dict[str, Any]) -> NewEvent:
         return NewEvent(type, payload, self.invocation_id)
@@ -116,11 +131,18 @@ class InvocationWriter:
             self._error = exc
             self._buffer.clear()
 
-    def _merge(self, batch: list[tuple[str, str, str]]) -> list[NewEvent]:
+    def _merge(self, batch: list[tuple[str, str, str] | NewEvent]) -> list[NewEvent]:
         merged: list[NewEvent] = []
         current_id: str | None = None
         parts: dict[str, list[str]] = {}
-        for message_id, kind, text in batch:
+        for item in batch:
+            if isinstance(item, NewEvent):  # a queued event: the deltas before it go first
+                if current_id is not None:
+                    merged.append(self._delta_event(current_id, parts))
+                current_id, parts = None, {}
+                merged.append(item)
+                continue
+            message_id, kind, text = item
             if message_id != current_id:
                 if current_id is not None:
                     merged.append(self._delta_event(current_id, parts))

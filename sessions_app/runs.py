@@ -50,6 +50,7 @@ worker that holds the run.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import operator
@@ -63,7 +64,8 @@ from typing import Any, Protocol
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import BooleanField, Q
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from sectr import operations
@@ -283,8 +285,60 @@ def _stranded_pending_sessions(limit: int = 20) -> list[str]:
     )
 
 
+#: classid of the workers' session-level advisory locks (objid: hashtext(worker id)).
+LIVENESS_LOCK_CLASS = 0x5EC7  # "SECT"
+_OWNER_HOLDS_NO_LOCK = (
+    "NOT EXISTS (SELECT 1 FROM pg_locks l WHERE l.locktype = 'advisory' AND l.granted"
+    " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+    " AND l.classid = %s AND l.objsubid = 2"
+    " AND l.objid = hashtext(sessions_app_run.lease_owner)::oid)"
+)
+
+
 def _runnable(now: Any) -> Q:
-    return Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+    runnable = Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+    if connection.vendor == "postgresql":
+        # A running run whose worker's liveness lock is free lost its worker (its
+        # database session ended: kill -9, a crash, a lost machine's connection reset):
+        # recovered at once instead of after the lease. The lease stays the fence: if
+        # that worker is in fact alive, its writes are refused once the run is claimed.
+        owner_gone = RawSQL(_OWNER_HOLDS_NO_LOCK, [LIVENESS_LOCK_CLASS], output_field=BooleanField())  # noqa: S611 - constant SQL
+        runnable |= Q(owner_gone, status=Run.RUNNING)
+    return runnable
+
+
+class LivenessLock:
+    """A worker's session-level advisory lock on PostgreSQL, held on a connection of its
+    own for as long as the worker lives: PostgreSQL frees it the moment that connection
+    dies, which tells claimers the worker is gone (see _runnable). Nothing on SQLite."""
+
+    def __init__(self, worker_id: str) -> None:
+        self.worker_id = worker_id
+        self.connection: Any = None
+
+    def acquire(self) -> None:
+        if connection.vendor != "postgresql":
+            return
+        import psycopg
+
+        config = settings.DATABASES["default"]
+        self.connection = psycopg.connect(
+            dbname=config["NAME"], user=config.get("USER") or None, password=config.get("PASSWORD") or None,
+            host=config.get("HOST") or None, port=str(config.get("PORT") or "") or None, autocommit=True,
+            application_name=f"sectr worker {self.worker_id} liveness",
+        )  # fmt: skip
+        row = self.connection.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LIVENESS_LOCK_CLASS, self.worker_id)
+        ).fetchone()
+        if not row or not row[0]:
+            self.release()
+            raise RuntimeError(f"another live worker holds the id {self.worker_id!r}")
+
+    def release(self) -> None:
+        if self.connection is not None:
+            with contextlib.suppress(Exception):
+                self.connection.close()
+            self.connection = None
 
 
 def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:

@@ -35,7 +35,12 @@ from sectr.runtime import Runtime
 from sectr.telemetry import set_log_context
 from sessions_app import runs
 from sessions_app.journal import run_in_db_thread
-from sessions_app.journal.publish import RUN_CONTROL_MESSAGE_TYPE, WORKERS_GROUP, run_control_group
+from sessions_app.journal.publish import (
+    RUN_CONTROL_MESSAGE_TYPE,
+    WORKERS_GROUP,
+    aflush_publications,
+    run_control_group,
+)
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
 from sessions_app.ops.metrics import LEASES_LOST
@@ -93,6 +98,7 @@ class Worker:
         self._wake = asyncio.Event()
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._rejoining: asyncio.Task[None] | None = None
 
     # thread-safe entry points
     def wake_threadsafe(self) -> None:
@@ -121,7 +127,16 @@ class Worker:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
+        # Before the first claim: without it, a claimer would take this worker's runs
+        # for a dead worker's (PostgreSQL; nothing on SQLite).
+        liveness = runs.LivenessLock(self.worker_id)
+        await asyncio.to_thread(liveness.acquire)
         runs.local_listeners.add(self)
+        if self.listen:
+            # The channel exists before the first claim: a run claimed while the listener
+            # was still starting would otherwise never join its control group, and its
+            # Stop would wait for the heartbeat's once-a-second look at the flag.
+            await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
@@ -146,10 +161,14 @@ class Worker:
                 expiry.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
+                # The drained runs' last envelopes are queued for the layer: send them.
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
                 if notifier is not None:
                     notifier.cancel()
+                liveness.release()
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
@@ -218,6 +237,9 @@ class Worker:
             renew = elapsed >= interval
             if renew:
                 elapsed = 0.0
+                # Beside the beat, never in its way: a slow Redis must not cost a lease.
+                if self._rejoining is None or self._rejoining.done():
+                    self._rejoining = asyncio.ensure_future(self._rejoin_groups())
             claims = list(self.beating.values())
             if not claims:
                 continue
@@ -272,13 +294,37 @@ class Worker:
 
     # ---- channel layer (multi-process wake-ups) ----
 
+    async def _open_channel(self) -> None:
+        layer = get_channel_layer()
+        if layer is None:
+            return
+        try:
+            self._channel = await asyncio.wait_for(layer.new_channel("sectr.worker."), 5.0)
+            await asyncio.wait_for(layer.group_add(WORKERS_GROUP, self._channel), 5.0)
+        except Exception:  # Redis down at start: polling still works; _rejoin_groups retries
+            log.warning("worker %s: channel layer unavailable; polling only for now", self.worker_id, exc_info=True)
+
+    async def _rejoin_groups(self) -> None:
+        """Join the workers' group and every executing run's control group again: a
+        restarted Redis forgot every subscription (cheap when nothing changed)."""
+        if not self.listen:
+            return
+        if not hasattr(self, "_channel"):
+            with contextlib.suppress(Exception):
+                await self._open_channel()
+            return
+        await self._group_add(WORKERS_GROUP)
+        for run_id in list(self.beating):
+            await self._group_add(run_control_group(run_id))
+
     async def _listen(self) -> None:
         layer = get_channel_layer()
         if layer is None:
             return
-        self._channel = await layer.new_channel("sectr.worker.")
-        await layer.group_add(WORKERS_GROUP, self._channel)
         while True:
+            if not hasattr(self, "_channel"):  # Redis was down at start: _rejoin_groups opens it
+                await asyncio.sleep(1)
+                continue
             try:
                 message = await layer.receive(self._channel)
             except asyncio.CancelledError:
@@ -289,6 +335,7 @@ class Worker:
             if message.get("type") == "runs.wake":
                 self._wake.set()
             elif message.get("type") == RUN_CONTROL_MESSAGE_TYPE and message.get("run_id") in self.controls:
+                log.debug("run %s: control poke", message["run_id"])
                 asyncio.ensure_future(self._check_cancel(message["run_id"]))
 
     async def _group_add(self, group: str) -> None:

@@ -122,7 +122,7 @@ class Cluster(LiveSectr):
             self.wait_backend(index)
         return proc
 
-    def wait_backend(self, index: int, timeout: float = 30.0) -> None:
+    def wait_backend(self, index: int, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         url = f"http://127.0.0.1:{self.daphne_ports[index]}/healthz"
         while time.monotonic() < deadline:
@@ -141,7 +141,11 @@ class Cluster(LiveSectr):
         proc = self.daphnes[index]
         if proc is not None and proc.poll() is None:
             proc.send_signal(sig)
-            proc.wait(10)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:  # a Daphne closing many open streams slowly
+                proc.kill()
+                proc.wait(10)
         self.daphnes[index] = None
 
     def kill_worker(self, index: int, sig: int = signal.SIGKILL) -> None:

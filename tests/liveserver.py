@@ -116,7 +116,7 @@ class LiveSectr:
         )
         self.wait_ready()
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
+    def wait_ready(self, timeout: float = 90.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.server is not None and self.server.poll() is not None:

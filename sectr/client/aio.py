@@ -26,8 +26,10 @@ from sectr.client.protocol import (
     SSEDecoder,
     backoff,
     base_url_from_env,
+    check_stream_answer,
     client_headers,
     decode_answer,
+    is_event_stream,
     run_event_from_sse,
     stream_timeout,
     timeout_for,
@@ -164,9 +166,9 @@ class AsyncClient:
         )
         response = await self._http.send(request, stream=True)
         try:
-            if response.status_code >= 400:
+            if not is_event_stream(response):
                 await response.aread()
-                decode_answer(response)
+                check_stream_answer(response)
             yield response
         finally:
             await response.aclose()
@@ -237,8 +239,11 @@ class AsyncSession:
     async def snapshot(self, **options: Any) -> Snapshot:
         return self._snapshot(await self._request("GET", **options))
 
-    async def transcript(self, **options: Any) -> Transcript:
-        return Transcript.from_json(await self._request("GET", "/transcript", **options))
+    async def transcript(self, view: str = "model", **options: Any) -> Transcript:
+        """What the model sees (view="model": from the newest compaction, its summary
+        first) or everything people saw (view="history")."""
+        params = {"view": view}
+        return Transcript.from_json(await self._request("GET", "/transcript", params=params, **options))
 
     async def rename(self, title: str, **options: Any) -> Snapshot:
         return self._snapshot(await self._request("POST", "/rename", json={"title": title}, **options))

@@ -19,8 +19,10 @@ awaiting_approval
 
 Client-side failures: TransportError (the connection failed, timed out, or
 reconnecting gave up; `RequestCancelled` when a Cancellation stopped it),
-ProtocolError (the server's answer was not what the API promises), InvalidStateError
-(a run consumed twice). The status of a client-side error is 0.
+ProtocolError (the server's answer was not what the API promises: a 2xx that is not
+JSON, or `RedirectError` for a 3xx, with `location` naming where it points),
+InvalidStateError (a run consumed twice). The status of a client-side error is 0,
+except for a ProtocolError about an answer, which keeps the answer's status.
 """
 
 from __future__ import annotations
@@ -118,6 +120,18 @@ class RequestCancelled(TransportError):
 
 class ProtocolError(SectrError):
     code = "protocol"
+
+
+class RedirectError(ProtocolError):
+    """The server answered with a redirect (3xx), which the API never does: `base_url`
+    points at the wrong place (often http:// where the server wants https://).
+    `location` is where the redirect points (absolute), or None when it did not say."""
+
+    code = "redirect"
+
+    def __init__(self, message: str, *, location: str | None, status: int) -> None:
+        super().__init__(message, status=status)
+        self.location = location
 
 
 def error_from_response(status: int, body: bytes, headers: Any = None) -> SectrError:

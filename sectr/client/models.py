@@ -110,9 +110,14 @@ class TranscriptMessage:
 
 @dataclass(frozen=True)
 class Transcript:
+    """A session's messages: `view` "model" (what the model sees, from the newest
+    compaction) or "history" (everything); `complete` when they came from one
+    consistent read of the journal."""
+
     messages: list[TranscriptMessage]
     complete: bool
     last_seq: int = 0
+    view: str = "model"
 
     @classmethod
     def from_json(cls, data: Any) -> Transcript:
@@ -131,7 +136,12 @@ class Transcript:
             ]
         except (TypeError, KeyError) as exc:
             raise ProtocolError(f"malformed transcript: {exc}") from None
-        return cls(messages=messages, complete=bool(data["complete"]), last_seq=int(data.get("last_seq", 0)))
+        return cls(
+            messages=messages,
+            complete=bool(data["complete"]),
+            last_seq=int(data.get("last_seq", 0)),
+            view=str(data.get("view") or "model"),
+        )
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from sectr.client.errors import ProtocolError, RequestCancelled, SectrError, error_from_response
+from sectr.client.errors import ProtocolError, RedirectError, RequestCancelled, SectrError, error_from_response
 from sectr.client.models import PermissionAsk, RunEvent, RunResult
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -57,16 +57,56 @@ def stream_timeout(timeout: float | None) -> httpx.Timeout:
     return httpx.Timeout(timeout or DEFAULT_TIMEOUT, read=max(STREAM_READ_TIMEOUT, timeout or 0))
 
 
+def redirect_error(response: httpx.Response) -> RedirectError:
+    location = response.headers.get("location")
+    target = str(response.url.join(location)) if location else None
+    where = f"to {target}" if target else "without saying where"
+    to_https = bool(target) and str(target).startswith("https://") and response.url.scheme == "http"
+    hint = " (use an https:// base_url)" if to_https else ""
+    return RedirectError(
+        f"the server answered {response.status_code}, a redirect {where}: point base_url at the API itself{hint}",
+        location=target,
+        status=response.status_code,
+    )
+
+
 def decode_answer(response: httpx.Response) -> Any:
-    """The JSON of a 2xx answer (None for 204); the typed error for any other."""
-    if response.status_code >= 400:
-        raise error_from_response(response.status_code, response.content, response.headers)
-    if response.status_code == 204 or not response.content:
+    """The JSON of a 2xx answer (None for 204 only); the typed error for anything else:
+    RedirectError for a 3xx, ProtocolError for a 2xx whose body is not JSON."""
+    status = response.status_code
+    if status >= 400:
+        raise error_from_response(status, response.content, response.headers)
+    if 300 <= status < 400:
+        raise redirect_error(response)
+    if status == 204:
         return None
+    if not 200 <= status < 300:
+        raise ProtocolError(f"the server answered {status}, which the API never sends", status=status)
+    content_type = response.headers.get("content-type", "")
+    if "json" not in content_type.lower():
+        shown = content_type or "no content type"
+        raise ProtocolError(f"the server answered {status} with {shown}, not JSON", status=status)
     try:
         return response.json()
     except ValueError:
-        raise ProtocolError(f"the server answered {response.status_code} with a body that is not JSON") from None
+        raise ProtocolError(f"the server answered {status} with a body that is not JSON", status=status) from None
+
+
+def check_stream_answer(response: httpx.Response) -> None:
+    """Raise the typed error of an event-stream request's answer that is not a stream
+    (read its body first): an error, a redirect, or a 2xx of another content type."""
+    if response.status_code >= 300:
+        decode_answer(response)
+    content_type = response.headers.get("content-type", "")
+    raise ProtocolError(
+        f"the server answered {response.status_code} with {content_type or 'no content type'}, not text/event-stream",
+        status=response.status_code,
+    )
+
+
+def is_event_stream(response: httpx.Response) -> bool:
+    ok = 200 <= response.status_code < 300
+    return ok and response.headers.get("content-type", "").lower().startswith("text/event-stream")
 
 
 def backoff(attempt: int) -> float:

@@ -21,8 +21,10 @@ from sectr.client.protocol import (
     SSEDecoder,
     backoff,
     base_url_from_env,
+    check_stream_answer,
     client_headers,
     decode_answer,
+    is_event_stream,
     run_event_from_sse,
     stream_timeout,
     timeout_for,
@@ -150,9 +152,9 @@ class Client:
         response = self._http.send(request, stream=True)
         remove = cancel.on_cancel(response.close) if cancel is not None else None
         try:
-            if response.status_code >= 400:
+            if not is_event_stream(response):
                 response.read()
-                decode_answer(response)
+                check_stream_answer(response)
             yield response
         finally:
             response.close()
@@ -229,8 +231,10 @@ class Session:
     def snapshot(self, **options: Any) -> Snapshot:
         return self._snapshot(self._request("GET", **options))
 
-    def transcript(self, **options: Any) -> Transcript:
-        return Transcript.from_json(self._request("GET", "/transcript", **options))
+    def transcript(self, view: str = "model", **options: Any) -> Transcript:
+        """What the model sees (view="model": from the newest compaction, its summary
+        first) or everything people saw (view="history")."""
+        return Transcript.from_json(self._request("GET", "/transcript", params={"view": view}, **options))
 
     def rename(self, title: str, **options: Any) -> Snapshot:
         return self._snapshot(self._request("POST", "/rename", json={"title": title}, **options))

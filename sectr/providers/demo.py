@@ -13,7 +13,8 @@ transcripts and token counts. The decision is made on the request's messages
    - ``Summarize the conversation...`` (compaction): ``Summary: `` and the first five
      words of each earlier user message, joined with ``; ``;
    - ``request.metadata["steer"]`` set: ``Steer received: <text>``;
-   - ``!tool NAME {json}``, ``!slow N``, ``!long N``;
+   - ``!tool NAME {json}``, ``!slow N``, ``!long N`` (N words, also when more words
+     follow the number: ``!long 500 words of filler`` writes 500 words);
    - plain words: ``note: <text>`` calls write_note, ``calculate <expr>`` calls
      calculator, the word "time" calls get_time (the more specific pattern wins when
      several match); anything else is answered ``You said: <text>``.
@@ -61,7 +62,8 @@ LOREM = (
 
 _TOOL_RE = re.compile(r"!tool\s+(\S+)\s*(.*)", re.DOTALL)
 _SLOW_RE = re.compile(r"!slow\s+(\d+)")
-_LONG_RE = re.compile(r"!long\s+(\d+)")
+#: `!long N` may be followed by more words (a test prompt that says what it is for): N words.
+_LONG_RE = re.compile(r"!long\s+(\d+)(?:\s.*)?", re.DOTALL)
 _NOTE_RE = re.compile(r"\bnote:\s*(.+)", re.IGNORECASE | re.DOTALL)
 _CALCULATE_RE = re.compile(r"\bcalculate\s+(.+)", re.IGNORECASE | re.DOTALL)
 _TIME_RE = re.compile(r"\btime\b", re.IGNORECASE)

@@ -16,6 +16,7 @@ from sectr.errors import ValidationFailed
 from sessions_app.api.views import ApiCall, json_response, query_int
 from sessions_app.moderation import audit
 
+AUDIT_LIMIT_MAX = 500
 AUDIT_QUERY = ("limit", "offset", "format", "team", "tool", "actor", "verdict", "kind", "session", "from", "to")
 
 
@@ -27,7 +28,7 @@ async def list_audit(call: ApiCall) -> HttpResponseBase:
     if output == "csv":
         entries = await sync_to_async(lambda: audit.audit_entries(call.user, filters))()
         return audit.csv_response(entries)
-    limit = query_int(call.request, "limit", 50, 1, 500)
+    limit = query_int(call.request, "limit", 50, 1, AUDIT_LIMIT_MAX)
     offset = query_int(call.request, "offset", 0, 0, 10**9)
 
     def page() -> dict[str, Any]:

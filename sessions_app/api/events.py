@@ -14,6 +14,7 @@ INVOCATION_STARTED     ``approval`` (reason approval_decision), ``recover_notice
 MESSAGE_START / END    ``turn.start`` / ``turn.end`` (one model step)
 MESSAGE_DELTA          ``reasoning.delta`` and/or ``message.delta`` (``text``)
 TOOL_CALL / RESULT     ``tool.call`` / ``tool.result``
+TOOL_STARTED           nothing (it tells crash recovery a call may have taken effect)
 APPROVAL_REQUESTED     ``permission.ask``; ``approval`` when a rule decided it at once
                        (its ``decision``, approver ``rule:<id>``)
 APPROVAL_VOTED         nothing (a vote belongs to no run; the deciding vote's run
@@ -39,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sectr.events import Envelope, EventType, add_usage
+from sectr.events import Envelope, EventType, add_usage, usage_dict
 
 EVENT_KINDS = (
     "turn.start",
@@ -82,7 +83,8 @@ def sdk_event(
 def result_payload(
     stop: str, text: str, usage: dict[str, int], error: str | None, ask: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    payload: dict[str, Any] = {"stop": stop, "text": text, "usage": usage, "error": error}
+    # The Usage shape always (input and output tokens, zeros for a run with no model step).
+    payload: dict[str, Any] = {"stop": stop, "text": text, "usage": add_usage(usage_dict(), usage), "error": error}
     if ask is not None:
         payload["ask"] = ask
     return payload

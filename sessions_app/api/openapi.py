@@ -34,6 +34,8 @@ def nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 STRING = {"type": "string"}
+#: A string field where "" is refused (it never means "the default").
+NONEMPTY = {"type": "string", "minLength": 1}
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 OBJECT = {"type": "object"}
@@ -42,6 +44,21 @@ MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
 VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
+TRANSCRIPT_VIEW = {"type": "string", "enum": ["model", "history"]}
+#: The query parameters of the operations (Operation.query names them); a value outside
+#: its schema is a 400 naming the parameter (`invalid_<name>`).
+QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
+    "limit": {"schema": {"type": "integer", "minimum": 1, "maximum": 100, "default": 50}},
+    "offset": {"schema": {"type": "integer", "minimum": 0, "maximum": 10**9, "default": 0}},
+    "after": {
+        "schema": {"type": "integer", "minimum": 0, "maximum": 10**12 - 1},
+        "description": "resume after this seq (Last-Event-ID wins when both are sent)",
+    },
+    "view": {
+        "schema": {**TRANSCRIPT_VIEW, "default": "model"},
+        "description": "model: the conversation the model sees (from the newest compaction); history: all of it",
+    },
+}
 RUN_STATUS = {
     "type": "string",
     "enum": ["pending", "queued", "running", "suspended", "completed", "failed", "cancelled"],
@@ -57,6 +74,12 @@ def _object(properties: dict[str, Any], required: tuple[str, ...] = (), *, close
     return schema
 
 
+def _request(properties: dict[str, Any], required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A request body: closed, and an optional field may also be null (the views read a
+    null as "not given", sessions_app.api.views.optional)."""
+    return _object({k: v if k in required else nullable(v) for k, v in properties.items()}, required)
+
+
 USAGE = _object(
     {key: INTEGER for key in ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")},
     ("input_tokens", "output_tokens"),
@@ -64,7 +87,7 @@ USAGE = _object(
 )
 LIMITS = _object(
     {
-        key: {"type": "integer", "minimum": 0}
+        key: {"type": "integer", "minimum": 0, "maximum": 10**9}
         for key in ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens")
     }
 )
@@ -75,7 +98,7 @@ RUN_PROPERTIES: dict[str, Any] = {
     "status": RUN_STATUS,
     "reason": nullable({"type": "string", "enum": ["user_message", "approval_decision", "retry", "recover"]}),
     "stop_reason": nullable(STRING),
-    "usage": OBJECT,
+    "usage": ref("Usage"),
     "error": nullable(STRING),
     "invocation_ids": {"type": "array", "items": STRING},
     "start_seq": nullable(INTEGER),
@@ -225,6 +248,7 @@ SCHEMAS: dict[str, Any] = {
     "Transcript": _object(
         {
             "session_id": STRING,
+            "view": TRANSCRIPT_VIEW,
             "messages": {"type": "array", "items": ref("TranscriptMessage")},
             "complete": BOOLEAN,
             "last_seq": INTEGER,
@@ -250,27 +274,27 @@ SCHEMAS: dict[str, Any] = {
         ("kind", "run_id", "seq", "payload"),
     ),
     "Compacted": _object({"compacted": BOOLEAN}, ("compacted",)),
-    "CreateSession": _object(
+    "CreateSession": _request(
         {
             "title": {"type": "string", "minLength": 1, "maxLength": 120},
             "mode": MODE,
-            "model": STRING,
+            "model": NONEMPTY,
             "limits": ref("Limits"),
             "reasoning_effort": REASONING_EFFORT,
             "team": nullable({"type": "string", "maxLength": 64}),
         }
     ),
-    "Fork": _object(
+    "Fork": _request(
         {
-            "title": STRING,
-            "model": STRING,
+            "title": {"type": "string", "minLength": 1, "maxLength": 120},
+            "model": NONEMPTY,
             "reasoning_effort": REASONING_EFFORT,
             "at_seq": {"type": "integer", "minimum": 1},
         }
     ),
-    "Rename": _object({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
-    "SetMode": _object({"mode": MODE}, ("mode",)),
-    "SetModel": _object({"model": STRING, "reasoning_effort": REASONING_EFFORT}, ("model",)),
+    "Rename": _request({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
+    "SetMode": _request({"mode": MODE}, ("mode",)),
+    "SetModel": _request({"model": NONEMPTY, "reasoning_effort": REASONING_EFFORT}, ("model",)),
     "TextPart": _object({"type": {"const": "text"}, "text": STRING}, ("type", "text")),
     "ImagePart": _object(
         {
@@ -302,7 +326,7 @@ SCHEMAS: dict[str, Any] = {
         },
         ("type", "input_audio"),
     ),
-    "StartRun": _object(
+    "StartRun": _request(
         {
             "content": {
                 "anyOf": [
@@ -319,8 +343,8 @@ SCHEMAS: dict[str, Any] = {
         },
         ("content",),
     ),
-    "Steer": _object({"text": {"type": "string", "minLength": 1}}, ("text",)),
-    "Decide": _object({"verdict": VERDICT, "note": STRING}, ("verdict",)),
+    "Steer": _request({"text": {"type": "string", "minLength": 1}}, ("text",)),
+    "Decide": _request({"verdict": VERDICT, "note": NONEMPTY}, ("verdict",)),
     "AskEntry": _object(
         {
             "ask_id": STRING,
@@ -391,22 +415,39 @@ SCHEMAS: dict[str, Any] = {
 }
 
 #: Query parameters that are text (the others are whole numbers: limit, offset, after).
+#: YYYY-MM-DD or an ISO 8601 time; empty means no bound.
+DATE_FILTER = {
+    "anyOf": [
+        {"type": "string", "format": "date"},
+        {"type": "string", "format": "date-time"},
+        {"type": "string", "maxLength": 0},
+    ]
+}
+#: ?format= of the operations whose formats are not json/csv, and their content types.
+FORMATS: dict[str, dict[str, str]] = {
+    "export_session": {"json": "application/json", "markdown": "text/markdown"},
+}
 TEXT_QUERY: dict[str, dict[str, Any]] = {
     "state": {"type": "string", "enum": ["pending", "decided"]},
-    "team": {"type": "string", "maxLength": 100},
-    "tool": {"type": "string", "maxLength": 100},
+    # Filters: any text (one that matches nothing gives an empty page).
+    "team": STRING,
+    "tool": STRING,
     # GET /audit (sessions_app.api.audit)
-    "format": {"type": "string", "enum": ["json", "csv", "markdown"]},  # also GET /sessions/{id}/export
-    "actor": {"type": "string", "maxLength": 150},
+    "format": {"type": "string", "enum": ["json", "csv"]},  # GET /export: FORMATS below
+    "actor": STRING,
     "verdict": VERDICT,
     "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
-    "session": {"type": "string", "maxLength": 40},
-    "from": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
-    "to": {"type": "string", "description": "YYYY-MM-DD or ISO 8601"},
+    "session": STRING,
+    "from": DATE_FILTER,
+    "to": DATE_FILTER,
 }
 
 ERROR_DESCRIPTIONS = {
-    400: "Invalid input: malformed JSON, wrong types, a bad media part (capability, mime_type, size, url, prompt)",
+    400: (
+        "Invalid input: malformed JSON, wrong types, an empty string, a string with NUL or a lone surrogate"
+        " (invalid_unicode), a query parameter outside its schema, a bad media part"
+        " (capability, mime_type, size, url, prompt)"
+    ),
     401: "Missing, invalid or revoked token",
     403: "The caller may read but not do this",
     404: "No such object (or not the caller's)",
@@ -428,15 +469,24 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
     ]
     for name in operation.query:
-        schema = TEXT_QUERY.get(name, {"type": "integer", "minimum": 0})
-        params.append({"name": name, "in": "query", "required": False, "schema": schema})
+        if name == "limit":
+            schema = {**QUERY_PARAMETERS["limit"]["schema"], "maximum": operation.limit_max}
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
+        elif name in QUERY_PARAMETERS:
+            params.append({"name": name, "in": "query", "required": False, **QUERY_PARAMETERS[name]})
+        elif name == "format" and operation.operation_id in FORMATS:
+            schema = {"type": "string", "enum": list(FORMATS[operation.operation_id])}
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
+        else:
+            schema = TEXT_QUERY.get(name, {"type": "integer", "minimum": 0})
+            params.append({"name": name, "in": "query", "required": False, "schema": schema})
     if operation.streaming:
         params.append(
             {
                 "name": "Last-Event-ID",
                 "in": "header",
                 "required": False,
-                "schema": STRING,
+                "schema": {"type": "string", "pattern": "^([ \\t]*[0-9]{1,12}[ \\t]*)?$"},
                 "description": "resume after this seq",
             }
         )
@@ -444,11 +494,33 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
     if params:
         doc["parameters"] = params
     if operation.request is not None:
-        doc["requestBody"] = {"required": True, "content": {"application/json": {"schema": ref(operation.request)}}}
+        # A body whose every field is optional may be left out (an empty body is {}).
+        body_required = bool(SCHEMAS[operation.request].get("required"))
+        doc["requestBody"] = {
+            "required": body_required,
+            "content": {"application/json": {"schema": ref(operation.request)}},
+        }
     if operation.streaming:
+        # The body is a stream of SSE frames, not one JSON document: the schema is a string;
+        # each frame's `data:` is an Event, which `itemSchema` (OpenAPI 3.2's name for the
+        # schema of one item of a sequential media type) and `x-sse-data` point at.
         success: dict[str, Any] = {
-            "description": "SSE: `id:` the envelope seq, `event:` the kind, `data:` an Event; ends after `result`",
-            "content": {"text/event-stream": {"schema": ref("Event")}},
+            "description": (
+                "Server-Sent Events: each frame is `id:` the envelope seq, `event:` the Event's kind and"
+                " `data:` the Event as JSON; comments (`: ping`) keep the connection alive; the stream"
+                " ends after the `result` event"
+            ),
+            "content": {
+                "text/event-stream": {
+                    "schema": {"type": "string", "description": "id/event/data frames separated by blank lines"},
+                    "itemSchema": ref("Event"),
+                    "x-sse-data": ref("Event"),
+                    "example": (
+                        'id: 7\nevent: message.delta\ndata: {"kind": "message.delta", "run_id": "run_1",'
+                        ' "seq": 7, "text": "Hi", "payload": {"message_id": "msg_1"}}\n\n'
+                    ),
+                }
+            },
         }
     elif operation.status == 204:
         success = {"description": "Done"}
@@ -456,10 +528,15 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:
         success = {"description": "OK", "content": {"application/json": {"schema": ref(operation.response)}}}
-    if "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
+    if operation.operation_id in FORMATS:
+        for content_type in FORMATS[operation.operation_id].values():
+            success["content"].setdefault(content_type, {"schema": STRING})
+    elif "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
         success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
     statuses = set(operation.errors) | {405}
+    if operation.query:
+        statuses |= {400}  # a query parameter outside its schema
     if operation.auth:
         statuses |= {401, 429}
     else:

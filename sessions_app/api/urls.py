@@ -57,6 +57,7 @@ ROUTES: tuple[Route, ...] = (
                 "The caller's sessions, newest first (paginated)",
                 response="SessionList",
                 query=("limit", "offset"),
+                errors=(400,),
             ),
             "POST": op(
                 views.create_session,
@@ -84,7 +85,16 @@ ROUTES: tuple[Route, ...] = (
     Route(
         f"{SESSION}/transcript",
         "session-transcript",
-        {"GET": op(views.get_transcript, "A session's transcript", response="Transcript", errors=(404,))},
+        {
+            "GET": op(
+                views.get_transcript,
+                "A session's transcript: what the model sees (view=model, the default: from the newest"
+                " compaction, its summary first) or the full history (view=history)",
+                response="Transcript",
+                query=("view",),
+                errors=(400, 404),
+            )
+        },
     ),
     Route(
         f"{SESSION}/fork",
@@ -274,6 +284,7 @@ ROUTES: tuple[Route, ...] = (
                 "The moderation audit the caller may read, newest first (paginated; ?format=csv streams it)",
                 response="AuditPage",
                 query=audit_api.AUDIT_QUERY,
+                limit_max=audit_api.AUDIT_LIMIT_MAX,
                 errors=(400,),
             )
         },

@@ -23,6 +23,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.csrf import csrf_exempt
 
 from sectr.errors import NotFound, ValidationFailed
+from sectr.events import add_usage, usage_dict
 from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
 from sessions_app.api.auth import authenticate, check_rate_limit
@@ -30,7 +31,7 @@ from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
 from sessions_app.attribution import current_api_token_key
 from sessions_app.input_checks import is_whole_number
-from sessions_app.journal.snapshots import session_summary, snapshot, transcript
+from sessions_app.journal.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
 
 KIB = 1024
@@ -69,6 +70,7 @@ class Operation:
     auth: bool = True
     body_limit: int = DEFAULT_BODY_LIMIT
     query: tuple[str, ...] = ()
+    limit_max: int = 100  # the largest ?limit= a paginated operation takes
     streaming: bool = False
     errors: tuple[int, ...] = ()
 
@@ -179,6 +181,8 @@ def optional(body: dict[str, Any], key: str, kind: type | tuple[type, ...], *, a
     if value == "" and not allow_empty:
         raise ValidationFailed(f"{key} must not be empty", code=f"invalid_{key}")
     kinds = kind if isinstance(kind, tuple) else (kind,)
+    if int in kinds and float not in kinds and isinstance(value, float) and value.is_integer():
+        return int(value)  # 5.0 is the whole number 5 in JSON (and in JSON Schema)
     if isinstance(value, bool) and bool not in kinds:
         raise ValidationFailed(f"{key} has the wrong type", code=f"invalid_{key}")
     if not isinstance(value, kinds):
@@ -198,7 +202,7 @@ def query_int(request: HttpRequest, key: str, default: int, low: int, high: int)
     raw = request.GET.get(key)
     if raw is None or raw == "":
         return default
-    if not is_whole_number(raw) or len(raw) > 9 or not low <= int(raw) <= high:
+    if not is_whole_number(raw) or len(raw) > len(str(high)) or not low <= int(raw) <= high:
         raise ValidationFailed(f"{key} must be a whole number from {low} to {high}", code=f"invalid_{key}")
     return int(raw)
 
@@ -225,7 +229,8 @@ def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
         "status": run.status,
         "reason": (run.reason or {}).get("kind"),
         "stop_reason": run.stop_reason or None,
-        "usage": run.usage or {},
+        # Always the Usage shape (zeros for a run that never called the model), never {}.
+        "usage": add_usage(usage_dict(), run.usage or {}),
         "error": run.error or None,
         "invocation_ids": list(run.invocation_ids or []),
         "start_seq": run.start_seq,
@@ -241,11 +246,16 @@ def run_dict(run: Run, *, with_result: bool = False) -> dict[str, Any]:
             # The journal is the truth; the Run row may lag its terminal envelope briefly.
             data["status"] = tracker.status
             data["stop_reason"] = tracker.result["stop"]
-            data["usage"] = tracker.result["usage"]
+            data["usage"] = add_usage(usage_dict(), tracker.result["usage"])
             data["error"] = tracker.result["error"]
             data["result"] = tracker.result
     elif with_result and run.status in Run.FINISHED_STATUSES:  # a queued message cancelled before it started
-        data["result"] = {"stop": run.stop_reason or "cancelled", "text": "", "usage": {}, "error": run.error or None}
+        data["result"] = {
+            "stop": run.stop_reason or "cancelled",
+            "text": "",
+            "usage": usage_dict(),
+            "error": run.error or None,
+        }
     return data
 
 
@@ -321,8 +331,12 @@ async def delete_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 
 async def get_transcript(call: ApiCall, session_id: str) -> HttpResponse:
+    view = call.request.GET.get("view") or "model"
+    if view not in TRANSCRIPT_VIEWS:
+        raise ValidationFailed(f"view must be one of: {', '.join(TRANSCRIPT_VIEWS)}", code="invalid_view")
+
     def read() -> dict[str, Any]:
-        return transcript(_session_for(call.user, session_id))
+        return transcript(_session_for(call.user, session_id), view)
 
     return json_response(await sync_to_async(read)())
 

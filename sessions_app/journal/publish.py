@@ -4,7 +4,11 @@ The journal is the truth; the channel layer only pushes and wakes. It delivers a
 once and drops messages under load or on a Redis reconnect, so every reader tracks the
 seq it has rendered and, on a gap (or after a reconnect), reads the missing envelopes
 from the journal (`DatabaseJournal.load(session_id, after_seq=...)`). Publication
-failures are logged and swallowed: an append that committed has happened.
+failures are retried (a burst, a Redis restart: up to PUBLISH_BUDGET), then logged,
+counted (`publish_drops()`, and ops' `sectr_publish_drops`) and swallowed: an append
+that committed has happened. The async path (`apublish`, the worker's appends) queues
+its messages on the event loop's ordered publisher and returns at once, so a slow layer
+never holds a journal writer.
 
 Messages are plain JSON (they cross Redis), sent only after the append's transaction
 commits:
@@ -42,9 +46,11 @@ from a thread started by `sync_to_async` (Django's sync views under ASGI, consum
 from __future__ import annotations
 
 import asyncio
+import collections
 import hashlib
 import logging
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,9 +68,27 @@ MODERATION_GROUP = "sectr.moderation"
 WORKERS_GROUP = "sectr.workers"
 ENVELOPES_MESSAGE_TYPE = "journal.envelopes"
 WAKE_MESSAGE_TYPE = "runs.wake"
-#: How long one publication may take before it is abandoned (a stuck Redis must not
-#: hold a journal writer).
+#: How long one attempt to publish a message may take before it is tried again.
 PUBLISH_TIMEOUT = 2.0
+#: How long a message is retried (a burst, a Redis restart) before it is given up and
+#: counted in `publish_drops()`; readers then find it in the journal.
+PUBLISH_BUDGET = 30.0
+#: Messages one process may hold back while the layer is slow or away; beyond it the
+#: oldest are dropped (and counted): memory must stay bounded through a long outage.
+PUBLISH_BACKLOG_MAX = 50_000
+
+_drops = 0  # messages this process gave up on (every path); see publish_drops()
+
+
+def publish_drops() -> int:
+    """How many messages this process could not hand to the channel layer (since start)."""
+    return _drops
+
+
+def _count_drops(group: str, count: int = 1) -> None:
+    global _drops
+    _drops += count
+    PUBLISH_DROPS.labels(group_kind(group)).inc(count)
 
 # Channels accepts group names of ASCII letters, digits, "-", "_" and "." under 100 chars.
 _GROUP_SAFE = re.compile(r"^[a-zA-Z0-9\-_.]+$")
@@ -114,31 +138,125 @@ def envelope_messages(envelopes: Sequence[Envelope]) -> list[tuple[str, dict[str
     return messages
 
 
-async def _send(messages: list[tuple[str, dict[str, Any]]]) -> None:
+async def _send_one(layer: Any, group: str, message: dict[str, Any], deadline: float) -> bool:
+    """Send one message, retrying (with a growing pause) until `deadline` (monotonic)."""
+    pause = 0.05
+    while True:
+        try:
+            await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            if asyncio.get_running_loop().time() + pause > deadline:
+                logger.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
+                return False
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+
+async def _send(messages: list[tuple[str, dict[str, Any]]], budget: float = PUBLISH_BUDGET) -> None:
+    """Send `messages` in order, each retried for up to `budget` seconds. Never raises."""
     layer = get_channel_layer()
     if layer is None:
         return
+    deadline = asyncio.get_running_loop().time() + budget
     for group, message in messages:
-        try:
-            await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
-        except Exception:
-            # The journal has it; readers catch up from there.
-            PUBLISH_DROPS.labels(group_kind(group)).inc()
-            logger.warning("could not publish %s to %s", message.get("type"), group, exc_info=True)
+        if not await _send_one(layer, group, message, deadline):
+            _count_drops(group)  # the journal has it; readers catch up from there
 
 
 def _send_sync(messages: list[tuple[str, dict[str, Any]]]) -> None:
+    # A sync caller (a view's on_commit) waits for it: a shorter budget than the queue's.
     try:
-        async_to_sync(_send)(messages)
+        async_to_sync(_send)(messages, 5.0)
     except Exception:
+        for group, _message in messages:
+            _count_drops(group)
         logger.warning("could not publish %d message(s)", len(messages), exc_info=True)
 
 
+class _OrderedPublisher:
+    """One event loop's queue of messages to publish, sent in order by one task.
+
+    The async journal path (the worker's appends) hands its messages here and goes on:
+    a burst or a Redis restart neither holds a journal writer nor drops frames. Messages
+    of one group (a session) are sent strictly in the order they were queued; different
+    groups' go out side by side."""
+
+    def __init__(self) -> None:
+        self.queue: collections.deque[tuple[float, str, dict[str, Any]]] = collections.deque()
+        self.ready = asyncio.Event()  # something was queued
+        self.idle = asyncio.Event()  # the queue is empty and nothing is being sent
+        self.idle.set()
+        self.task: asyncio.Task[None] | None = None
+
+    def put(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        now = asyncio.get_running_loop().time()
+        self.queue.extend((now, group, message) for group, message in messages)
+        overflow = len(self.queue) - PUBLISH_BACKLOG_MAX
+        if overflow > 0:
+            for _ in range(overflow):
+                _queued, group, _message = self.queue.popleft()
+                _count_drops(group)
+            logger.warning("publish backlog full: dropped the %d oldest message(s)", overflow)
+        self.idle.clear()
+        self.ready.set()
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self._drain())
+
+    async def _drain(self) -> None:
+        while True:
+            if not self.queue:
+                self.ready.clear()
+                self.idle.set()
+                await self.ready.wait()
+                continue
+            layer = get_channel_layer()
+            batch = list(self.queue)
+            self.queue.clear()
+            if layer is None:
+                continue
+            by_group: dict[str, list[tuple[float, dict[str, Any]]]] = {}
+            for queued, group, message in batch:
+                by_group.setdefault(group, []).append((queued, message))
+
+            await asyncio.gather(*(self._send_group(layer, group, items) for group, items in by_group.items()))
+
+    @staticmethod
+    async def _send_group(layer: Any, group: str, items: list[tuple[float, dict[str, Any]]]) -> None:
+        for queued, message in items:
+            if not await _send_one(layer, group, message, queued + PUBLISH_BUDGET):
+                _count_drops(group)
+
+    async def flush(self) -> None:
+        """Wait until everything queued so far was sent (or given up)."""
+        if self.task is not None and not self.task.done():
+            await self.idle.wait()
+
+
+_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OrderedPublisher] = weakref.WeakKeyDictionary()
+
+
+def _publisher() -> _OrderedPublisher:
+    loop = asyncio.get_running_loop()
+    found = _publishers.get(loop)
+    if found is None:
+        found = _publishers[loop] = _OrderedPublisher()
+    return found
+
+
 async def apublish(envelopes: Sequence[Envelope]) -> None:
-    """Publish committed envelopes now. Never raises (failures are logged)."""
+    """Queue committed envelopes for publication (in order, retried; see _OrderedPublisher).
+    Returns at once; never raises."""
     messages = envelope_messages(envelopes)
     if messages:
-        await _send(messages)
+        _publisher().put(messages)
+
+
+async def aflush_publications() -> None:
+    """Wait until this event loop's queued publications went out (tests, shutdown)."""
+    await _publisher().flush()
 
 
 def publish_on_commit(envelopes: Sequence[Envelope], *, using: str | None = None) -> None:

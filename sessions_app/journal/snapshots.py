@@ -1,24 +1,29 @@
 """Snapshots and transcripts of a session (SPEC section 6), as JSON-ready dicts.
 
 Both are projections: a snapshot reads the Session row's cached projection (itself
-rebuildable from the journal), a transcript folds the journal. The API returns them
+rebuildable from the journal), a transcript folds the journal (the model's view or
+the full history). The API returns them
 as they are and the SDK wraps them in small classes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
-from sectr.events import EventType
+from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages
 from sectr.state import SessionState, prompt_text
 from sessions_app.journal import get_journal
+from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
 from sessions_app.runtime import session_model_info
 
-#: A transcript reads the whole journal in one query up to this many envelopes; a longer
-#: one is read from its newest compaction on (what the model sees) and marked incomplete.
-TRANSCRIPT_MAX_ENVELOPES = 50_000
+#: The views of a transcript: what the model sees (from the newest compaction: its
+#: summary and kept messages, then everything after) and the full history people saw.
+TRANSCRIPT_VIEWS = ("model", "history")
+#: The history is read with one SELECT, fetched and folded this many rows at a time.
+HISTORY_CHUNK_ROWS = 2_000
 
 
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
@@ -112,31 +117,71 @@ def session_summary(session: Session) -> dict[str, Any]:
 # ---- transcripts ----
 
 
-def transcript(session: Session) -> dict[str, Any]:
-    """`messages` (role, text, tool_calls, tool_result, parts) and `complete`.
+def transcript(session: Session, view: str = "model") -> dict[str, Any]:
+    """`messages` (role, text, tool_calls, tool_result, parts), `complete` and `view`.
 
-    The whole journal is read with one SELECT, which both SQLite and PostgreSQL answer
-    from one snapshot: `complete` is True when that read held every envelope from seq 1
-    on without a gap. Compactions inside the session are skipped so that the transcript
-    keeps the full history a person saw (a fork's opening compaction, which holds the
-    source's conversation, is kept).
+    `view="model"` (the default) is the conversation the model currently sees
+    (`ctx.messages` of the next invocation): from the newest compaction on, so it starts
+    with the compaction's summary and kept messages. `view="history"` is everything
+    people saw: compactions inside the session are skipped (a fork's opening
+    compaction, which holds the source's conversation, is kept). Either view comes from
+    one SELECT, which SQLite and PostgreSQL both answer from one snapshot of the
+    journal, however long the session: `complete` is True when that read held every
+    envelope of the view (from seq 1, or from the compaction it starts at) without a gap.
     """
-    if session.last_seq > TRANSCRIPT_MAX_ENVELOPES:
+    if view not in TRANSCRIPT_VIEWS:
+        raise ValueError(f"unknown transcript view {view!r}")
+    if view == "model":
         envelopes = get_journal().load_since_compaction_sync(session.pk)
+        starts_well = bool(envelopes) and (
+            envelopes[0].seq == 1 or envelopes[0].type is EventType.TRANSCRIPT_COMPACTED
+        )
+        complete = starts_well and _gapless(envelopes)
+        messages = fold_messages(envelopes)
+        last_seq = envelopes[-1].seq if envelopes else 0
     else:
-        envelopes = get_journal().load_sync(session.pk)
-    complete = bool(envelopes) and all(env.seq == i for i, env in enumerate(envelopes, start=1))
-    kept = [
-        env for env in envelopes if env.type is not EventType.TRANSCRIPT_COMPACTED or not env.payload.get("through_seq")
-    ]
-    if not complete:  # read from a compaction: its messages are the start of the history
-        kept = envelopes
+        reader = _HistoryReader(session.pk)
+        messages = fold_messages(reader.envelopes())
+        complete, last_seq = reader.complete, reader.last_seq
     return {
         "session_id": session.pk,
-        "messages": [transcript_message(m) for m in fold_messages(kept)],
+        "view": view,
+        "messages": [transcript_message(m) for m in messages],
         "complete": complete,
-        "last_seq": envelopes[-1].seq if envelopes else 0,
+        "last_seq": last_seq,
     }
+
+
+def _gapless(envelopes: list[Envelope]) -> bool:
+    first = envelopes[0].seq if envelopes else 0
+    return all(env.seq == first + i for i, env in enumerate(envelopes))
+
+
+class _HistoryReader:
+    """The whole journal of a session from one SELECT, streamed (the fold keeps messages,
+    not envelopes), minus the compactions made inside the session."""
+
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self.complete = False
+        self.last_seq = 0
+
+    def envelopes(self) -> Iterator[Envelope]:
+        rows = (
+            EnvelopeRow.objects.filter(session_id=self.session_id)
+            .order_by("seq")
+            .values_list("seq", "invocation_id", "type", "payload", "created_at")
+            .iterator(chunk_size=HISTORY_CHUNK_ROWS)
+        )
+        gapless = True
+        for seq, invocation_id, event_type, payload, created_at in rows:
+            gapless = gapless and seq == self.last_seq + 1
+            self.last_seq = seq
+            kind = EventType(event_type)
+            if kind is EventType.TRANSCRIPT_COMPACTED and payload.get("through_seq"):
+                continue
+            yield Envelope(self.session_id, seq, invocation_id, kind, payload, created_at)
+        self.complete = gapless and self.last_seq > 0
 
 
 def transcript_message(message: dict[str, Any]) -> dict[str, Any]:

@@ -542,19 +542,216 @@ async def test_a_plain_def_handler_runs_in_a_thread_and_can_execute(demo: DemoPr
     assert outcome.type is EventType.INVOCATION_SUSPENDED
 
 
-async def test_the_sync_execute_in_an_async_handler_is_refused(demo: DemoProvider) -> None:
+# ---- the sync execute inside an async handler (on the event loop) ----
+
+
+@tool
+async def async_shout(text: str) -> str:
+    """Upper-case text, asynchronously.
+
+    Args:
+        text: what to shout.
+    """
+    return text.upper()
+
+
+class SlowAppendJournal(sectr.MemoryJournal):
+    """A journal whose appends take a while (a database round trip), to see who waits."""
+
+    delay = 0.0
+
+    async def append(self, session_id: str, events: Any, *, fence: Any = None) -> list[sectr.Envelope]:
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return await super().append(session_id, events, fence=fence)
+
+
+async def _tool_call_message(ctx: SessionContext, call_id: str, name: str, arguments: str) -> None:
+    async with ctx.message() as m:
+        await m.tool_call(call_id, name, arguments)
+
+
+async def test_the_sync_execute_in_an_async_handler_runs_a_sync_tool_and_journals_its_result(
+    demo: DemoProvider,
+) -> None:
+    seen: dict[str, Any] = {}
+
+    async def handler(ctx: SessionContext) -> None:
+        await _tool_call_message(ctx, "c1", "shout", '{"text": "hi"}')
+        seen["result"] = ctx.execute("shout", "c1", text="hi")
+        seen["no_id"] = ctx.execute("shout", text="quiet")
+        async with ctx.message() as m:
+            await m.text("done")
+
+    rt = runtime_with(handler, demo)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert seen["result"].content == "HI" and not seen["result"].is_error
+    assert seen["no_id"].content == "QUIET"
+    journal = rt.journal.read(sid)
+    results = of_type(journal, EventType.TOOL_RESULT)
+    assert [r.payload for r in results] == [{"tool_call_id": "c1", "name": "shout", "content": "HI"}]
+    # The queued result is written in emission order: before the message that followed it.
+    kinds = types_of(journal)
+    assert kinds.index(EventType.TOOL_RESULT) < len(kinds) - 1 - kinds[::-1].index(EventType.MESSAGE_START)
+    assert [m["role"] for m in sectr.fold_messages(journal)] == ["user", "assistant", "tool", "assistant"]
+
+
+async def test_the_sync_execute_on_the_loop_does_not_wait_for_the_journal(demo: DemoProvider) -> None:
+    journal = SlowAppendJournal()
+    seen: dict[str, float] = {}
+
+    async def handler(ctx: SessionContext) -> None:
+        await _tool_call_message(ctx, "c1", "shout", '{"text": "hi"}')
+        journal.delay = 0.3
+        started = asyncio.get_running_loop().time()
+        ctx.execute("shout", "c1", text="hi")
+        seen["execute"] = asyncio.get_running_loop().time() - started
+        seen["results_right_after"] = len(of_type(ctx.transcript, EventType.TOOL_RESULT))
+        await ctx.writer.flush()
+        seen["results_after_flush"] = len(of_type(ctx.transcript, EventType.TOOL_RESULT))
+        journal.delay = 0.0
+
+    rt = LocalRuntime(handler=handler, provider=demo, tools=[shout], journal=journal)
+    sid = await rt.create_session()
+    await rt.send(sid, "go")
+    assert seen["execute"] < 0.1  # the 0.3 s append happened later, on the loop
+    assert seen["results_right_after"] == 0
+    assert seen["results_after_flush"] == 1
+
+
+async def test_the_sync_execute_in_an_async_handler_raises_lookup_error_for_an_unknown_tool(
+    demo: DemoProvider,
+) -> None:
     errors: list[BaseException] = []
 
     async def handler(ctx: SessionContext) -> None:
         try:
-            ctx.execute("shout", text="x")
-        except RuntimeError as exc:
+            ctx.execute("no_such_tool", x=1)
+        except LookupError as exc:
             errors.append(exc)
 
     rt = runtime_with(handler, demo)
     sid = await rt.create_session()
-    await rt.send(sid, "go")
-    assert len(errors) == 1 and "aexecute" in str(errors[0])
+    assert (await rt.send(sid, "go")).type is EventType.INVOCATION_COMPLETED
+    assert len(errors) == 1 and "no_such_tool" in str(errors[0])
+
+
+async def test_the_sync_execute_in_an_async_handler_asks_then_runs_the_approved_call(demo: DemoProvider) -> None:
+    seen: list[Any] = []
+
+    async def handler(ctx: SessionContext) -> None:
+        if ctx.reason["kind"] == "user_message":
+            await _tool_call_message(ctx, "c1", "deploy", '{"target": "prod"}')
+            try:
+                ctx.execute("deploy", "c1", target="prod")
+            except ApprovalRequired as exc:
+                seen.append(exc)
+                raise
+        else:
+            seen.append(ctx.execute("deploy", "c1", target="prod"))
+
+    rt = runtime_with(handler, demo)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    assert outcome.type is EventType.INVOCATION_SUSPENDED
+    assert isinstance(seen[0], ApprovalRequired) and seen[0].tool_call_id == "c1"
+    (ask,) = of_type(rt.journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert ask.payload["tool_call_id"] == "c1" and ask.payload["arguments"] == {"target": "prod"}
+    outcome = await rt.decide(sid, outcome.payload["ask_id"], "allow_once", approver="bob")
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert seen[1].content == "deployed to prod"
+    (result,) = of_type(rt.journal.read(sid), EventType.TOOL_RESULT)
+    assert result.payload == {"tool_call_id": "c1", "name": "deploy", "content": "deployed to prod"}
+
+
+async def test_the_sync_execute_in_an_async_handler_raises_approval_denied_on_a_denied_resume(
+    demo: DemoProvider,
+) -> None:
+    seen: list[BaseException] = []
+
+    async def handler(ctx: SessionContext) -> None:
+        if ctx.reason["kind"] == "user_message":
+            await _tool_call_message(ctx, "c1", "deploy", '{"target": "prod"}')
+            ctx.execute("deploy", "c1", target="prod")
+        else:
+            try:
+                ctx.execute("deploy", "c1", target="prod")
+            except ApprovalDenied as exc:
+                seen.append(exc)
+
+    rt = runtime_with(handler, demo)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    outcome = await rt.decide(sid, outcome.payload["ask_id"], "deny", approver="bob", note="not today")
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert len(seen) == 1 and isinstance(seen[0], PermissionError) and "not today" in str(seen[0])
+    (result,) = of_type(rt.journal.read(sid), EventType.TOOL_RESULT)
+    assert result.payload["is_error"] is True
+    assert result.payload["content"] == "denied: bob denied this call (not today)"
+
+
+async def test_the_sync_execute_of_an_async_tool_on_the_loop_is_a_type_error_naming_aexecute(
+    demo: DemoProvider,
+) -> None:
+    errors: list[BaseException] = []
+    awaited: list[str] = []
+
+    async def handler(ctx: SessionContext) -> None:
+        try:
+            ctx.execute("async_shout", text="x")
+        except TypeError as exc:
+            errors.append(exc)
+        awaited.append((await ctx.aexecute("async_shout", text="x")).content)
+
+    rt = LocalRuntime(handler=handler, provider=demo, tools=[async_shout])
+    sid = await rt.create_session()
+    assert (await rt.send(sid, "go")).type is EventType.INVOCATION_COMPLETED
+    assert len(errors) == 1 and "await ctx.aexecute('async_shout'" in str(errors[0])
+    assert awaited == ["X"]
+
+
+async def test_request_approval_in_an_async_handler_raises_approval_required(demo: DemoProvider) -> None:
+    seen: list[ApprovalRequired] = []
+
+    async def handler(ctx: SessionContext) -> None:
+        try:
+            ctx.request_approval("deploy everything", {"region": "eu"})
+        except ApprovalRequired as exc:
+            seen.append(exc)
+            raise
+
+    rt = runtime_with(handler, demo)
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "go")
+    assert outcome.type is EventType.INVOCATION_SUSPENDED
+    assert seen[0].name == "deploy everything" and seen[0].tool_call_id is None
+    (ask,) = of_type(rt.journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert ask.payload["arguments"] == {"region": "eu"} and ask.payload["tool_call_id"] is None
+
+
+async def test_a_call_answered_by_the_sync_execute_is_not_run_again_by_the_default_agent(
+    demo: DemoProvider,
+) -> None:
+    runs: list[str] = []
+
+    @tool(name="count_runs")
+    def count_runs() -> str:
+        """Count how often it runs."""
+        runs.append("ran")
+        return f"run {len(runs)}"
+
+    async def handler(ctx: SessionContext) -> None:
+        await _tool_call_message(ctx, "c1", "count_runs", "{}")
+        ctx.execute("count_runs", "c1")
+        await default_handler(ctx)  # its open-call pass must see the queued result
+
+    rt = LocalRuntime(handler=handler, provider=demo, tools=[count_runs])
+    sid = await rt.create_session()
+    assert (await rt.send(sid, "go")).type is EventType.INVOCATION_COMPLETED
+    assert runs == ["ran"]
+    assert final_text(rt, sid) == "count_runs returned: run 1"
 
 
 async def test_a_custom_handler_can_do_its_own_work_then_hand_over_to_the_default_agent(

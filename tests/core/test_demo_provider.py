@@ -285,6 +285,19 @@ async def test_long_streams_n_words_one_per_chunk() -> None:
     assert finish(events) == Finish("stop", {"input_tokens": 2, "output_tokens": 40})
 
 
+async def test_long_followed_by_more_words_still_writes_n_words() -> None:
+    events = await collect([user("!long 12 words to fill the context\nplease")])
+    words = "".join(texts(events)).split()
+    assert len(words) == 12
+    assert words[0] == "lorem" and "said:" not in words
+    assert finish(events) == Finish("stop", {"input_tokens": 8, "output_tokens": 12})
+
+
+async def test_long_glued_to_more_digits_or_letters_is_not_a_command() -> None:
+    events = await collect([user("!long 3x")])
+    assert "".join(texts(events)) == "You said: !long 3x"
+
+
 async def test_long_is_not_slowed_by_the_chunk_delay() -> None:
     provider = DemoProvider(delay=1.0, slow_delay=1.0)
     events = await asyncio.wait_for(collect([user("!long 200")], provider=provider), timeout=5)

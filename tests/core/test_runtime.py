@@ -10,9 +10,15 @@ from typing import Any
 
 import pytest
 
+import sectr
 from sectr import LocalRuntime, SessionContext, tool
 from sectr.agent import LIMIT_CONTENT, default_handler
-from sectr.context import CANCELLED_TOOL_CONTENT, ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT
+from sectr.context import (
+    CANCELLED_TOOL_CONTENT,
+    ENDED_TOOL_CONTENT,
+    FAILED_TOOL_CONTENT,
+    INTERRUPTED_TOOL_CONTENT,
+)
 from sectr.errors import AskNotPending, LeaseLost, ProviderError, RetryIneligible, SessionBusy, StaleRunControl
 from sectr.events import EventType
 from sectr.fold import PLEASE_CONTINUE, fold_messages
@@ -732,18 +738,165 @@ async def test_a_crash_between_approval_and_the_approved_call_does_not_ask_again
     rt = LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal)
     sid = await rt.create_session()
     suspended = await rt.send(sid, '!tool slow_deploy {"target": "prod"}')
+    state = await journal.state(sid)
+    # the approval is journaled, the worker dies before the tool starts
+    from sectr.operations import decision_events
+
+    _, events = decision_events(state, suspended.payload["ask_id"], "allow_once", approver="bob")
+    await journal.append(sid, events)
+    outcome = await LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal).recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED, outcome.payload
+    assert len(of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)) == 1
+    assert final_text(rt, sid) == "slow_deploy returned: deployed to prod"
+
+
+async def test_a_crash_inside_an_approved_call_asks_again_before_running_it_twice(demo: DemoProvider) -> None:
+    journal = MemoryJournal()
+    rt = LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal)
+    sid = await rt.create_session()
+    suspended = await rt.send(sid, '!tool slow_deploy {"target": "prod"}')
     task = asyncio.create_task(rt.decide(sid, suspended.payload["ask_id"], "allow_once", approver="bob"))
-    await wait_for(lambda: of_type(journal.read(sid), EventType.INVOCATION_STARTED)[-1].payload["reason"]["kind"]
-                   == "approval_decision")
+    await wait_for(lambda: of_type(journal.read(sid), EventType.TOOL_STARTED) != [])
     await asyncio.sleep(0.05)  # inside the approved tool
     task.cancel()  # the worker dies
     with pytest.raises(asyncio.CancelledError):
         await task
     assert of_type(journal.read(sid), EventType.TOOL_RESULT) == []
-    outcome = await LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal).recover(sid)
-    assert outcome.type is EventType.INVOCATION_COMPLETED, outcome.payload
-    assert len(of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)) == 1
+    recovering = LocalRuntime(provider=demo, tools=[slow_deploy], journal=journal)
+    outcome = await recovering.recover(sid)
+    # slow_deploy is not idempotent: the first approval covered one run, not a second one
+    assert outcome.type is EventType.INVOCATION_SUSPENDED, outcome.payload
+    asks = of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert len(asks) == 2 and asks[1].payload["tool_call_id"] == asks[0].payload["tool_call_id"]
+    outcome = await recovering.decide(sid, outcome.payload["ask_id"], "allow_once", approver="bob")
+    assert outcome.type is EventType.INVOCATION_COMPLETED
     assert final_text(rt, sid) == "slow_deploy returned: deployed to prod"
+    assert len(of_type(journal.read(sid), EventType.TOOL_STARTED)) == 2
+
+
+# ---- exactly-once side effects across a crash (TOOL_STARTED) ----
+
+
+class SideEffects:
+    """Tools that record every run with the idempotency key they were given."""
+
+    def __init__(self) -> None:
+        self.runs: list[tuple[str, str | None]] = []
+        self.journal_at_start: list[list[str]] = []
+        self.release = asyncio.Event()
+
+    def tools(self, journal: MemoryJournal, sid_box: list[str]) -> list[Any]:
+        effects = self
+
+        @tool(mutating=True, name="charge")
+        async def charge(amount: int, context: sectr.ToolContext) -> str:
+            """Charge a card (not idempotent).
+
+            Args:
+                amount: how much.
+            """
+            effects.journal_at_start.append(types_of(journal.read(sid_box[0])))
+            effects.runs.append(("charge", context.idempotency_key))
+            await effects.release.wait()
+            return f"charged {amount}"
+
+        @tool(mutating=True, idempotent=True, name="put_record")
+        async def put_record(key: str, context: sectr.ToolContext) -> str:
+            """Store a record under a key (idempotent: a second put changes nothing).
+
+            Args:
+                key: the record's key.
+            """
+            effects.runs.append(("put_record", context.idempotency_key))
+            await effects.release.wait()
+            return f"stored {key}"
+
+        return [charge, put_record]
+
+
+async def _crash_inside_tool(
+    demo: DemoProvider, prompt: str
+) -> tuple[MemoryJournal, str, SideEffects, list[Any]]:
+    """Run `prompt` until its tool is running, then kill the invocation (a dead worker)."""
+    journal = MemoryJournal()
+    effects = SideEffects()
+    sid_box: list[str] = []
+    tools = effects.tools(journal, sid_box)
+    rt = LocalRuntime(provider=demo, tools=tools, journal=journal)
+    sid_box.append(await rt.create_session())
+    task = asyncio.create_task(rt.send(sid_box[0], prompt))
+    await wait_for(lambda: len(effects.runs) == 1)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert of_type(journal.read(sid_box[0]), EventType.TOOL_RESULT) == []
+    return journal, sid_box[0], effects, tools
+
+
+async def test_the_intent_is_journaled_before_a_tool_that_is_not_idempotent_runs(demo: DemoProvider) -> None:
+    journal, sid, effects, _ = await _crash_inside_tool(demo, '!tool charge {"amount": 5}')
+    assert effects.journal_at_start[0][-2:] == ["MESSAGE_END", "TOOL_STARTED"]
+    (call_env,) = of_type(journal.read(sid), EventType.TOOL_CALL)
+    (started,) = of_type(journal.read(sid), EventType.TOOL_STARTED)
+    assert started.payload == {"tool_call_id": call_env.payload["tool_call_id"], "name": "charge"}
+    assert effects.runs == [("charge", call_env.payload["tool_call_id"])]  # the key is the call id
+    # TOOL_STARTED adds nothing to the model's messages (SPEC section 2 unchanged)
+    without = [e for e in journal.read(sid) if e.type is not EventType.TOOL_STARTED]
+    assert fold_messages(journal.read(sid)) == fold_messages(without)
+
+
+async def test_a_started_call_a_crash_cut_off_is_not_run_again_and_the_model_is_told(demo: DemoProvider) -> None:
+    journal, sid, effects, tools = await _crash_inside_tool(demo, '!tool charge {"amount": 5}')
+    effects.release.set()
+    rt = LocalRuntime(provider=demo, tools=tools, journal=journal)
+    outcome = await rt.recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert [name for name, _ in effects.runs] == ["charge"]  # once, never twice
+    (result,) = of_type(journal.read(sid), EventType.TOOL_RESULT)
+    assert result.payload["is_error"] is True
+    assert result.payload["content"] == INTERRUPTED_TOOL_CONTENT
+    assert "it may or may not have taken effect" in INTERRUPTED_TOOL_CONTENT
+    assert final_text(rt, sid) == f"charge returned: {INTERRUPTED_TOOL_CONTENT}"
+
+
+async def test_an_idempotent_call_a_crash_cut_off_runs_again_with_the_same_key(demo: DemoProvider) -> None:
+    journal, sid, effects, tools = await _crash_inside_tool(demo, '!tool put_record {"key": "k1"}')
+    assert of_type(journal.read(sid), EventType.TOOL_STARTED) == []  # an idempotent call costs no write
+    effects.release.set()
+    rt = LocalRuntime(provider=demo, tools=tools, journal=journal)
+    outcome = await rt.recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    (call_env,) = of_type(journal.read(sid), EventType.TOOL_CALL)
+    key = call_env.payload["tool_call_id"]
+    assert effects.runs == [("put_record", key), ("put_record", key)]
+    assert final_text(rt, sid) == "put_record returned: stored k1"
+
+
+async def test_a_call_that_never_started_before_the_crash_runs_after_recovery(demo: DemoProvider) -> None:
+    journal = MemoryJournal()
+    effects = SideEffects()
+    effects.release.set()
+    sid_box: list[str] = []
+    tools = effects.tools(journal, sid_box)
+    sid, invocation_id = await _runtime_session(journal, "!tool charge {}")
+    sid_box.append(sid)
+    await journal.append(
+        sid,
+        [
+            NewEvent(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant"}, invocation_id),
+            NewEvent(
+                EventType.TOOL_CALL,
+                {"message_id": "m1", "tool_call_id": "c1", "name": "charge", "arguments": '{"amount": 3}'},
+                invocation_id,
+            ),
+            NewEvent(EventType.MESSAGE_END, {"message_id": "m1"}, invocation_id),
+        ],
+    )
+    outcome = await LocalRuntime(provider=demo, tools=tools, journal=journal).recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert effects.runs == [("charge", "c1")]
+    (result,) = of_type(journal.read(sid), EventType.TOOL_RESULT)
+    assert result.payload["content"] == "charged 3"
 
 
 async def test_a_crash_between_a_denial_and_its_result_still_denies(demo: DemoProvider) -> None:
@@ -863,7 +1016,9 @@ async def test_recover_with_an_open_message_holding_tool_calls_answers_them_in_o
     outcome = await rt.recover(sid)
     assert outcome.type is EventType.INVOCATION_COMPLETED
     envelopes = journal.read(sid)
-    assert types_of(envelopes[5:9]) == ["MESSAGE_END", "SESSION_ERROR", "INVOCATION_STARTED", "TOOL_RESULT"]
+    assert types_of(envelopes[5:10]) == [
+        "MESSAGE_END", "SESSION_ERROR", "INVOCATION_STARTED", "TOOL_STARTED", "TOOL_RESULT"
+    ]
     assert envelopes[5].payload == {"message_id": "m1", "finish_reason": "tool_calls"}
     assert "message_id" not in envelopes[6].payload
     messages = fold_messages(envelopes)

@@ -105,23 +105,89 @@ def test_a_snapshot_has_every_field_of_the_spec(make_session: Any, owner: Any) -
     assert data["placement"]["run_id"] == run.pk and data["placement"]["run_status"] == "queued"
 
 
-def test_a_transcript_keeps_the_history_a_compaction_summarised(make_session: Any, owner: Any) -> None:
+def _compacted_session(make_session: Any) -> Session:
     session = make_session(title="History")
     journal = DatabaseJournal()
     start = NewEvent(
         EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "one"}}}, "inv_1"
     )
     done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, "inv_1")
-    summary = {"messages": [{"role": "user", "content": "Summary: one"}], "through_seq": 3, "summary": "one"}
-    journal.append_sync(session.pk, [start, done, NewEvent(EventType.TRANSCRIPT_COMPACTED, summary)])
-    data = transcript(Session.objects.get(pk=session.pk))
-    assert data["complete"] is True and data["last_seq"] == 4
-    assert [(m["role"], m["text"]) for m in data["messages"]] == [("user", "one")]
+    summary = {
+        "messages": [{"role": "system", "content": "Summary: one"}, {"role": "user", "content": "kept"}],
+        "through_seq": 3,
+        "summary": "one",
+    }
+    again = NewEvent(
+        EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "two"}}}, "inv_2"
+    )
+    finished = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, "inv_2")
+    compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, summary)
+    journal.append_sync(session.pk, [start, done, compacted, again, finished])
+    return Session.objects.get(pk=session.pk)
+
+
+def test_the_transcript_is_what_the_model_sees_from_the_newest_compaction(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    data = transcript(session)
+    assert data["view"] == "model" and data["complete"] is True and data["last_seq"] == 6
+    assert [(m["role"], m["text"]) for m in data["messages"]] == [
+        ("system", "Summary: one"),
+        ("user", "kept"),
+        ("user", "two"),
+    ]
     fork = actions.do_fork(owner, session.pk, title="Fork")
     forked = transcript(Session.objects.get(pk=fork.pk))
-    assert [(m["role"], m["text"]) for m in forked["messages"]] == [("user", "Summary: one")], (
-        "a fork starts from its source's fold"
+    assert [m["text"] for m in forked["messages"]] == ["Summary: one", "kept", "two"], "a fork starts from its fold"
+
+
+def test_the_history_view_keeps_what_a_compaction_summarised(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    data = transcript(session, "history")
+    assert data["view"] == "history" and data["complete"] is True and data["last_seq"] == 6
+    assert [(m["role"], m["text"]) for m in data["messages"]] == [("user", "one"), ("user", "two")]
+    fork = actions.do_fork(owner, session.pk, title="Fork")
+    forked = transcript(Session.objects.get(pk=fork.pk), "history")
+    assert [m["text"] for m in forked["messages"]] == ["Summary: one", "kept", "two"], (
+        "a fork's history starts from its source's fold"
     )
+    with pytest.raises(ValueError, match="view"):
+        transcript(session, "everything")
+
+
+def test_a_long_history_is_one_consistent_read_and_complete(
+    make_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sessions_app.journal import snapshots
+
+    monkeypatch.setattr(snapshots, "HISTORY_CHUNK_ROWS", 100)  # many fetches from one SELECT
+    session = make_session(title="Long")
+    journal = DatabaseJournal()
+    events = []
+    for i in range(1, 601):
+        reason = {"kind": "user_message", "input": {"content": f"m{i}"}}
+        events.append(NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, f"inv_{i}"))
+        events.append(NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, f"inv_{i}"))
+    journal.append_sync(session.pk, events)
+    session = Session.objects.get(pk=session.pk)
+    data = transcript(session, "history")
+    assert data["complete"] is True and data["last_seq"] == 1201
+    assert [m["text"] for m in data["messages"]] == [f"m{i}" for i in range(1, 601)]
+    model = transcript(session)
+    assert model["complete"] is True and len(model["messages"]) == 600
+
+
+def test_the_transcript_route_takes_a_view_and_refuses_an_unknown_one(make_session: Any, owner: Any) -> None:
+    session = _compacted_session(make_session)
+    _, raw = do_issue_token(owner, "views")
+    client = Client()
+    url = f"/api/v1/sessions/{session.pk}/transcript"
+    default = client.get(url, **bearer(raw)).json()
+    model = client.get(url + "?view=model", **bearer(raw)).json()
+    history = client.get(url + "?view=history", **bearer(raw)).json()
+    assert default == model and model["messages"][0]["text"] == "Summary: one"
+    assert [m["text"] for m in history["messages"]] == ["one", "two"]
+    refused = client.get(url + "?view=all", **bearer(raw))
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "invalid_view"
 
 
 @pytest.mark.parametrize(
@@ -136,6 +202,48 @@ def test_the_resume_cursor_comes_from_last_event_id_or_after(header: str | None,
 def test_a_malformed_resume_cursor_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_after(bad, None)
+
+
+# ---- the OpenAPI document says what the server does ----
+
+
+def test_a_cancelled_queued_run_reports_usage_with_zeros_not_an_empty_object(
+    make_session: Any, owner: Any
+) -> None:
+    session = make_session(title="Queue")
+    actions.do_post_message(owner, session.pk, "first")
+    waiting = actions.do_post_message(owner, session.pk, "second", queue=True)
+    actions.do_cancel(owner, waiting.pk)
+    _, raw = do_issue_token(owner, "usage")
+    run = Client().get(f"/api/v1/runs/{waiting.pk}", **bearer(raw)).json()
+    assert run["status"] == "cancelled"
+    assert run["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert run["result"]["usage"] == {"input_tokens": 0, "output_tokens": 0}
+
+
+def test_the_openapi_document_describes_usage_views_query_errors_and_the_event_stream() -> None:
+    from sessions_app.api.openapi import build_document
+    from sessions_app.api.urls import ROUTES
+
+    document = build_document(ROUTES)
+    schemas = document["components"]["schemas"]
+    assert schemas["Run"]["properties"]["usage"] == {"$ref": "#/components/schemas/Usage"}
+    assert schemas["Usage"]["required"] == ["input_tokens", "output_tokens"]
+    paths = document["paths"]
+    transcript_get = paths["/api/v1/sessions/{session_id}/transcript"]["get"]
+    (view,) = [p for p in transcript_get["parameters"] if p["in"] == "query"]
+    assert view["name"] == "view" and view["schema"]["enum"] == ["model", "history"]
+    assert "400" in transcript_get["responses"]
+    listing = paths["/api/v1/sessions"]["get"]
+    limits = {p["name"]: p["schema"] for p in listing["parameters"]}
+    assert (limits["limit"]["minimum"], limits["limit"]["maximum"]) == (1, 100)
+    assert "400" in listing["responses"]
+    stream = paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+    assert stream["schema"]["type"] == "string"
+    assert stream["itemSchema"] == {"$ref": "#/components/schemas/Event"}
+    assert "400" in paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]
+    assert paths["/api/v1/sessions"]["post"]["requestBody"]["required"] is False  # {} creates a session
+    assert paths["/api/v1/sessions/{session_id}/rename"]["post"]["requestBody"]["required"] is True
 
 
 def test_a_deactivated_users_tokens_stay_dead_after_reactivation(owner: Any) -> None:

@@ -280,6 +280,14 @@ def test_fork_clear_compact_rename_mode_model_close_and_delete(client: Client) -
     assert travelled.snapshot().resolved_model.model_id == "gpt-4o"
     assert session.compact() is True
     assert session.snapshot().last_seq > middle.last_seq
+    # The transcript is what the model sees now: the summary first, then the kept messages;
+    # the full history stays available as its own view.
+    seen, history = session.transcript(), session.transcript(view="history")
+    assert seen.view == "model" and seen.complete and seen.messages[0].role == "system"
+    assert seen.messages[0].text and seen.messages[0].text.startswith("Summary")
+    assert len(seen.messages) < len(history.messages)
+    assert history.view == "history" and history.complete
+    assert [m.text for m in history.messages] == [m.text for m in middle.messages]
     assert session.rename("renamed").title == "renamed"
     assert session.set_mode(SessionMode.ACCEPT_EDITS).mode == "accept_edits"
     assert session.set_model("gpt-4o-mini").resolved_model.model_id == "gpt-4o-mini"
@@ -380,6 +388,10 @@ async def test_the_async_client_does_the_same(api: LiveApi, tmp_path: Path) -> N
         assert (await fork.set_mode(SessionMode.PLAN)).mode == "plan"
         assert (await fork.rename("renamed")).title == "renamed"
         assert await session.compact() is True
+        seen, history = await session.transcript(), await session.transcript(view="history")
+        assert seen.view == "model" and seen.messages[0].role == "system"
+        assert history.view == "history" and history.complete and len(history.messages) > len(seen.messages)
+        assert [m.text for m in history.messages] == [m.text for m in transcript.messages]
         cleared = await session.clear()
         assert (await cleared.snapshot()).turns == 0
         await fork.close()

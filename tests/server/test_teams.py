@@ -287,6 +287,7 @@ def test_the_queue_socket_pushes_asks_only_to_those_who_may_decide(people: dict[
         for name in ("moderator", "member", "outsider"):
             communicator, connected, _ = await connect(people[name], "/ws/approvals/")
             assert connected, name
+            assert (await next_frame(communicator)).get("ready")  # the queue says it is live
             sockets[name] = communicator
         await database_sync_to_async(actions.do_post_message)(people["owner"], session.pk, NOTE)
         await database_sync_to_async(run_worker)()

@@ -1,7 +1,8 @@
 """Workers as real processes (`manage.py sectr_worker`) beside a real Daphne.
 
 `kill -9` of a worker mid-stream: another worker recovers the run within the lease and
-finishes the message from where it stopped. An approval ask survives a restart of every
+finishes the message from where it stopped. `kill -9` of a worker inside a slow side
+effect: the recovered run does not run it again and tells the model so. An approval ask survives a restart of every
 process. SIGTERM drains a worker: its run in progress finishes and it exits 0.
 
 The test process drives the scratch database of a LiveSectr: actions run in
@@ -23,6 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 import pytest
 
 from tests.liveserver import LiveSectr
@@ -285,3 +287,57 @@ def test_it_drains_a_worker_on_sigterm(live: LiveSectr, driver: LiveDriver) -> N
     assert "SESSION_ERROR" not in [e["type"] for e in journal]
     log = (live.tmp / "worker-0.log").read_text()
     assert "draining 1 runs" in log and "sectr worker stopped" in log
+
+
+@pytest.mark.timeout(300)  # its own server, migrations and two workers: slow on a loaded machine
+def test_a_side_effect_a_killed_worker_started_is_not_run_again(tmp_path: Any) -> None:
+    side_effects = tmp_path / "side-effects.txt"
+    env = {
+        "SECTR_DEMO_SLOW_MS": str(int(TICK * 1000)),
+        "DJANGO_SETTINGS_MODULE": "tests.server.crash_settings",
+        "SECTR_TEST_SIDE_EFFECT_FILE": str(side_effects),
+        "SECTR_TEST_SIDE_EFFECT_SLEEP": "60",
+    }
+    with LiveSectr(embedded_worker=False, env=env) as live:
+        driver = LiveDriver(live)
+        try:
+            driver.create_user("alice")
+            workers = {name: live.start_worker(*worker_args(name)) for name in ("w0", "w1")}
+            session_id, run_id = driver.post("alice", '!tool append_line {"text": "once"}')
+            wait_for(lambda: side_effects.exists() and side_effects.read_text(), 20, "the side effect")
+            holder = driver.run(run_id)["lease_owner"]
+            victim = workers.pop(holder)
+            victim.send_signal(signal.SIGKILL)
+            victim.wait(5)
+
+            def ended() -> dict[str, Any] | None:
+                run = driver.run(run_id)
+                return run if run["status"] in ("completed", "failed", "cancelled") else None
+
+            done = wait_for(ended, LEASE + RECOVERY_MARGIN + 20, "the recovered run to end")
+            assert (done["status"], done["stop_reason"], done["attempts"]) == ("completed", "end_turn", 2)
+            assert done["lease_owner"] != holder
+
+            journal = driver.envelopes(session_id)
+            (call,) = [e for e in journal if e["type"] == "TOOL_CALL"]
+            call_id = call["payload"]["tool_call_id"]
+            # Exactly one line, written with the call's idempotency key (its tool call id).
+            assert side_effects.read_text().splitlines() == [f"{call_id} once"]
+            kinds = [e["type"] for e in journal]
+            assert kinds.count("TOOL_STARTED") == 1 and kinds.index("TOOL_STARTED") < kinds.index("SESSION_ERROR")
+            (result,) = [e for e in journal if e["type"] == "TOOL_RESULT"]
+            assert result["payload"]["tool_call_id"] == call_id and result["payload"]["is_error"] is True
+            assert "interrupted by a crash; it may or may not have taken effect" in result["payload"]["content"]
+            # The transcript says what happened, to the model and to people.
+            token = live.token_for("alice")
+            transcript = httpx.get(
+                live.url(f"/api/v1/sessions/{session_id}/transcript"),
+                headers={"Authorization": f"Bearer {token}"},
+                timeout=10,
+            ).json()
+            texts = [m.get("text") or "" for m in transcript["messages"]]
+            tool_results = [m["tool_result"] for m in transcript["messages"] if m.get("tool_result")]
+            assert any("interrupted by a crash" in str(r) for r in tool_results), transcript
+            assert texts[-1].startswith("append_line returned: tool call interrupted by a crash"), texts
+        finally:
+            driver.close()

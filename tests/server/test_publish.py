@@ -1,0 +1,95 @@
+"""The channel-layer publisher of the async journal path (sessions_app.journal.publish).
+
+A burst of appends goes out whole and in order (nothing is dropped by Sectr's own
+publisher), a layer that fails for a moment is retried, and what is given up after the
+budget is counted in publish_drops(). The real channel layer of the settings (in-memory
+on the SQLite pass, Redis on the PostgreSQL pass).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from channels.layers import get_channel_layer
+
+from sectr.events import Envelope, EventType
+from sessions_app.journal import publish
+
+
+def envelope(session_id: str, seq: int) -> Envelope:
+    return Envelope(session_id, seq, "inv_1", EventType.MESSAGE_DELTA, {"text": f"tick {seq} "}, datetime.now(UTC))
+
+
+class FlakyLayer:
+    """The real layer, whose first `failures` group_sends raise (a Redis restart)."""
+
+    def __init__(self, layer: Any, failures: int) -> None:
+        self.layer, self.failures = layer, failures
+
+    async def group_send(self, group: str, message: dict[str, Any]) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ConnectionError("the channel layer is away")
+        await self.layer.group_send(group, message)
+
+
+async def receive_seqs(layer: Any, channel: str, session_id: str, count: int, timeout: float = 30) -> list[int]:
+    seqs: list[int] = []
+    async with asyncio.timeout(timeout):
+        while len(seqs) < count:
+            message = await layer.receive(channel)
+            if message.get("session_id") == session_id:
+                seqs.extend(e["seq"] for e in message["envelopes"])
+    return seqs
+
+
+async def test_a_burst_is_published_whole_and_in_order() -> None:
+    layer = get_channel_layer()
+    session_id = f"ses_{uuid.uuid4().hex}"
+    channel = await layer.new_channel()
+    await layer.group_add(publish.session_group(session_id), channel)
+    drops = publish.publish_drops()
+    count = 1500
+    receiver = asyncio.ensure_future(receive_seqs(layer, channel, session_id, count))
+    await asyncio.sleep(0)
+    for seq in range(1, count + 1):  # as fast as a group commit hands them over
+        await publish.apublish([envelope(session_id, seq)])
+    await publish.aflush_publications()
+    assert await receiver == list(range(1, count + 1))
+    assert publish.publish_drops() == drops
+    await layer.group_discard(publish.session_group(session_id), channel)
+
+
+async def test_a_layer_that_fails_for_a_moment_is_retried_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    layer = get_channel_layer()
+    flaky = FlakyLayer(layer, failures=3)
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: flaky)
+    session_id = f"ses_{uuid.uuid4().hex}"
+    channel = await layer.new_channel()
+    await layer.group_add(publish.session_group(session_id), channel)
+    drops = publish.publish_drops()
+    receiver = asyncio.ensure_future(receive_seqs(layer, channel, session_id, 20))
+    for seq in range(1, 21):
+        await publish.apublish([envelope(session_id, seq)])
+    await publish.aflush_publications()
+    assert flaky.failures == 0
+    assert await receiver == list(range(1, 21))
+    assert publish.publish_drops() == drops
+
+
+async def test_what_is_given_up_after_the_budget_is_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    flaky = FlakyLayer(get_channel_layer(), failures=10**9)
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: flaky)
+    monkeypatch.setattr(publish, "PUBLISH_BUDGET", 0.3)
+    session_id = f"ses_{uuid.uuid4().hex}"
+    drops = publish.publish_drops()
+    started = asyncio.get_running_loop().time()
+    for seq in range(1, 6):
+        await publish.apublish([envelope(session_id, seq)])
+    assert asyncio.get_running_loop().time() - started < 0.1  # the journal writer never waits
+    await publish.aflush_publications()
+    assert publish.publish_drops() == drops + 5
