@@ -170,11 +170,13 @@ def fork_events(
     title: str | None = None,
     model: str | None = None,
     reasoning_effort: str | None = None,
+    reason: str | None = None,
 ) -> list[NewEvent]:
     """SESSION_CREATED(forked_from) + TRANSCRIPT_COMPACTED holding the source's fold.
 
     `source_envelopes` are the source's envelopes from its newest compaction at or before
-    `at_seq` (or the newest, for a fork now) up to `at_seq`.
+    `at_seq` (or the newest, for a fork now) up to `at_seq`. `reason` says why the
+    fork was made when it was not a plain fork ("regenerate", "edit"), for the page.
     """
     if at_seq is None:
         if not source.at_turn_boundary:
@@ -193,7 +195,7 @@ def fork_events(
         reasoning_effort=check_reasoning_effort(reasoning_effort)
         if reasoning_effort is not None
         else source.reasoning_effort,
-        forked_from={"session_id": source.session_id, "seq": at_seq},
+        forked_from={"session_id": source.session_id, "seq": at_seq, **({"reason": reason} if reason else {})},
     )
     compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, {"messages": messages, "through_seq": 0})
     return [created, compacted]

@@ -22,3 +22,6 @@ class SessionsAppConfig(AppConfig):
             sender=get_user_model(),
             dispatch_uid="sectr-revoke-tokens-on-deactivation",
         )
+
+        # Signal receivers register on import.
+        from sessions_app.accounts import signals  # noqa: F401

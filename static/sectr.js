@@ -1,5 +1,8 @@
 // Sectr's page behaviour: the live socket with its resume cursor, the composer's keys,
-// autoscroll. No build step; htmx (static/vendor/htmx.min.js) does the swapping.
+// autoscroll, Copy buttons, Edit forms, relative times, the theme toggle, menus, the
+// sessions sidebar and polite announcements. No build step and no inline script or event
+// handler anywhere (the pages run under a strict CSP); htmx
+// (static/vendor/htmx.min.js) does the swapping.
 //
 // The chat socket (/ws/sessions/<id>/?after=N) sends JSON frames whose `html` is a set
 // of htmx out-of-band swaps rendered from the same template partials as the page, and
@@ -142,9 +145,13 @@
       swapOob(frame.html);
       cursor = frame.seq;
       transcript.dataset.lastSeq = String(cursor);
+      enhance(transcript);
+      followTitle();
+      announceNews(transcript);
       if (follow) scrollToBottom();
     }
 
+    announceNews(transcript, true); // what the page came with is not news
     window.sectrChat = liveSocket(
       chat.dataset.wsPath,
       function () {
@@ -183,12 +190,259 @@
     });
   }
 
+  // ---- reading: Copy, Edit, times, the tab title, announcements ----
+
+  function copyText(text, button) {
+    function done() {
+      button.classList.add("copied");
+      announce("Copied to the clipboard.");
+      setTimeout(function () {
+        button.classList.remove("copied");
+      }, 1500);
+    }
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(done, function () {
+        fallbackCopy(text) && done();
+      });
+    } else if (fallbackCopy(text)) {
+      done();
+    }
+  }
+
+  function fallbackCopy(text) {
+    const area = document.createElement("textarea");
+    area.value = text;
+    area.setAttribute("readonly", "");
+    area.className = "offscreen";
+    document.body.appendChild(area);
+    area.select();
+    let ok = false;
+    try {
+      ok = document.execCommand("copy");
+    } catch (e) {
+      ok = false;
+    }
+    area.remove();
+    return ok;
+  }
+
+  // Code blocks get their Copy button here (the Markdown is sanitised server-side and
+  // carries no buttons); idempotent, so it runs after every swap.
+  function enhance(root) {
+    root.querySelectorAll(".md pre:not([data-copy-ready])").forEach(function (pre) {
+      pre.dataset.copyReady = "1";
+      if (!pre.hasAttribute("tabindex")) pre.tabIndex = 0; // scrollable: reachable by keyboard
+      const wrap = document.createElement("div");
+      wrap.className = "code-block";
+      pre.parentNode.insertBefore(wrap, pre);
+      wrap.appendChild(pre);
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "copy copy-code";
+      button.textContent = "Copy";
+      button.setAttribute("aria-label", "Copy");
+      button.dataset.copyCode = "1";
+      wrap.appendChild(button);
+    });
+    // A region that scrolls sideways must be reachable by keyboard to be scrolled.
+    root.querySelectorAll(".table-scroll:not([tabindex]), main table:not([tabindex]), main pre:not([tabindex])").forEach(function (region) {
+      if (region.scrollWidth > region.clientWidth) region.tabIndex = 0;
+    });
+    updateTimes(root);
+  }
+
+  const MINUTE = 60 * 1000;
+  function relative(when) {
+    const ms = Date.now() - when.getTime();
+    if (ms < MINUTE) return "just now";
+    if (ms < 60 * MINUTE) return Math.floor(ms / MINUTE) + " min ago";
+    if (ms < 24 * 60 * MINUTE) return Math.floor(ms / (60 * MINUTE)) + " h ago";
+    const days = Math.floor(ms / (24 * 60 * MINUTE));
+    if (days < 7) return days + (days > 1 ? " days ago" : " day ago");
+    return when.toISOString().slice(0, 10);
+  }
+
+  function updateTimes(root) {
+    (root || document).querySelectorAll("time.ago[datetime]").forEach(function (node) {
+      const when = new Date(node.getAttribute("datetime"));
+      if (!isNaN(when.getTime())) {
+        const text = relative(when);
+        if (node.textContent !== text) node.textContent = text;
+        if (!node.dataset.local) {
+          node.dataset.local = "1";
+          node.title = when.toLocaleString();
+        }
+      }
+    });
+  }
+
+  // The tab title follows the session's title (a rename arrives as an OOB swap of the h1).
+  function followTitle() {
+    const heading = document.getElementById("session-title");
+    if (heading) {
+      const title = heading.textContent.trim() + " · Sectr";
+      if (document.title !== title) document.title = title;
+    }
+  }
+
+  function announce(text) {
+    const region = document.getElementById("announce");
+    if (!region) return;
+    region.textContent = "";
+    // A new text node after a tick, so screen readers notice the same words twice.
+    setTimeout(function () {
+      region.textContent = text;
+    }, 50);
+  }
+
+  // Politely announce a finished assistant message and a new approval ask, once each.
+  function announceNews(root, quiet) {
+    const news = [];
+    root.querySelectorAll("[data-role=assistant]:not(.streaming):not([data-announced])").forEach(function (node) {
+      node.dataset.announced = "1";
+      const text = (node.querySelector(".msg-text") || node).textContent.trim();
+      if (text) news.push("Assistant: " + text.slice(0, 300));
+    });
+    root.querySelectorAll("[data-role=approval][data-status=pending]:not([data-announced])").forEach(function (node) {
+      node.dataset.announced = "1";
+      const name = node.querySelector("header code");
+      news.push("Approval needed for " + (name ? name.textContent : "a tool") + ".");
+    });
+    if (!quiet && news.length) announce(news.join(" "));
+  }
+
+  function onClick(event) {
+    const target = event.target instanceof Element ? event.target : null;
+    if (!target) return;
+    const copy = target.closest("button[data-copy], button[data-copy-code]");
+    if (copy) {
+      let source = null;
+      if (copy.dataset.copyCode) {
+        source = copy.parentNode.querySelector("pre");
+      } else {
+        source = document.getElementById(copy.dataset.copy);
+      }
+      if (source) copyText(source.innerText.replace(/\n$/, ""), copy);
+      return;
+    }
+    const edit = target.closest("button[data-edit]");
+    if (edit) {
+      const form = document.getElementById(edit.dataset.edit);
+      if (form) {
+        form.hidden = !form.hidden;
+        edit.setAttribute("aria-expanded", String(!form.hidden));
+        if (!form.hidden) {
+          const box = form.querySelector("textarea");
+          if (box) {
+            box.focus();
+            box.setSelectionRange(box.value.length, box.value.length);
+          }
+        }
+      }
+      return;
+    }
+    const cancel = target.closest("button[data-edit-cancel]");
+    if (cancel) {
+      const form = document.getElementById(cancel.dataset.editCancel);
+      if (form) {
+        form.hidden = true;
+        const opener = document.querySelector('button[data-edit="' + form.id + '"]');
+        if (opener) {
+          opener.setAttribute("aria-expanded", "false");
+          opener.focus();
+        }
+      }
+      return;
+    }
+    if (target.closest("[data-theme-toggle]")) {
+      setTheme(currentTheme() === "dark" ? "light" : "dark");
+      return;
+    }
+    const navToggle = target.closest("[data-nav-toggle]");
+    if (navToggle) {
+      const open = document.body.classList.toggle("nav-open");
+      navToggle.setAttribute("aria-expanded", String(open));
+      return;
+    }
+    const sidebarToggle = target.closest("[data-sidebar-toggle]");
+    if (sidebarToggle) {
+      const collapsed = document.body.classList.toggle("sidebar-collapsed");
+      sidebarToggle.setAttribute("aria-expanded", String(!collapsed));
+      remember("sectr-sidebar", collapsed ? "collapsed" : "open");
+      return;
+    }
+    // A click outside an open menu closes it.
+    document.querySelectorAll("details[data-menu][open]").forEach(function (menu) {
+      if (!menu.contains(target)) menu.open = false;
+    });
+  }
+
+  function remember(key, value) {
+    try {
+      localStorage.setItem(key, value);
+    } catch (e) {
+      // Storage disabled: the choice lasts for this page only.
+    }
+  }
+
+  function recall(key) {
+    try {
+      return localStorage.getItem(key);
+    } catch (e) {
+      return null;
+    }
+  }
+
+  function currentTheme() {
+    const chosen = document.documentElement.dataset.theme;
+    if (chosen === "light" || chosen === "dark") return chosen;
+    return window.matchMedia && window.matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+  }
+
+  function setTheme(theme) {
+    document.documentElement.dataset.theme = theme;
+    remember("sectr-theme", theme);
+    showTheme();
+  }
+
+  function showTheme() {
+    document.querySelectorAll("[data-theme-toggle]").forEach(function (button) {
+      button.setAttribute("aria-pressed", String(currentTheme() === "dark"));
+    });
+  }
+
+  function onKeydown(event) {
+    if (event.key !== "Escape") return;
+    document.querySelectorAll("details[data-menu][open]").forEach(function (menu) {
+      menu.open = false;
+      const summary = menu.querySelector("summary");
+      if (summary) summary.focus();
+    });
+  }
+
   function start() {
+    document.addEventListener("click", onClick);
+    document.addEventListener("keydown", onKeydown);
+    showTheme();
+    if (recall("sectr-sidebar") === "collapsed") {
+      document.body.classList.add("sidebar-collapsed");
+      document.querySelectorAll("[data-sidebar-toggle]").forEach(function (button) {
+        button.setAttribute("aria-expanded", "false");
+      });
+    }
+    enhance(document);
+    setInterval(function () {
+      updateTimes(document);
+    }, 30000);
+    document.body.addEventListener("htmx:afterSettle", function (event) {
+      if (event.target instanceof Element) enhance(event.target);
+    });
     const chat = document.getElementById("chat");
     if (chat && chat.dataset.wsPath) startChat(chat);
     const composer = document.getElementById("composer");
     if (composer) startComposer(composer);
-    // A new flash message replaces the previous one; clear it after a while.
+    // A new flash message replaces the previous one; it fades (static/sectr.css) and is
+    // cleared after a while. A menu's flash closes nothing: it shows under the header.
     document.body.addEventListener("htmx:afterSwap", function (event) {
       const target = event.detail && event.detail.target;
       if (target && target.id === "flash") {
@@ -197,6 +451,12 @@
           if (target.innerHTML === shown) target.innerHTML = "";
         }, 8000);
       }
+    });
+    // Page-level messages (after a redirect) fade too.
+    document.querySelectorAll(".messages").forEach(function (list) {
+      setTimeout(function () {
+        list.remove();
+      }, 10000);
     });
   }
 

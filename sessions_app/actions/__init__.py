@@ -2,7 +2,7 @@
 `do_*` writes once, atomically, and notifies on commit.
 
 - `sessions`: sessions and their runs (create, message, decide, steer, cancel, retry,
-  fork, clear, close, delete, rename, mode, model, compact). Run rows change only
+  fork, regenerate, edit, clear, close, delete, rename, mode, model, compact). Run rows change only
   through sessions_app.runs, which these call.
 - `asks`: verdicts and votes on approval asks (quorum), the expiry of overdue asks.
 - `teams`: teams and memberships, a new session's team.
@@ -26,9 +26,11 @@ from sessions_app.actions.sessions import (
     do_create_session,
     do_delete,
     do_delete_expired,
+    do_edit_message,
     do_fork,
     do_post_message,
     do_post_message_with_media,
+    do_regenerate,
     do_rename,
     do_retry,
     do_set_mode,
@@ -68,9 +70,11 @@ __all__ = [
     "DeletedSession",
     "do_delete",
     "do_delete_expired",
+    "do_edit_message",
     "do_fork",
     "do_post_message",
     "do_post_message_with_media",
+    "do_regenerate",
     "do_rename",
     "do_retry",
     "do_set_mode",

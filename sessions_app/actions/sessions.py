@@ -244,6 +244,7 @@ def do_fork(
     title: str | None = None,
     model: str | None = None,
     reasoning_effort: str | None = None,
+    reason: str | None = None,
 ) -> Session:
     """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`)."""
     source = get_session_for_user(actor, session_id, "read")
@@ -260,13 +261,72 @@ def do_fork(
     start = compaction.seq if compaction else 1
     envelopes = [row.to_envelope() for row in source.envelopes.filter(seq__gte=start, seq__lte=upto).order_by("seq")]
     events = operations.fork_events(
-        state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort
+        state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort, reason=reason
     )
     with transaction.atomic():
         fork = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(fork.pk, events)
     fork.refresh_from_db()
     return fork
+
+
+# ---- branches: regenerate and edit ----
+#
+# The journal is append-only, so neither rewrites a session. Both fork the session at
+# the seq just before a user message (the fork holds the conversation up to, not
+# including, that message) and send a message in the fork: the same one again
+# (Regenerate) or the edited text (Edit). The source keeps the earlier answer and
+# lists the fork among its branches; the fork's notice links back to the source.
+
+
+def _user_turn(session: Session, seq: int | None) -> tuple[int, Any]:
+    """The seq and content of the user message at `seq` (or of the newest one)."""
+    starts = session.envelopes.filter(type=EventType.INVOCATION_STARTED.value).order_by("-seq")
+    if seq is not None:
+        starts = starts.filter(seq=seq)
+    for row in starts.only("seq", "payload").iterator(chunk_size=50):
+        reason = row.payload.get("reason") or {}
+        given = reason.get("input") if isinstance(reason, dict) else None
+        if reason.get("kind") == "user_message" and isinstance(given, dict):
+            return row.seq, given.get("content", "")
+        if seq is not None:
+            break
+    if seq is not None:
+        raise ValidationFailed(f"event #{seq} is not a message of this session", code="invalid_seq")
+    raise ValidationFailed("this session has no message to answer again", code="invalid_seq")
+
+
+def _branch(actor: Any, source: Session, user_seq: int, content: Any, reason: str) -> Session:
+    # One transaction: the fork and its first run appear together or not at all (the
+    # run's wake-up is sent on commit, by runs.queue_run).
+    with transaction.atomic():
+        fork = do_fork(actor, source.pk, at_seq=user_seq - 1, title=source.title or None, reason=reason)
+        do_post_message(actor, fork.pk, content)
+    fork.refresh_from_db()
+    return fork
+
+
+def do_regenerate(actor: Any, session_id: str) -> Session:
+    """Answer the session's newest user message again, in a fork (see above); the fork is returned.
+
+    Only between runs: a reply still being written has nothing to regenerate yet.
+    """
+    source = get_session_for_user(actor, session_id, "write")
+    state = source.projection()
+    if not state.at_turn_boundary or runs.has_pending_run(source):
+        raise NotAtTurnBoundary("wait for the current run to end before regenerating")
+    user_seq, content = _user_turn(source, None)
+    return _branch(actor, source, user_seq, content, "regenerate")
+
+
+def do_edit_message(actor: Any, session_id: str, seq: int, content: str) -> Session:
+    """Send an edited version of the user message at `seq`, in a fork at the seq before it."""
+    source = get_session_for_user(actor, session_id, "write")
+    if not isinstance(seq, int) or isinstance(seq, bool) or not 2 <= seq <= source.last_seq:
+        raise ValidationFailed(f"seq must be a whole number from 2 to {source.last_seq}", code="invalid_seq")
+    check_content(content)
+    user_seq, _original = _user_turn(source, seq)
+    return _branch(actor, source, user_seq, content, "edit")
 
 
 def do_clear(actor: Any, session_id: str) -> Session:

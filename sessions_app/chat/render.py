@@ -9,7 +9,7 @@ same partials for what changed, each wrapped or marked as an out-of-band swap:
 * an item that changed (a finished message now in Markdown, a tool call with its result,
   a decided approval card): the item's partial with ``hx-swap-oob="true"`` replaces it;
 * streamed text: ``_delta.html`` appends escaped text to the open message;
-* the state word, the token meter, the run controls, the title, mode and model, the
+* the state word, the token meter, the run controls, the title, the mode and model options, the
   notes: their partials, replaced.
 
 Everything goes through Django's auto-escaping templates; nothing is built with string
@@ -77,19 +77,15 @@ def render_changes(changes: Changes, context: dict[str, Any]) -> str:
         else:
             parts.append(render_to_string("chat/_item.html", {**context, "item": item, "oob": True}))
     for target, texts in changes.text.items():
-        parts.append(
-            render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)})
-        )
+        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)}))
     for target, texts in changes.reasoning.items():
-        parts.append(
-            render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)})
-        )
+        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)}))
     oob = {**context, "oob": True}
     if changes.status:
         for name in ("_state.html", "_usage.html", "_run_controls.html"):
             parts.append(render_to_string(f"chat/{name}", oob))
     if changes.settings:
-        for name in ("_title.html", "_settings.html"):
+        for name in ("_title.html", "_settings_oob.html"):
             parts.append(render_to_string(f"chat/{name}", oob))
     if changes.notes:
         parts.append(render_to_string("chat/_notes.html", oob))

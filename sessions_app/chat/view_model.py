@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.utils.safestring import SafeString
@@ -165,6 +166,8 @@ class AssistantView:
     end_seq: int | None = None
     usage: dict[str, Any] | None = None
     historic: bool = False  # carried over by a fork (from TRANSCRIPT_COMPACTED)
+    at: datetime | None = None  # when it started
+    turn_seq: int | None = None  # the seq of the user message whose run wrote it
     kind: str = "assistant"
     _html: SafeString | None = None
 
@@ -195,6 +198,11 @@ class AssistantView:
         seqs = [self.end_seq] + [tc.result_seq for tc in self.tool_calls if tc.result_seq is not None]
         return max(seqs)
 
+    @property
+    def can_regenerate(self) -> bool:
+        """A finished reply to a message of this session (the page shows it on the last one)."""
+        return not self.open and not self.historic and self.turn_seq is not None
+
 
 @dataclass
 class UserView:
@@ -203,11 +211,26 @@ class UserView:
     attachments: list[Attachment] = field(default_factory=list)
     author: str | None = None
     historic: bool = False
+    at: datetime | None = None
+    branches: list[dict[str, Any]] = field(default_factory=list)  # forks made just before it (set by the page)
     kind: str = "user"
+    _html: SafeString | None = None
 
     @property
     def dom_id(self) -> str:
         return f"ev-{self.seq}" if not self.historic else f"hist-{self.seq}"
+
+    @property
+    def html(self) -> SafeString:
+        """The message as the same safe Markdown as a reply (a person's text is no safer)."""
+        if self._html is None:
+            self._html = render_markdown(self.text)
+        return self._html
+
+    @property
+    def can_edit(self) -> bool:
+        """Edit forks at the seq before this message, so only this session's own messages."""
+        return not self.historic and self.seq > 1
 
 
 @dataclass
@@ -223,6 +246,7 @@ class ApprovalView:
     session_id: str = ""
     session_title: str | None = None  # set where cards of many sessions are listed
     owner: str | None = None
+    at: datetime | None = None
     kind: str = "approval"
     #: the transcript shows the tool call this card asks about (with its arguments): the
     #: pending card shows them instead of the call, the decided card leaves them to it
@@ -270,6 +294,7 @@ class SteerView:
     seq: int
     text: str
     author: str | None = None
+    at: datetime | None = None
     kind: str = "steer"
 
     @property
@@ -285,6 +310,10 @@ class NoticeView:
     tone: str  # "error", "stopped", "compaction", "info"
     title: str
     detail: str = ""
+    at: datetime | None = None
+    # A fork's notice links to the session it came from (the page adds that session's title).
+    source_session_id: str | None = None
+    source_seq: int | None = None
     kind: str = "notice"
 
     @property
@@ -293,6 +322,13 @@ class NoticeView:
 
 
 Item = UserView | AssistantView | ApprovalView | SteerView | NoticeView
+
+#: A fork's notice by why it was made (SESSION_CREATED's forked_from.reason): title, detail.
+FORK_NOTICES = {
+    "fork": ("Forked conversation", "This session continues a copy of"),
+    "regenerate": ("Regenerated reply", "The last message is sent again; the earlier answer stays in"),
+    "edit": ("Edited message", "The edited message is sent here; the original and its answers stay in"),
+}
 
 
 @dataclass
@@ -335,6 +371,8 @@ class ChatViewModel:
         self.approvals: dict[str, ApprovalView] = {}
         self.last_input_tokens = 0  # the newest prompt's size, for the context meter
         self._last_assistant: AssistantView | None = None
+        self._turn_seq: int | None = None  # the seq of the newest user message of this session
+        self._at: datetime | None = None  # the envelope being applied's time
         self._reset_changes()
 
     @classmethod
@@ -392,6 +430,7 @@ class ChatViewModel:
         before = (self.state.status, self.state.mode, self.state.model, self.state.title, len(self.state.notes))
         notes_before = dict(self.state.notes) if envelope.type is EventType.TOOL_RESULT else None
         apply_envelope(self.state, envelope)
+        self._at = envelope.created_at
         handler = getattr(self, "_on_" + envelope.type.value.lower(), None)
         if handler is not None:
             handler(envelope)
@@ -413,6 +452,8 @@ class ChatViewModel:
         self._touched: set[int] = set()  # ids of items appended or replaced in this batch
 
     def _append(self, item: Item) -> None:
+        if item.at is None:
+            item.at = self._at
         self.items.append(item)
         self.changes.appended.append(item)
         self._touched.add(id(item))
@@ -439,6 +480,7 @@ class ChatViewModel:
             given = reason.get("input")
             content = given.get("content", "") if isinstance(given, dict) else ""
             text, attachments = content_text_and_attachments(content, self.session_id)
+            self._turn_seq = envelope.seq
             self._append(UserView(envelope.seq, text, attachments, reason.get("author")))
         elif kind == "approval_decision":
             ask_id = str(reason.get("ask_id", ""))
@@ -460,6 +502,7 @@ class ChatViewModel:
     def _on_message_start(self, envelope: Envelope) -> None:
         message_id = str(envelope.payload.get("message_id"))
         message = AssistantView(message_id, envelope.seq, envelope.invocation_id, envelope.payload.get("model"))
+        message.turn_seq = self._turn_seq
         self.messages[message_id] = message
         self._last_assistant = message
         self._append(message)
@@ -605,12 +648,16 @@ class ChatViewModel:
         messages: list[Any] = kept if isinstance(kept, list) else []
         forked = self.state.forked_from
         if forked and not any(not isinstance(item, NoticeView) for item in self.items):
+            title, detail = FORK_NOTICES.get(str(forked.get("reason")), FORK_NOTICES["fork"])
+            source_seq = forked.get("seq")
             self._append(
                 NoticeView(
                     envelope.seq,
-                    "info",
-                    "Forked conversation",
-                    f"Started from session {forked.get('session_id')} at event #{forked.get('seq')}.",
+                    "fork",
+                    title,
+                    detail,
+                    source_session_id=str(forked.get("session_id", "")) or None,
+                    source_seq=source_seq if isinstance(source_seq, int) else None,
                 )
             )
             self._append_history(envelope.seq, messages)

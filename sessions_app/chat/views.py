@@ -14,27 +14,32 @@ swap 4xx answers), for a plain post it is a Django message on the redirected pag
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
+from django.db.models import Q, QuerySet
 from django.http import FileResponse, Http404, HttpResponse, HttpResponseBase
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.cache import cache_control
 from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 import sectr
 from sectr.errors import StaleRunControl, ValidationFailed
+from sectr.events import EventType
 from sectr.providers import default_model_from_env
 from sessions_app import access, actions
-from sessions_app.chat.render import chat_context, mode_choices, model_choices
-from sessions_app.chat.view_model import ChatViewModel
+from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
+from sessions_app.chat.view_model import ChatViewModel, UserView
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
-from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.models import Envelope, MediaBlob, Run, Session
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
 
 
@@ -58,12 +63,91 @@ def build_view_model(session: Session) -> ChatViewModel:
 
 
 def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, Any]:
+    fork_source, branches = _branches(user, session, vm)
     return chat_context(
         vm,
         can_write=access.can_write(user, session),
         can_approve=access.can_approve(user, session),
         can_fork=access.can_read(user, session),
+        fork_source=fork_source,
+        branches=branches,
+        sidebar_sessions=sidebar_sessions(user, ""),
     )
+
+
+BRANCH_REASONS = {"regenerate": "regenerated", "edit": "edited", "fork": "forked"}
+
+
+def _branches(user: Any, session: Session, vm: ChatViewModel) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The session this one was forked from, and the forks of this one the user may see.
+
+    Forks record their source in SESSION_CREATED (the cached projection's forked_from);
+    each fork made at the seq just before a user message is also listed on that message
+    ("Other versions"), which is where Regenerate and Edit fork.
+    """
+    source: dict[str, Any] | None = None
+    origin = vm.state.forked_from or {}
+    if origin.get("session_id"):
+        parent = Session.objects.filter(pk=origin["session_id"]).only("id", "title", "owner").first()
+        if parent is not None and access.can_read(user, parent):
+            source = {"id": parent.pk, "title": parent.title, "reason": BRANCH_REASONS.get(origin.get("reason", ""))}
+    forks = (
+        access.visible_sessions(user)
+        .filter(state__forked_from__session_id=session.pk)
+        .order_by("created_at")
+        .only("id", "title", "state")[:100]
+    )
+    branches = []
+    for fork in forks:
+        made = fork.state.get("forked_from") or {}
+        branches.append(
+            {
+                "id": fork.pk,
+                "title": fork.title,
+                "seq": made.get("seq"),
+                "reason": BRANCH_REASONS.get(made.get("reason") or "fork", "forked"),
+            }
+        )
+    by_user_seq: dict[int, list[dict[str, Any]]] = {}
+    for branch in branches:
+        if isinstance(branch["seq"], int):
+            by_user_seq.setdefault(branch["seq"] + 1, []).append(branch)
+    for item in vm.items:
+        if isinstance(item, UserView) and not item.historic and item.seq in by_user_seq:
+            item.branches = [
+                {"id": b["id"], "label": f"{b['reason']} #{n}"} for n, b in enumerate(by_user_seq[item.seq], 1)
+            ]
+    return source, branches
+
+
+SIDEBAR_SIZE = 30
+
+
+def search_sessions(user: Any, query: str) -> QuerySet[Session]:
+    """The user's visible sessions, newest first; with a query, those whose title or one of
+    whose messages contains it (case-insensitive).
+
+    Message text is searched in the user messages' INVOCATION_STARTED payloads through the
+    (session, type, seq) index; the full-text search of /review/ is separate.
+    """
+    sessions = access.visible_sessions(user).order_by("-updated_at")
+    query = query.strip()[:200]
+    if query:
+        with_message = Envelope.objects.filter(
+            session__in=access.visible_sessions(user),
+            type=EventType.INVOCATION_STARTED.value,
+            payload__reason__input__content__icontains=query,
+        ).values("session_id")
+        sessions = sessions.filter(Q(title__icontains=query) | Q(pk__in=with_message))
+    return sessions
+
+
+def sidebar_sessions(user: Any, query: str) -> list[Session]:
+    found = list(search_sessions(user, query).only("id", "title", "state", "updated_at")[:SIDEBAR_SIZE])
+    for item in found:
+        origin = (item.state or {}).get("forked_from") or {}
+        item.forked_from_id = origin.get("session_id")  # type: ignore[attr-defined]
+    return found
 
 
 AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3", "audio/mp3": "mp3",
@@ -113,14 +197,19 @@ def _active_run(session: Session) -> Run:
 @login_required
 @require_GET
 def home(request: HtmxHttpRequest) -> HttpResponse:
-    sessions = access.visible_sessions(request.user).order_by("-updated_at")
+    query = request.GET.get("q", "")
+    sessions = search_sessions(request.user, query)
     page = Paginator(sessions, 50).get_page(request.GET.get("page"))
+    for item in page.object_list:
+        origin = (item.state or {}).get("forked_from") or {}
+        item.forked_from_id = origin.get("session_id")
     teams = list(access.member_teams(request.user))
     return render(
         request,
         "chat/home.html",
         {
             "page": page,
+            "query": query,
             "teams": teams,
             # The New session form preselects the owner's team when they have exactly one.
             "default_team": teams[0].name if len(teams) == 1 else "",
@@ -130,6 +219,29 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
             "version": sectr.__version__,
         },
     )
+
+
+@login_required
+@require_GET
+def session_list(request: HtmxHttpRequest) -> HttpResponse:
+    """The sidebar's list, searched (htmx swaps it in as the search box is typed in)."""
+    query = request.GET.get("q", "")
+    context = {
+        "sidebar_sessions": sidebar_sessions(request.user, query),
+        "query": query,
+        "session_id": request.GET.get("current", ""),
+    }
+    return render(request, "chat/_session_list.html", context)
+
+
+FAVICON = Path(settings.BASE_DIR) / "static" / "favicon.ico"
+
+
+@require_GET
+@cache_control(public=True, max_age=86400)
+def favicon(request: HtmxHttpRequest) -> HttpResponse:
+    """/favicon.ico, which browsers ask for whatever the page says (public, like static files)."""
+    return HttpResponse(FAVICON.read_bytes(), content_type="image/x-icon")
 
 
 @login_required
@@ -222,7 +334,33 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         at_seq = int(raw_seq)
     actions.check_new_session_budget(request.user)
     forked = actions.do_fork(request.user, session.pk, at_seq=at_seq)
+    messages.info(request, "Forked: this is a new session; the original stays as it was.")
     return go_to(request, reverse("chat", args=[forked.pk]))
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def regenerate(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Answer the last message again, in a new branch (actions.do_regenerate)."""
+    session = get_session_for_request(request, session_id, "write")
+    branch = actions.do_regenerate(request.user, session.pk)
+    messages.info(request, "Regenerating in a new branch; the earlier answer stays in the original session.")
+    return go_to(request, reverse("chat", args=[branch.pk]))
+
+
+@login_required
+@require_POST
+@refusals_as_messages
+def edit_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
+    """Send an edited message in a new branch forked just before it (actions.do_edit_message)."""
+    session = get_session_for_request(request, session_id, "write")
+    raw_seq = request.POST.get("seq", "").strip()
+    if not is_whole_number(raw_seq):
+        raise ValidationFailed("seq must be a whole number", code="invalid_seq")
+    branch = actions.do_edit_message(request.user, session.pk, int(raw_seq), request.POST.get("content", ""))
+    messages.info(request, "Edited message sent in a new branch; the original conversation stays as it was.")
+    return go_to(request, reverse("chat", args=[branch.pk]))
 
 
 @login_required
@@ -232,6 +370,7 @@ def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
     actions.check_new_session_budget(request.user)
     cleared = actions.do_clear(request.user, session.pk)
+    messages.info(request, "Cleared: a new empty session with the same mode and model.")
     return go_to(request, reverse("chat", args=[cleared.pk]))
 
 
@@ -249,8 +388,8 @@ def compact(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def rename(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
-    actions.do_rename(request.user, session.pk, request.POST.get("title", ""))
-    return _done(request, session.pk)
+    renamed = actions.do_rename(request.user, session.pk, request.POST.get("title", ""))
+    return _done(request, session.pk, f"Renamed to “{renamed.title}”.")
 
 
 @login_required
@@ -258,8 +397,8 @@ def rename(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def set_mode(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
-    actions.do_set_mode(request.user, session.pk, request.POST.get("mode", ""))
-    return _done(request, session.pk)
+    changed = actions.do_set_mode(request.user, session.pk, request.POST.get("mode", ""))
+    return _done(request, session.pk, f"Mode: {MODE_LABELS.get(changed.mode, changed.mode)}.")
 
 
 @login_required
@@ -267,8 +406,8 @@ def set_mode(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def set_model(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "write")
-    actions.do_set_model(request.user, session.pk, request.POST.get("model", ""))
-    return _done(request, session.pk)
+    changed = actions.do_set_model(request.user, session.pk, request.POST.get("model", ""))
+    return _done(request, session.pk, f"Model: {changed.model}.")
 
 
 @login_required

@@ -42,7 +42,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def live() -> Iterator[LiveSectr]:
     # Browser tests always run on the embedded defaults (SQLite, in-memory channel layer).
-    env = {"SECTR_WS_RESYNC_SECONDS": "5"}
+    # Many tests log the same users in within minutes: the login throttle is not under test here.
+    env = {
+        "SECTR_WS_RESYNC_SECONDS": "5",
+        "SECTR_LOGIN_LIMIT_PER_ACCOUNT": "1000/300",
+        "SECTR_LOGIN_LIMIT_PER_ADDRESS": "1000/300",
+    }
     saved = {name: os.environ.pop(name, None) for name in ("DATABASE_URL", "REDIS_URL")}
     try:
         with LiveSectr(env=env) as server:

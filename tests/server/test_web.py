@@ -138,7 +138,8 @@ def test_chat_page_renders_the_transcript_from_the_journal(owner_client: Client,
     html = owner_client.get(chat_url(session)).content.decode()
     assert html.count('data-role="user"') == 2
     assert html.count('data-role="assistant"') == 2
-    assert "hello **there**" in html  # a user's text is shown as written
+    assert "hello <strong>there</strong>" in html  # a user's text is the same safe Markdown
+    assert "hello **there**</textarea>" in html  # and as written, in its Edit form
     assert "Hi, <em>you</em>." in html  # a finished reply is Markdown
     assert "thinking hard" in html and "Reasoning" in html
     assert 'data-role="tool-call"' in html and "write_note" in html
@@ -411,9 +412,15 @@ def test_clear_opens_a_new_empty_session(owner_client: Client, make_session: Any
 
 
 def test_rename_and_mode_and_model(owner_client: Client, session: Session) -> None:
-    assert owner_client.post(f"/sessions/{session.pk}/rename", {"title": "Groceries"}, **HTMX).status_code == 204
-    assert owner_client.post(f"/sessions/{session.pk}/mode", {"mode": "plan"}, **HTMX).status_code == 204
-    assert owner_client.post(f"/sessions/{session.pk}/model", {"model": "demo"}, **HTMX).status_code == 204
+    # Each answers in the page's #flash, where the menu was used (the socket brings the change).
+    for action, data, said in (
+        ("rename", {"title": "Groceries"}, "Renamed to “Groceries”."),
+        ("mode", {"mode": "plan"}, "Mode: Plan"),
+        ("model", {"model": "demo"}, "Model: demo."),
+    ):
+        response = owner_client.post(f"/sessions/{session.pk}/{action}", data, **HTMX)
+        assert response.status_code == 200 and response["HX-Retarget"] == "#flash", action
+        assert said in response.content.decode(), action
     session.refresh_from_db()
     assert (session.title, session.mode, session.model) == ("Groceries", "plan", "demo")
 
