@@ -23,11 +23,7 @@ export PYTHONUNBUFFERED=1
 # CSRF checks the Origin of a POST against the host the browser used: the balancer's.
 export CSRF_TRUSTED_ORIGINS="${CSRF_TRUSTED_ORIGINS:-http://127.0.0.1:$PORT,http://localhost:$PORT}"
 
-if ! command -v haproxy >/dev/null && [ ! -x /usr/sbin/haproxy ]; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq haproxy >/dev/null
-fi
+bash scripts/ensure_haproxy.sh
 HAPROXY="$(command -v haproxy || echo /usr/sbin/haproxy)"
 
 [ -x .venv/bin/python ] || bash scripts/setup.sh

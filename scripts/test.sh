@@ -21,7 +21,8 @@ echo "== tests: SQLite + in-memory channel layer"
 DATABASE_URL= REDIS_URL= pytest_run -q tests/core tests/server
 
 if "$PY" scripts/reachable.py "$PG_URL" "$REDIS_URL_T"; then
-  echo "== tests: PostgreSQL + Redis channel layer"
+  echo "== tests: PostgreSQL + Redis channel layer (the fault tests run a cluster behind HAProxy)"
+  bash scripts/ensure_haproxy.sh
   DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" pytest_run -q tests/server
 else
   echo "== PostgreSQL/Redis not reachable at $PG_URL / $REDIS_URL_T: skipped that pass"
