@@ -331,6 +331,42 @@ def test_kill_9_of_the_streaming_worker_is_recovered_with_every_tick_once(topo: 
     assert reply_ticks(driver.envelopes(session_id)) == list(range(1, ticks + 1))
 
 
+def test_sigterm_of_the_streaming_worker_drains_its_run(topo: Topology) -> None:
+    cluster, driver = topo.cluster, topo.driver
+    ticks = 20
+    session_id, run_id = topo.post_run(f"!slow {ticks}")
+    events: list[SseEvent] = []
+    draining: subprocess.Popen[bytes] | None = None
+    with (
+        topo.api() as http,
+        http.stream("GET", f"/runs/{run_id}/events", timeout=httpx.Timeout(30, read=20)) as response,
+    ):
+        for event in sse_events(response):
+            events.append(event)
+            if draining is None and len(event_ticks(events)) >= 3:
+                holder = driver.run(run_id)["lease_owner"]
+                draining = topo.workers.pop(holder)
+                draining.send_signal(signal.SIGTERM)
+            if event.kind == "result":
+                break
+    assert draining is not None
+    try:
+        assert draining.wait(20) == 0
+    except subprocess.TimeoutExpired:
+        draining.kill()
+        raise
+    assert events[-1].data["payload"]["stop"] == "end_turn"
+    assert event_ticks(events) == list(range(1, ticks + 1))
+    assert "recover_notice" not in [e.kind for e in events]
+    run = driver.run(run_id)
+    assert (run["status"], run["stop_reason"], run["attempts"]) == ("completed", "end_turn", 1)
+    assert "SESSION_ERROR" not in [e["type"] for e in driver.envelopes(session_id)]
+    logs = "".join(path.read_text(errors="replace") for path in cluster.tmp.glob("worker-*.log"))
+    assert "draining 1 runs" in logs
+
+
+# Last: the other tests share this cluster, and a restarted Redis leaves its Daphnes'
+# subscriptions slow to recover for a while.
 def test_a_redis_restart_mid_stream_loses_nothing_in_sse(topo: Topology) -> None:
     cluster, driver = topo.cluster, topo.driver
     assert cluster.redis is not None
@@ -370,37 +406,3 @@ def test_a_redis_restart_mid_stream_loses_nothing_in_sse(topo: Topology) -> None
     assert [e["seq"] for e in journal] == list(range(1, len(journal) + 1))
     run = wait_for(lambda: (found := driver.run(run_id))["status"] != "running" and found, 10, "the run's end")
     assert (run["status"], run["attempts"]) == ("completed", 1)
-
-
-def test_sigterm_of_the_streaming_worker_drains_its_run(topo: Topology) -> None:
-    cluster, driver = topo.cluster, topo.driver
-    ticks = 20
-    session_id, run_id = topo.post_run(f"!slow {ticks}")
-    events: list[SseEvent] = []
-    draining: subprocess.Popen[bytes] | None = None
-    with (
-        topo.api() as http,
-        http.stream("GET", f"/runs/{run_id}/events", timeout=httpx.Timeout(30, read=20)) as response,
-    ):
-        for event in sse_events(response):
-            events.append(event)
-            if draining is None and len(event_ticks(events)) >= 3:
-                holder = driver.run(run_id)["lease_owner"]
-                draining = topo.workers.pop(holder)
-                draining.send_signal(signal.SIGTERM)
-            if event.kind == "result":
-                break
-    assert draining is not None
-    try:
-        assert draining.wait(20) == 0
-    except subprocess.TimeoutExpired:
-        draining.kill()
-        raise
-    assert events[-1].data["payload"]["stop"] == "end_turn"
-    assert event_ticks(events) == list(range(1, ticks + 1))
-    assert "recover_notice" not in [e.kind for e in events]
-    run = driver.run(run_id)
-    assert (run["status"], run["stop_reason"], run["attempts"]) == ("completed", "end_turn", 1)
-    assert "SESSION_ERROR" not in [e["type"] for e in driver.envelopes(session_id)]
-    logs = "".join(path.read_text(errors="replace") for path in cluster.tmp.glob("worker-*.log"))
-    assert "draining 1 runs" in logs
