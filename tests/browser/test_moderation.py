@@ -1,7 +1,7 @@
 """The approval queue and the audit in a real browser, with team roles, against a real
 Sectr (Daphne, its embedded worker, the demo model).
 
-Team `ops`: alice (member, owns the sessions), bob and carol (moderators). mallory is
+Team `ops`: alice (member, owns the sessions), bob and dana (moderators). mallory is
 in no team. A webhook of `ops` points at an HTTP server in this test process.
 """
 
@@ -59,12 +59,12 @@ def webhook(live: LiveSectr) -> Iterator[WebhookReceiver]:
     receiver = WebhookReceiver()
     code = (
         "from django.contrib.auth import get_user_model; "
-        f"[get_user_model().objects.create_user(n, password={PASSWORD!r}) for n in ('bob', 'carol')]; "
+        f"[get_user_model().objects.create_user(n, password={PASSWORD!r}) for n in ('bob', 'dana')]; "
         "from sessions_app.models import Team, Membership, TeamWebhook; U = get_user_model(); "
         "t = Team.objects.create(name='ops'); "
         "Membership.objects.create(team=t, user=U.objects.get(username='alice'), role='member'); "
         "[Membership.objects.create(team=t, user=U.objects.get(username=n), role='moderator') "
-        "for n in ('bob', 'carol')]; "
+        "for n in ('bob', 'dana')]; "
         f"TeamWebhook.objects.create(team=t, url={receiver.url!r}, secret={SECRET!r})"
     )
     live.manage("shell", "-c", code)
@@ -124,23 +124,23 @@ def test_two_moderators_decide_one_card_at_once_and_one_wins(
     alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
 ) -> None:
     ops_session(alice)
-    bob, carol = page_for(browser, live, "bob"), page_for(browser, live, "carol")
-    for page in (bob, carol):
+    bob, dana = page_for(browser, live, "bob"), page_for(browser, live, "dana")
+    for page in (bob, dana):
         page.goto("/approvals/")
         expect(page.locator("#live")).to_have_text("live")
     send(alice, "note: race")
-    cards = [page.locator("[data-role=approval]").filter(has_text="note: race") for page in (bob, carol)]
+    cards = [page.locator("[data-role=approval]").filter(has_text="note: race") for page in (bob, dana)]
     for card in cards:
         expect(card.get_by_role("button", name="Approve once")).to_be_visible()
-    carol_note = cards[1].get_by_label("Note")
-    carol_note.fill("too risky")
+    dana_note = cards[1].get_by_label("Note")
+    dana_note.fill("too risky")
     buttons = [
         cards[0].get_by_role("button", name="Approve once").element_handle(),
         cards[1].get_by_role("button", name="Deny").element_handle(),
     ]
     for button in buttons:  # both at once: no waiting between the two clicks
         button.evaluate("b => b.click()")
-    outcome = re.compile(r"(Approved once by bob|Denied by carol: too risky)")
+    outcome = re.compile(r"(Approved once by bob|Denied by dana: too risky)")
     for card in cards:
         expect(card.locator(".verdict")).to_have_text(outcome)
     verdicts = {card.locator(".verdict").inner_text() for card in cards}
@@ -149,9 +149,9 @@ def test_two_moderators_decide_one_card_at_once_and_one_wins(
     expect(chat_card).to_contain_text(verdicts.pop())
     decisions = alice.request.get("/api/v1/audit?kind=decision&tool=write_note", headers=_auth(live, "bob")).json()
     race = [e for e in decisions["entries"] if e["arguments"].get("title") == "race"]
-    assert len(race) == 1 and race[0]["actor"] in ("bob", "carol")
+    assert len(race) == 1 and race[0]["actor"] in ("bob", "dana")
     bob.context.close()
-    carol.context.close()
+    dana.context.close()
 
 
 def _auth(live: LiveSectr, username: str) -> dict[str, str]:
