@@ -5,12 +5,17 @@ an assistant reply streamed in deltas, sometimes a tool call or an ask), straigh
 the tables with bulk inserts: going through the journal one append at a time would take
 hours at 100,000 sessions. The projections the journal would keep (the Session columns,
 SearchEntry, UsageDaily, AskIndex) are written from the same envelopes, so the pages read
-what they would read in production. Refuses a database that already holds sessions
-unless --force: it is for scratch databases only.
+what they would read in production. On PostgreSQL the journal and the search index go in
+with COPY (psycopg's `cursor.copy`), elsewhere with bulk_create in big batches.
+`--turns N` gives each session 1..N user/assistant turns and `--delta-words` sets how
+many words each streamed delta carries (fewer: more envelopes, as real streaming).
+Refuses a database that already holds sessions unless --force: it is for scratch
+databases only.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import time
 import uuid
@@ -20,7 +25,7 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sectr.events import Envelope as JournalEnvelope
@@ -46,7 +51,7 @@ WORDS = (
 SYLLABLES = "ka lo mi re su ta ve no pi da ri zo".split()
 WORDS += [a + b + c for a in SYLLABLES for b in SYLLABLES for c in SYLLABLES[:7]]
 MODELS = ("demo", "gpt-4o-mini", "llama-3.1-8b")
-BATCH = 2000
+BATCH = 5000
 
 
 class Command(BaseCommand):
@@ -58,6 +63,8 @@ class Command(BaseCommand):
         parser.add_argument("--teams", type=int, default=5)
         parser.add_argument("--days", type=int, default=60)
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--turns", type=int, default=1, help="each session has 1..N turns")
+        parser.add_argument("--delta-words", type=int, default=8, help="words per streamed delta")
         parser.add_argument("--force", action="store_true", help="add to a database that has sessions already")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -69,13 +76,13 @@ class Command(BaseCommand):
         started = time.monotonic()
         now = timezone.now()
         usage: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
-        done = 0
+        done = envelope_count = 0
         while done < total:
             count = min(BATCH, total - done)
             with transaction.atomic():
-                self._batch(rng, users, teams, count, now, options["days"], usage)
+                envelope_count += self._batch(rng, users, teams, count, now, options, usage)
             done += count
-            self.stdout.write(f"{done} sessions ({time.monotonic() - started:.0f} s)")
+            self.stdout.write(f"{done} sessions, {envelope_count} envelopes ({time.monotonic() - started:.0f} s)")
         UsageDaily.objects.bulk_create(
             [
                 UsageDaily(
@@ -86,7 +93,10 @@ class Command(BaseCommand):
             ],
             batch_size=BATCH,
         )  # fmt: skip
-        self.stdout.write(f"seeded {total} sessions in {time.monotonic() - started:.0f} s")
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("ANALYZE")
+        self.stdout.write(f"seeded {total} sessions, {envelope_count} envelopes in {time.monotonic() - started:.0f} s")
 
     def _people(self, user_count: int, team_count: int) -> tuple[list[Any], list[Team]]:
         user_model = get_user_model()
@@ -99,10 +109,13 @@ class Command(BaseCommand):
         return users, teams
 
     def _batch(
-        self, rng: random.Random, users: list[Any], teams: list[Team], count: int, now: Any, days: int,
+        self, rng: random.Random, users: list[Any], teams: list[Team], count: int, now: Any, options: dict[str, Any],
         usage: dict[tuple[Any, ...], list[int]],
-    ) -> None:  # fmt: skip
-        sessions, envelopes, entries, asks = [], [], [], []
+    ) -> int:  # fmt: skip
+        days = options["days"]
+        sessions, asks = [], []
+        envelopes: list[tuple[Any, ...]] = []  # (session_id, seq, invocation_id, type, payload, created_at)
+        entries: list[tuple[Any, ...]] = []  # (session_id, seq, kind, text)
         for _ in range(count):
             owner_index = rng.randrange(len(users))
             owner = users[owner_index]
@@ -110,9 +123,14 @@ class Command(BaseCommand):
             at = now - timedelta(seconds=rng.randrange(days * 86400))
             model = rng.choice(MODELS)
             sid = f"ses_{uuid.uuid4().hex}"
-            prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12)))  # noqa: S311 - not crypto
-            answer = " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40)))
-            journal = _conversation(sid, at, model, prompt, answer, rng)
+            turns = [
+                (
+                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))),  # noqa: S311 - not crypto
+                    " ".join(rng.choice(WORDS) for _ in range(rng.randint(5, 40))),
+                )
+                for _ in range(rng.randint(1, max(1, options["turns"])))
+            ]
+            journal = _conversation(sid, at, model, turns, rng, options["delta_words"])
             state = project(journal, session_id=sid)
             total = state.total_usage
             session = Session(
@@ -121,43 +139,75 @@ class Command(BaseCommand):
                 token_total=total.get("input_tokens", 0) + total.get("output_tokens", 0),
             )  # fmt: skip
             sessions.append(session)
-            envelopes += [
-                Envelope(session_id=sid, seq=e.seq, invocation_id=e.invocation_id, type=e.type.value,
-                         payload=e.payload, created_at=e.created_at)
-                for e in journal
-            ]  # fmt: skip
-            entries.append(SearchEntry(session_id=sid, seq=2, kind="user", text=prompt))
-            entries.append(SearchEntry(session_id=sid, seq=3, kind="assistant", text=answer))
+            envelopes += [(sid, e.seq, e.invocation_id, e.type.value, e.payload, e.created_at) for e in journal]
+            turn = 0
             for e in journal:
-                if e.type is EventType.TOOL_CALL:
-                    entries.append(SearchEntry(session_id=sid, seq=e.seq, kind="tool", text=e.payload["name"]))
-                if e.type is EventType.APPROVAL_REQUESTED:
+                if e.type is EventType.INVOCATION_STARTED:
+                    entries.append((sid, e.seq, "user", turns[turn][0]))
+                elif e.type is EventType.MESSAGE_END:
+                    entries.append((sid, e.seq, "assistant", turns[turn][1]))
+                    turn += 1
+                elif e.type is EventType.TOOL_CALL:
+                    entries.append((sid, e.seq, "tool", e.payload["name"]))
+                elif e.type is EventType.APPROVAL_REQUESTED:
                     asks.append(AskIndex(ask_id=e.payload["ask_id"], session_id=sid))
             row = usage[(at.date(), owner.pk, team.pk, model)]
             row[0] += total.get("input_tokens", 0)
             row[1] += total.get("output_tokens", 0)
             row[2] += 1
         Session.objects.bulk_create(sessions, batch_size=BATCH)
-        Envelope.objects.bulk_create(envelopes, batch_size=BATCH)
-        SearchEntry.objects.bulk_create(entries, batch_size=BATCH)
+        _insert(Envelope, ("session_id", "seq", "invocation_id", "type", "payload", "created_at"), envelopes)
+        _insert(SearchEntry, ("session_id", "seq", "kind", "text"), entries)
         AskIndex.objects.bulk_create(asks, batch_size=BATCH)
+        return len(envelopes)
 
 
-def _conversation(sid: str, at: Any, model: str, prompt: str, answer: str, rng: random.Random) -> list[JournalEnvelope]:
+def _insert(model: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+    """Insert plain rows: COPY on PostgreSQL (JSON payloads as text), else bulk_create."""
+    if connection.vendor == "postgresql":
+        table = connection.ops.quote_name(model._meta.db_table)
+        names = ", ".join(connection.ops.quote_name(c) for c in columns)
+        with connection.cursor() as cursor, cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row([json.dumps(v) if isinstance(v, dict) else v for v in row])
+        return
+    model.objects.bulk_create([model(**dict(zip(columns, row, strict=True))) for row in rows], batch_size=BATCH)
+
+
+def _conversation(
+    sid: str, at: Any, model: str, turns: list[tuple[str, str]], rng: random.Random, delta_words: int
+) -> list[JournalEnvelope]:
+    title = turns[0][0][:60]
+    events: list[tuple[EventType, dict[str, Any], str | None]] = [
+        (EventType.SESSION_CREATED, {"mode": "default", "model": model, "title": title}, None),
+    ]
+    for number, (prompt, answer) in enumerate(turns, start=1):
+        _turn(events, model, prompt, answer, rng, delta_words, last=number == len(turns))
+    return [
+        JournalEnvelope(sid, seq, invocation, kind, payload, at + timedelta(milliseconds=seq))
+        for seq, (kind, payload, invocation) in enumerate(events, start=1)
+    ]
+
+
+def _turn(
+    events: list[tuple[EventType, dict[str, Any], str | None]], model: str, prompt: str, answer: str,
+    rng: random.Random, delta_words: int, last: bool,
+) -> None:  # fmt: skip
+    """One invocation: the user's message, the reply streamed, sometimes a tool call; the
+    last turn of a session may end in an ask (suspended) or a failure."""
     inv = f"inv_{uuid.uuid4().hex[:24]}"
     mid = f"msg_{uuid.uuid4().hex[:24]}"
-    events: list[tuple[EventType, dict[str, Any], str | None]] = [
-        (EventType.SESSION_CREATED, {"mode": "default", "model": model, "title": prompt[:60]}, None),
+    events += [
         (EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": prompt}}}, inv),
         (EventType.MESSAGE_START, {"message_id": mid, "role": "assistant", "model": model}, inv),
     ]
     words = answer.split(" ")
-    for start in range(0, len(words), 8):
+    step = max(1, delta_words)
+    for start in range(0, len(words), step):
         events.append(
-            (EventType.MESSAGE_DELTA, {"message_id": mid, "text": " ".join(words[start : start + 8]) + " "}, inv)
+            (EventType.MESSAGE_DELTA, {"message_id": mid, "text": " ".join(words[start : start + step]) + " "}, inv)
         )
-    roll = rng.random()
-    if roll < 0.2:
+    if rng.random() < 0.2:
         events.append(
             (
                 EventType.TOOL_CALL,
@@ -167,7 +217,8 @@ def _conversation(sid: str, at: Any, model: str, prompt: str, answer: str, rng: 
         )
     usage = {"input_tokens": len(prompt.split()), "output_tokens": len(words)}
     events.append((EventType.MESSAGE_END, {"message_id": mid, "usage": usage}, inv))
-    if 0.2 <= roll < 0.25:
+    roll = rng.random() if last else 1.0
+    if roll < 0.05:
         ask = f"ask_{uuid.uuid4().hex}"
         events.append(
             (
@@ -177,11 +228,7 @@ def _conversation(sid: str, at: Any, model: str, prompt: str, answer: str, rng: 
             )
         )
         events.append((EventType.INVOCATION_SUSPENDED, {"ask_id": ask}, inv))
-    elif 0.25 <= roll < 0.3:
+    elif roll < 0.1:
         events.append((EventType.INVOCATION_FAILED, {"error": "provider error", "retryable": True}, inv))
     else:
         events.append((EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": usage}, inv))
-    return [
-        JournalEnvelope(sid, seq, invocation, kind, payload, at + timedelta(milliseconds=seq))
-        for seq, (kind, payload, invocation) in enumerate(events, start=1)
-    ]
