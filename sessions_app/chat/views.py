@@ -39,7 +39,7 @@ from sessions_app.chat.view_model import ChatViewModel, UserView
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
-from sessions_app.models import Envelope, MediaBlob, Run, Session
+from sessions_app.models import Envelope, MediaBlob, Rating, Run, Session
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
 
 
@@ -64,14 +64,26 @@ def build_view_model(session: Session) -> ChatViewModel:
 
 def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, Any]:
     fork_source, branches = _branches(user, session, vm)
+    can_write = access.can_write(user, session)
     return chat_context(
         vm,
-        can_write=access.can_write(user, session),
+        can_write=can_write,
         can_approve=access.can_approve(user, session),
         can_fork=access.can_read(user, session),
         fork_source=fork_source,
         branches=branches,
         sidebar_sessions=sidebar_sessions(user, ""),
+        my_thumbs=my_thumbs(user, session) if can_write else {},
+    )
+
+
+def my_thumbs(user: Any, session: Session) -> dict[str, int]:
+    """The user's own thumbs on the session's messages (message id: +1 or -1), so the
+    chat page shows their earlier vote pressed after a reload. One query."""
+    return dict(
+        Rating.objects.filter(session=session, author_id=user.pk, source=Rating.END_USER)
+        .exclude(message_id="")
+        .values_list("message_id", "thumbs")
     )
 
 

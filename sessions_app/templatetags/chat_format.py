@@ -39,3 +39,9 @@ def absolute(moment: datetime | None) -> str:
     if moment is None:
         return ""
     return timezone.localtime(moment).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+@register.filter
+def thumbs_of(votes: dict[str, int] | None, message_id: str) -> int | None:
+    """The user's own earlier thumbs on a message (+1, -1), None when they gave none."""
+    return (votes or {}).get(message_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -264,6 +265,29 @@ def test_reviewers_rate_sessions_and_messages_apart_from_end_users(
     assert ratings[(Rating.END_USER, end_seq)].thumbs == 1
     page = reviewer_client.get(f"/review/{session.pk}/").content.decode()
     assert "End users&#x27; own feedback: 👍 1" in page or "own feedback: 👍 1" in page
+
+
+def test_the_chat_page_shows_the_users_own_earlier_thumbs_pressed_after_a_reload(
+    reviewer_client: Client, owner_client: Client, session: Session
+) -> None:
+    converse(session, "hi", "hello there", inv="inv_1", mid="msg_1")
+    converse(session, "again", "second answer", inv="inv_2", mid="msg_2")
+
+    def buttons(page: str, message_id: str) -> list[str]:
+        block = page.split(f'id="thumbs-{message_id}"', 1)[1].split("</span>", 1)[0]
+        return re.findall(r'aria-label="(\w+) reply" aria-pressed="(\w+)"', block)
+
+    page = owner_client.get(f"/sessions/{session.pk}/").content.decode()
+    assert buttons(page, "msg_1") == [("Good", "false"), ("Bad", "false")]
+    owner_client.post(f"/sessions/{session.pk}/messages/msg_1/feedback", {"thumbs": "down"})
+    owner_client.post(f"/sessions/{session.pk}/messages/msg_2/feedback", {"thumbs": "up"})
+    owner_client.post(f"/sessions/{session.pk}/messages/msg_2/feedback", {"thumbs": "down"})
+    owner_client.post(f"/sessions/{session.pk}/messages/msg_2/feedback", {"thumbs": "up"})  # the last vote counts
+    # A reviewer's rating of the same message is not the end user's vote.
+    reviewer_client.post(f"/review/{session.pk}/rate", {"thumbs": "up", "message_id": "msg_1"})
+    page = owner_client.get(f"/sessions/{session.pk}/").content.decode()  # the reload
+    assert buttons(page, "msg_1") == [("Good", "false"), ("Bad", "true")]
+    assert buttons(page, "msg_2") == [("Good", "true"), ("Bad", "false")]
 
 
 def test_ratings_refuse_bad_input_and_write_nothing(reviewer: Any, session: Session, outsider: Any) -> None:
