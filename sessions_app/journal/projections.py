@@ -50,8 +50,12 @@ class ReviewProjection:
     (a MESSAGE_END's model is the open message's model), `write` after the insert.
     """
 
-    def __init__(self, session: models.Session, using: str, api_token_key: int | None = None) -> None:
+    def __init__(
+        self, session: models.Session, using: str, api_token_key: int | None = None,
+        texts: dict[str, str] | None = None, token_keys: dict[str, int] | None = None,
+    ) -> None:  # fmt: skip
         self.session = session
+        self.texts = texts  # message id: text, when the whole journal is at hand (a rebuild)
         self.using = using
         self.entries: list[models.SearchEntry] = []
         self.ended: list[tuple[Envelope, int | None]] = []  # (MESSAGE_END, its MESSAGE_START seq if in batch)
@@ -60,6 +64,7 @@ class ReviewProjection:
         self.api_token_key = api_token_key
         self._starts: dict[str, int] = {}
         self._invocation_tokens: dict[str | None, int] = {}
+        self.token_keys = token_keys  # invocation id: API token id, preloaded (a rebuild)
 
     def observe(self, state: SessionState, envelope: Envelope) -> None:
         kind = envelope.type
@@ -108,6 +113,8 @@ class ReviewProjection:
     def _token_key(self, invocation_id: str | None) -> int:
         if self.api_token_key is not None:
             return self.api_token_key
+        if self.token_keys is not None:
+            return self.token_keys.get(str(invocation_id), 0)
         if invocation_id not in self._invocation_tokens:
             key = (
                 models.Run.objects.using(self.using)
@@ -118,12 +125,12 @@ class ReviewProjection:
             self._invocation_tokens[invocation_id] = int(key or 0)
         return self._invocation_tokens[invocation_id]
 
-    def write(self) -> None:
+    def write(self, usage: bool = True) -> None:
         for end, start_seq in self.ended:
             self._entry(end, "assistant", self._message_text(end, start_seq))
         if self.entries:
             models.SearchEntry.objects.using(self.using).bulk_create(self.entries)
-        if self.usage:
+        if self.usage and usage:
             self._upsert_usage()
         if self.forks:
             models.ForkLink.objects.using(self.using).bulk_create(self.forks, ignore_conflicts=True)
@@ -131,6 +138,8 @@ class ReviewProjection:
     def _message_text(self, end: Envelope, start_seq: int | None) -> str:
         """The text of the message `end` closes, from its deltas (already inserted)."""
         message_id = end.payload.get("message_id")
+        if self.texts is not None:
+            return self.texts.get(str(message_id), "")
         envelopes = models.Envelope.objects.using(self.using).filter(session_id=self.session.pk)
         if start_seq is None:
             start_seq = (
@@ -173,16 +182,32 @@ class ReviewProjection:
                 )
 
 
-def rebuild_review_projections(session: models.Session, using: str = "default") -> None:
-    """Recompute a session's search entries, usage rows (added again) and fork link from
-    its journal. Usage is summed into the rollup, so clear UsageDaily before rebuilding
-    every session (sectr_reindex does)."""
+def rebuild_review_projections(
+    session: models.Session, using: str = "default", usage: bool = True, token_keys: dict[str, int] | None = None
+) -> ReviewProjection:
+    """Recompute a session's search entries and fork link from its journal, and (with
+    `usage`) add its usage into the rollup again. The rollup sums every session of a
+    (day, owner, team, token, model), so one session's share cannot be replaced on its
+    own: clear UsageDaily before rebuilding every session with `usage` (sectr_reindex
+    does). Returns the projection (its `usage` is this session's share)."""
     models.SearchEntry.objects.using(using).filter(session=session).delete()
     models.ForkLink.objects.using(using).filter(child=session).delete()
     envelopes = [row.to_envelope() for row in session.envelopes.using(using).order_by("seq")]
-    projection = ReviewProjection(session, using)
+    projection = ReviewProjection(session, using, texts=message_texts(envelopes), token_keys=token_keys)
     observe_all(projection, envelopes, SessionState(session_id=session.pk))
-    projection.write()
+    projection.write(usage=usage)
+    return projection
+
+
+def message_texts(envelopes: Iterable[Envelope]) -> dict[str, str]:
+    """Each message's text, joined from its deltas (what `_message_text` reads back)."""
+    texts: dict[str, list[str]] = {}
+    for envelope in envelopes:
+        if envelope.type is EventType.MESSAGE_DELTA and isinstance(envelope.payload, dict):
+            texts.setdefault(str(envelope.payload.get("message_id")), []).append(
+                str(envelope.payload.get("text") or "")
+            )
+    return {message_id: "".join(parts) for message_id, parts in texts.items()}
 
 
 def observe_all(projection: ReviewProjection, envelopes: Iterable[Envelope], state: SessionState) -> Any:

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -88,6 +88,82 @@ def test_the_journal_indexes_user_assistant_and_tool_text_once_per_message(sessi
     )
     entries = {kind: text for kind, text in SearchEntry.objects.filter(session=session).values_list("kind", "text")}
     assert entries == {"user": "how do penguins swim", "assistant": "Penguins flap their flippers", "tool": "get_time"}
+
+
+def _projections() -> tuple[list[Any], list[Any], list[Any]]:
+    entries = sorted(SearchEntry.objects.values_list("session_id", "seq", "kind", "text"))
+    usage_rows = sorted(
+        UsageDaily.objects.values_list(
+            "day", "user_id", "team_key", "api_token_key", "model", "input_tokens", "output_tokens", "messages"
+        )
+    )
+    forks = sorted(ForkLink.objects.values_list("child_id", "source_id", "seq"))
+    return entries, usage_rows, forks
+
+
+def test_sectr_reindex_restores_deleted_projections_equal_to_the_live_ones(
+    reviewer: Any, owner: Any, session: Session, make_session: Any
+) -> None:
+    converse(session, "how do penguins swim", "they flap their flippers")
+    append(
+        session,
+        [
+            started("and tools?", "inv_2"),
+            NewEvent(EventType.MESSAGE_START, {"message_id": "m2", "role": "assistant", "model": "other"}, "inv_2"),
+            NewEvent(EventType.MESSAGE_DELTA, {"message_id": "m2", "text": "calling "}, "inv_2"),
+            NewEvent(
+                EventType.TOOL_CALL,
+                {"message_id": "m2", "tool_call_id": "c1", "name": "get_time", "arguments": "{}"},
+                "inv_2",
+            ),
+            NewEvent(EventType.MESSAGE_DELTA, {"message_id": "m2", "text": "a clock"}, "inv_2"),
+            NewEvent(
+                EventType.MESSAGE_END, {"message_id": "m2", "usage": {"input_tokens": 7, "output_tokens": 2}}, "inv_2"
+            ),
+            NewEvent(EventType.STEER_RECEIVED, {"text": "be brief", "author": "owner"}, "inv_2"),
+            completed("inv_2"),
+        ],
+        publish=False,
+    )
+    token, _ = ApiToken.issue(owner, "script")
+    reset = current_api_token_key.set(token.pk)
+    try:
+        run = session_actions.do_post_message(owner, session.pk, "via the api")
+    finally:
+        current_api_token_key.reset(reset)
+    append(
+        session, [*reply("four five six", run.invocation_id, "msg_api"), completed(run.invocation_id)], publish=False
+    )
+    other = make_session(title="other")
+    converse(other, "budget report", "the budget is fine")
+    session_actions.do_fork(owner, session.pk)
+    live = _projections()
+    assert live[0] and live[1] and live[2]
+    assert {row[4] for row in live[1]} == {"demo", "other"} and {row[3] for row in live[1]} == {0, token.pk}
+
+    SearchEntry.objects.all().delete()
+    UsageDaily.objects.all().delete()
+    ForkLink.objects.all().delete()
+    out = io.StringIO()
+    call_command("sectr_reindex", stdout=out)
+    assert _projections() == live
+    assert "usage rollup" in out.getvalue()
+    # The rebuilt index is searchable (on SQLite its FTS5 table follows by triggers).
+    assert [s.pk for s in search.search_sessions(reviewer, search.Filters(q="flippers"))] == [session.pk]
+
+    # One session: its search entries come back, the others' and the rollup are untouched.
+    SearchEntry.objects.filter(session=other).delete()
+    call_command("sectr_reindex", "--session", other.pk, stdout=io.StringIO())
+    assert _projections() == live
+    assert [s.pk for s in search.search_sessions(reviewer, search.Filters(q="budget"))] == [other.pk]
+
+
+def test_sectr_reindex_refuses_an_unknown_session_and_changes_nothing(session: Session) -> None:
+    converse(session, "hi", "hello")
+    live = _projections()
+    with pytest.raises(CommandError, match="no such session: ses_nope"):
+        call_command("sectr_reindex", "--session", session.pk, "--session", "ses_nope", stdout=io.StringIO())
+    assert _projections() == live
 
 
 def test_search_finds_message_text_and_tool_names_with_a_highlighted_escaped_snippet(
