@@ -75,24 +75,17 @@ class Command(BaseCommand):
         total = options["sessions"]
         started = time.monotonic()
         now = timezone.now()
-        usage: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
         done = envelope_count = 0
         while done < total:
             count = min(BATCH, total - done)
+            # Each batch commits whole, its usage with it: an interrupted seed leaves a
+            # smaller but consistent database (add to it with --force).
+            usage: dict[tuple[Any, ...], list[int]] = defaultdict(lambda: [0, 0, 0])
             with transaction.atomic():
                 envelope_count += self._batch(rng, users, teams, count, now, options, usage)
+                _add_usage(usage)
             done += count
             self.stdout.write(f"{done} sessions, {envelope_count} envelopes ({time.monotonic() - started:.0f} s)")
-        UsageDaily.objects.bulk_create(
-            [
-                UsageDaily(
-                    day=day, user_id=user_id, team_key=team_key, api_token_key=0, model=model,
-                    input_tokens=i, output_tokens=o, messages=m,
-                )
-                for (day, user_id, team_key, model), (i, o, m) in usage.items()
-            ],
-            batch_size=BATCH,
-        )  # fmt: skip
         if connection.vendor == "postgresql":
             with connection.cursor() as cursor:
                 cursor.execute("ANALYZE")
@@ -154,12 +147,31 @@ class Command(BaseCommand):
             row = usage[(at.date(), owner.pk, team.pk, model)]
             row[0] += total.get("input_tokens", 0)
             row[1] += total.get("output_tokens", 0)
-            row[2] += 1
+            row[2] += len(turns)
         Session.objects.bulk_create(sessions, batch_size=BATCH)
         _insert(Envelope, ("session_id", "seq", "invocation_id", "type", "payload", "created_at"), envelopes)
         _insert(SearchEntry, ("session_id", "seq", "kind", "text"), entries)
         AskIndex.objects.bulk_create(asks, batch_size=BATCH)
         return len(envelopes)
+
+
+def _add_usage(usage: dict[tuple[Any, ...], list[int]]) -> None:
+    """Add a batch's usage into UsageDaily (an upsert, as the journal's writes do)."""
+    table = connection.ops.quote_name(UsageDaily._meta.db_table)
+    sql = (
+        f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, input_tokens, output_tokens, "  # noqa: S608
+        "reasoning_tokens, cached_input_tokens, messages) VALUES (%s, %s, %s, 0, %s, %s, %s, 0, 0, %s) "
+        "ON CONFLICT (day, user_id, team_key, api_token_key, model) DO UPDATE SET "
+        f"input_tokens = {table}.input_tokens + excluded.input_tokens, "
+        f"output_tokens = {table}.output_tokens + excluded.output_tokens, "
+        f"messages = {table}.messages + excluded.messages"
+    )
+    rows = [
+        (connection.ops.adapt_datefield_value(day), user_id, team_key, model, i, o, m)
+        for (day, user_id, team_key, model), (i, o, m) in usage.items()
+    ]
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, rows)
 
 
 def _insert(model: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
