@@ -20,7 +20,7 @@ import random
 import time
 import uuid
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -175,15 +175,25 @@ def _add_usage(usage: dict[tuple[Any, ...], list[int]]) -> None:
 
 
 def _insert(model: Any, columns: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
-    """Insert plain rows: COPY on PostgreSQL (JSON payloads as text), else bulk_create."""
-    if connection.vendor == "postgresql":
-        table = connection.ops.quote_name(model._meta.db_table)
-        names = ", ".join(connection.ops.quote_name(c) for c in columns)
-        with connection.cursor() as cursor, cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row([json.dumps(v) if isinstance(v, dict) else v for v in row])
-        return
-    model.objects.bulk_create([model(**dict(zip(columns, row, strict=True))) for row in rows], batch_size=BATCH)
+    """Insert plain rows: COPY on PostgreSQL, one executemany elsewhere (JSON as text,
+    times as the backend stores them), not bulk_create's per-value preparation."""
+    table = connection.ops.quote_name(model._meta.db_table)
+    names = ", ".join(connection.ops.quote_name(c) for c in columns)
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            with cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row([json.dumps(v) if isinstance(v, dict) else v for v in row])
+            return
+        adapt = connection.ops.adapt_datetimefield_value
+        marks = ", ".join(["%s"] * len(columns))
+        cursor.executemany(
+            f"INSERT INTO {table} ({names}) VALUES ({marks})",  # noqa: S608 - model's own names
+            [
+                [json.dumps(v) if isinstance(v, dict) else adapt(v) if isinstance(v, datetime) else v for v in row]
+                for row in rows
+            ],
+        )
 
 
 def _conversation(
