@@ -9,11 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import cached_property
 from django.utils.html import format_html
 
 from sectr.errors import SectrError
@@ -43,6 +46,7 @@ from sessions_app.models import (
 )
 from sessions_app.review.export import load_envelopes
 from sessions_app.review.panels import snapshot_fields
+from sessions_app.review.search import matching_session_ids
 from sessions_app.review.transcript import build_timeline
 
 
@@ -52,6 +56,21 @@ def _link(url: str, text: str) -> str:
 
 # The admin's sign-in spends the same per-account and per-address budgets as the site's.
 admin.site.login_form = ThrottledAdminAuthenticationForm
+
+
+class CappedCountPaginator(Paginator):
+    """A paginator that counts at most CAP rows (`SELECT COUNT(*) FROM (... LIMIT CAP+1)`):
+    the changelist's "N sessions" and its page links need no exact count of 100,000
+    rows, and counting them all costs more than the page. `capped`: there are more."""
+
+    CAP = 10_000
+    capped = False
+
+    @cached_property
+    def count(self) -> int:
+        found = self.object_list[: self.CAP + 1].count()  # type: ignore[attr-defined]  # a QuerySet
+        self.capped = found > self.CAP
+        return min(found, self.CAP)
 
 
 class SessionAdmin(admin.ModelAdmin):
@@ -64,13 +83,18 @@ class SessionAdmin(admin.ModelAdmin):
     # ModelAdmin first, and ModelAdmin.model is the Session class (it would be called).
     list_display = ("id", "title", "owner", "team", "status", "session_model", "token_total", "updated_at")
     list_filter = ("status", "mode", "team")
-    search_fields = ("=id", "title", "=owner__username")
+    # The search box: an exact session id, else an exact username, else words through the
+    # search index (get_search_results). Not the admin's own `icontains` on the title:
+    # no index serves a LIKE '%word%', it reads all 100,000 rows.
+    search_fields = ("id",)
+    search_help_text = "A session id, a username, or words from the messages and tool names."
     list_select_related = ("owner", "team")
     # No COUNT(*) of the whole table beside the filtered one (100,000 sessions), and 50
     # rows a page: rendering a row (its action checkbox widget above all) costs more
     # than the query.
     show_full_result_count = False
     list_per_page = 50
+    paginator = CappedCountPaginator
     ordering = ("-updated_at",)
     fields = (
         "links",
@@ -112,6 +136,26 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a session starts with SESSION_CREATED: create it through the app
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Session], search_term: str
+    ) -> tuple[QuerySet[Session], bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        if Session.objects.filter(pk=term).exists():
+            return queryset.filter(pk=term), False
+        owner = get_user_model().objects.filter(username=term).values_list("pk", flat=True).first()
+        if owner is not None:
+            return queryset.filter(owner_id=owner), False
+        return queryset.filter(pk__in=matching_session_ids(term)), False
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Session]:
+        queryset = super().get_queryset(request)
+        if request.resolver_match and str(request.resolver_match.url_name).endswith("_changelist"):
+            # The list shows none of the cached projection's JSON: don't read it.
+            queryset = queryset.defer("state", "limits")
+        return queryset
 
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the columns are a cache of the journal

@@ -85,7 +85,8 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
     filters = search.Filters.from_query(request.GET)
     for error in filters.errors:
         messages.warning(request, error)
-    sessions = search.search_sessions(request.user, filters)
+    # The list shows none of the cached projection's JSON: don't read it.
+    sessions = search.search_sessions(request.user, filters).defer("state", "limits")
     page = search.ResultPage.of(sessions, request.GET.get("page"), PAGE_SIZE)
     rows = page.object_list
     found = search.snippets_for([s.pk for s in rows], filters.q)

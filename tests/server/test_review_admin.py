@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from sessions_app.admin import CappedCountPaginator
 from sessions_app.models import Envelope, Session
 from tests.server.test_web import append, completed, logged_in, reply, started
 
@@ -55,17 +57,60 @@ def test_sessions_are_deleted_through_the_delete_action(admin_client_: Client, s
     assert not Envelope.objects.filter(session_id=session.pk).exists()
 
 
+def _listed(page: str) -> list[str]:
+    return re.findall(r'name="_selected_action" value="(ses_\w+)"', page)
+
+
 def test_session_changelist_query_count_does_not_grow(admin_client_: Client, make_session: Any) -> None:
-    for i in range(3):
-        make_session(title=f"a{i}")
+    def fill(count: int) -> None:
+        for _ in range(count):
+            s = make_session()
+            append(s, [started("penguin facts"), *reply("they swim"), completed()], publish=False)
+
+    fill(3)
     admin_client_.get("/admin/sessions_app/session/")
-    with CaptureQueriesContext(connection) as few:
-        assert admin_client_.get("/admin/sessions_app/session/", {"q": "a", "status__exact": "idle"}).status_code == 200
-    for i in range(30):
-        make_session(title=f"a{i}")
-    with CaptureQueriesContext(connection) as more:
-        admin_client_.get("/admin/sessions_app/session/", {"q": "a", "status__exact": "idle"})
-    assert len(more) == len(few) <= 12
+    # django_session, user, the team filter's teams, the capped count, the page; a search
+    # adds its two lookups (an exact session id? a username?). No per-row query.
+    for params, queries in (({}, 5), ({"q": "penguin", "status__exact": "completed"}, 7)):
+        with CaptureQueriesContext(connection) as few:
+            page = admin_client_.get("/admin/sessions_app/session/", params).content.decode()
+        assert len(_listed(page)) == 3
+        fill(30)
+        with CaptureQueriesContext(connection) as more:
+            page = admin_client_.get("/admin/sessions_app/session/", params).content.decode()
+        assert len(_listed(page)) == 33
+        assert len(more) == len(few) == queries, [q["sql"][:80] for q in more.captured_queries]
+        Session.objects.all().delete()
+        fill(3)
+
+
+def test_session_changelist_search_is_an_id_a_username_or_words(
+    admin_client_: Client, session: Session, make_session: Any, outsider: Any
+) -> None:
+    append(session, [started("how do penguins swim"), *reply("with flippers"), completed()], publish=False)
+    other = make_session(title="penguin in the title only")
+    theirs = Session.objects.create(owner=outsider, title="x")
+
+    def search(term: str) -> set[str]:
+        response = admin_client_.get("/admin/sessions_app/session/", {"q": term})
+        assert response.status_code == 200
+        return set(_listed(response.content.decode()))
+
+    assert search(session.pk) == {session.pk}
+    assert search(outsider.username) == {theirs.pk}
+    assert search("penguin") == {session.pk}  # words: the messages (the default title is the first)
+    assert search("flippers") == {session.pk}
+    assert search("nothing-matches") == set()
+    assert other.pk in search("")
+
+
+def test_the_changelist_counts_at_most_a_cap(admin_client_: Client, make_session: Any, monkeypatch: Any) -> None:
+    monkeypatch.setattr(CappedCountPaginator, "CAP", 4)
+    for _ in range(7):
+        make_session()
+    page = admin_client_.get("/admin/sessions_app/session/", {"p": 2}).content.decode()
+    assert re.search(r"4\+\s+sessions", page)
+    assert admin_client_.get("/admin/sessions_app/session/", {"p": 5}).status_code in (200, 302)
 
 
 def test_run_and_review_admins_load(admin_client_: Client, session: Session) -> None:
