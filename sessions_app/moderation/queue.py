@@ -162,7 +162,9 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
 def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[AskIndex]:
     """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
     filters = filters or QueueFilters()
-    asks = AskIndex.objects.filter(status=AskIndex.PENDING, session__in=access.approvable_sessions(user))
+    asks = AskIndex.objects.filter(status=AskIndex.PENDING)
+    if not access.is_staff(user):  # staff may decide every ask: no semi-join on all sessions
+        asks = asks.filter(session__in=access.approvable_sessions(user, teams_first=True))
     if filters.team:
         asks = asks.filter(session__team__name=filters.team)
     if filters.tool:
