@@ -297,11 +297,7 @@ class SessionContext:
                 return None
             followed.add(previous)
             start = next(
-                (
-                    e
-                    for e in self.transcript
-                    if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous
-                ),
+                (e for e in self.transcript if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous),
                 None,
             )
             if start is None:  # compacted away: the gate asks again, which is safe
@@ -498,9 +494,8 @@ class SessionContext:
             # An ask rule's quorum or expiry is never lifted by one person's approve-all.
             approved_with = self._turn_approval(call_id)
             if approved_with is not None:
-                return _Admission(
-                    call_id, tool=tool, decided_by_rule=[self._turn_decision(approved_with, rule, name, arguments, call_id)]
-                )
+                decided = self._turn_decision(approved_with, rule, name, arguments, call_id)
+                return _Admission(call_id, tool=tool, decided_by_rule=[decided])
         raise ApprovalRequired(name, dict(arguments), call_id, terms=self._policy.ask_terms(rule))
 
     def _turn_approval(self, call_id: str | None) -> dict[str, Any] | None:

@@ -21,7 +21,16 @@ from sectr.errors import (
     StaleRunControl,
     ValidationFailed,
 )
-from sectr.events import DECISION_SCOPES, MODES, VERDICTS, Envelope, EventType, approval_decision_reason, recover_reason, retry_reason
+from sectr.events import (
+    DECISION_SCOPES,
+    MODES,
+    VERDICTS,
+    Envelope,
+    EventType,
+    approval_decision_reason,
+    recover_reason,
+    retry_reason,
+)
 from sectr.fold import fold_messages
 from sectr.journal import NewEvent, new_id
 from sectr.rules import EXPIRED_APPROVER
