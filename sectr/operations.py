@@ -252,17 +252,26 @@ def check_decision(state: SessionState, ask_id: str, verdict: Any) -> dict[str, 
     return ask
 
 
-def check_scope(ask: dict[str, Any], verdict: str, scope: Any) -> str | None:
-    """The scope of a decision (None, or "turn": "Approve all" for the ask's turn).
-
-    Only an approving verdict may carry one, and only on an ask one person decides (an
-    ask needing several approvals is voted on call by call)."""
+def check_scope_value(verdict: Any, scope: Any) -> str | None:
+    """A decision's scope on its own: None, or "turn" with an approving verdict."""
     if scope is None:
         return None
     if scope not in DECISION_SCOPES:
         raise ValidationFailed(f"scope must be one of {', '.join(DECISION_SCOPES)}", code="invalid_scope")
     if verdict == "deny":
-        raise ValidationFailed("a scope applies to an approval only, not to deny", code="invalid_scope")
+        raise ValidationFailed(
+            'scope "turn" (approve all) goes with an approval only, not with deny', code="invalid_scope"
+        )
+    return str(scope)
+
+
+def check_scope(ask: dict[str, Any], verdict: str, scope: Any) -> str | None:
+    """The scope of a decision (None, or "turn": "Approve all" for the ask's turn).
+
+    Only an approving verdict may carry one, and only on an ask one person decides (an
+    ask needing several approvals is voted on call by call)."""
+    if check_scope_value(verdict, scope) is None:
+        return None
     if int(ask.get("approvals_required") or 1) > 1:
         raise ValidationFailed(
             "approve all is not possible on an ask needing several approvals; vote on it alone", code="invalid_scope"
