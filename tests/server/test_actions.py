@@ -418,7 +418,11 @@ def test_approve_all_runs_the_turns_other_gated_calls_and_audits_each(owner: Any
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(
     ("verdict", "scope", "code"),
-    [("deny", "turn", "invalid_scope"), ("allow_once", "session", "invalid_scope"), ("allow_always", 3, "invalid_scope")],
+    [
+        ("deny", "turn", "invalid_scope"),
+        ("allow_once", "session", "invalid_scope"),
+        ("allow_always", 3, "invalid_scope"),
+    ],
 )
 def test_it_refuses_a_bad_scope_and_writes_nothing(owner: Any, verdict: str, scope: Any, code: str) -> None:
     _session, _run, ask_id = awaiting_session(owner)
