@@ -123,6 +123,11 @@ def audit_rows(
         verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
         note = str(decision.get("note") or "")[:NOTE_MAX]
         add(envelope, ask_id, decision_kind(approver), approver, verdict=verdict, note=note)
+        if decision.get("with_ask"):
+            # Approved with another ask of its turn ("Approve all"): the person's time is
+            # that ask's, so this row does not count in the time to decision.
+            rows[-1].note = rows[-1].note or f"Approve all, with {str(decision['with_ask'])[:64]}"
+            rows[-1].seconds_to_decide = None
 
     for envelope in envelopes:
         if not is_audited(envelope):

@@ -413,6 +413,9 @@ def test_approve_all_runs_the_turns_other_gated_calls_and_audits_each(owner: Any
         ("moderator", "allow_once", "b"),
         ("moderator", "allow_once", "c"),
     ]
+    # b and c were approved with a's ask: their time to decide is a's, counted once
+    assert [r.seconds_to_decide is None for r in rows] == [False, True, True]
+    assert [r.note for r in rows] == ["", f"Approve all, with {ask_id}", f"Approve all, with {ask_id}"]
 
 
 @pytest.mark.django_db(transaction=True)
