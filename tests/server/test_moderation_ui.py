@@ -443,3 +443,16 @@ def test_a_staff_user_audits_every_team(make_session: SessionFactory, ops: Team,
     data = Client().get("/api/v1/audit", **bearer(staff)).json()
     assert [e["ask_id"] for e in data["entries"]] == ["ask_1"]
     assert json.dumps(data)  # plain JSON
+
+
+def test_the_owner_approves_all_from_the_chat_card(make_session: SessionFactory, ops: Team, owner: Any) -> None:
+    session = team_session(make_session, ops)
+    pending_turn(session)
+    response = logged_in(owner).post("/asks/ask_1/decide", {"scope": "turn"}, **HTMX)
+    html = response.content.decode()
+    assert 'class="approval approval-approved"' in html and "Approved once by owner" in html
+    assert "Approve all" not in html  # decided: no buttons, no list
+    decision = Envelope.objects.get(
+        session=session, type="INVOCATION_STARTED", payload__reason__kind="approval_decision"
+    )
+    assert decision.payload["reason"]["decision"]["scope"] == "turn"
