@@ -240,10 +240,14 @@ def queue_notifications(
 ) -> list[models.NotificationDelivery]:
     """The outbox rows of one append: a webhook call per active webhook of the team for
     every row, and an email to the team's moderators for every ask that waits for people
-    (not one a rule decided at once). The worker loop sends them
-    (sessions_app.moderation.notifications)."""
+    (not one decided at once: by a rule, or by a person's "Approve all" of its turn). The
+    worker loop sends them (sessions_app.moderation.notifications)."""
     webhooks = list(models.TeamWebhook.objects.using(using).filter(team_id=team_id, active=True))
-    decided_at_once = {row.seq for row in rows if row.kind == models.AuditEntry.RULE}
+    # An ask decided at once has its decision row at its own seq (a person's decision of
+    # a waiting ask is a later INVOCATION_STARTED, at another seq).
+    decided_at_once = {
+        row.seq for row in rows if row.kind in (models.AuditEntry.RULE, models.AuditEntry.DECISION)
+    }
     waiting = [row for row in rows if row.kind == models.AuditEntry.ASK and row.seq not in decided_at_once]
     recipients: list[str] = []
     if waiting:
@@ -262,7 +266,7 @@ def queue_notifications(
     deliveries: list[models.NotificationDelivery] = []
     for row in rows:
         if row.kind == models.AuditEntry.ASK and row.seq in decided_at_once:
-            continue  # announced once, by its rule row
+            continue  # announced once, by its decision row
         event = EVENT_OF_KIND[row.kind]
         payload = notification_payload(event, team, session, row)
         common = {
