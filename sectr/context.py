@@ -297,7 +297,11 @@ class SessionContext:
                 return None
             followed.add(previous)
             start = next(
-                (e for e in self.transcript if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous),
+                (
+                    e
+                    for e in self.transcript
+                    if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous
+                ),
                 None,
             )
             if start is None:  # compacted away: the gate asks again, which is safe
@@ -514,7 +518,7 @@ class SessionContext:
         decided_call = ask.get("tool_call_id") if ask is not None else None
         if decided_call is None or decided_call == call_id:
             return None
-        order: dict[str, tuple[Any, int]] = {}  # tool_call_id: (message_id, position in it)
+        order: dict[str, tuple[Any, int]] = {}  # tool_call_id: (message_id, seq of its TOOL_CALL)
         for envelope in self.transcript:
             if envelope.type is EventType.TOOL_CALL:
                 tool_call_id = envelope.payload.get("tool_call_id")

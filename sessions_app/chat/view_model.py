@@ -309,7 +309,7 @@ class ApprovalView:
 
     @property
     def can_approve_all(self) -> bool:
-        """ "Approve all" is offered: pending, one person decides, other calls wait."""
+        """Whether the card offers "Approve all": pending, one person decides, calls wait."""
         return self.is_pending and self.approvals_required <= 1 and bool(self.turn_calls)
 
     @property

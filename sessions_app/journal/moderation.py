@@ -245,9 +245,7 @@ def queue_notifications(
     webhooks = list(models.TeamWebhook.objects.using(using).filter(team_id=team_id, active=True))
     # An ask decided at once has its decision row at its own seq (a person's decision of
     # a waiting ask is a later INVOCATION_STARTED, at another seq).
-    decided_at_once = {
-        row.seq for row in rows if row.kind in (models.AuditEntry.RULE, models.AuditEntry.DECISION)
-    }
+    decided_at_once = {row.seq for row in rows if row.kind in (models.AuditEntry.RULE, models.AuditEntry.DECISION)}
     waiting = [row for row in rows if row.kind == models.AuditEntry.ASK and row.seq not in decided_at_once]
     recipients: list[str] = []
     if waiting:
