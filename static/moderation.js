@@ -1,5 +1,5 @@
 // The approval queue (/approvals/): its live socket, live ages, the count badge and the
-// keyboard (a: approve once, d: deny the focused card). No inline script: the page
+// keyboard (a: approve once, A: approve all of the card's turn, d: deny the focused card). No inline script: the page
 // marks its parts with data- attributes and this file finds them.
 //
 // The socket (/ws/approvals/?team=&tool=&age=) sends JSON frames whose `html` holds
@@ -111,7 +111,8 @@
     if (target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT")) return;
     const card = cardOf(target);
     if (!card || !queue.contains(card)) return;
-    const button = card.querySelector(key === "a" ? "button[value=allow_once]" : "button[value=deny]");
+    const all = event.key === "A" ? card.querySelector("button[name=scope][value=turn]") : null;
+    const button = all || card.querySelector(key === "a" ? "button[value=allow_once]" : "button[value=deny]");
     if (!button) return;
     event.preventDefault();
     // Focus moves on to the next card, so a run of asks can be decided from the keyboard.

@@ -20,9 +20,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from sectr.events import Envelope
 from sectr.fold import fold_messages
 from sessions_app import access
-from sessions_app.chat.view_model import ApprovalView
+from sessions_app.chat.view_model import ApprovalView, turn_calls_waiting
 from sessions_app.journal import get_journal
 from sessions_app.journal.moderation import matched_rule
 from sessions_app.models import AskIndex, AuditEntry, Session
@@ -93,7 +94,6 @@ class QueueCard(ApprovalView):
     team: str = ""
     asked_at: datetime | None = None
     rule: str = ""
-    approvals_required: int = 1
     votes: list[Vote] = field(default_factory=list)
     context: list[ContextLine] = field(default_factory=list)
 
@@ -121,9 +121,9 @@ def _message_text(message: dict[str, Any]) -> str:
     return text if len(text) <= CONTEXT_CHARS else text[: CONTEXT_CHARS - 1] + "…"
 
 
-def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
+def conversation_before(envelopes: list[Envelope], ask_seq: int) -> list[ContextLine]:
     """The last few user/assistant messages before the ask (tool results left out)."""
-    envelopes = [e for e in get_journal().load_since_compaction_sync(session_id) if e.seq < ask_seq]
+    envelopes = [e for e in envelopes if e.seq < ask_seq]
     lines = [
         ContextLine(str(m.get("role")), _message_text(m))
         for m in fold_messages(envelopes)
@@ -148,7 +148,9 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
         if isinstance(v, dict)
     ]
     if with_context and card.is_pending:
-        card.context = conversation_before(session.pk, card.seq)
+        envelopes = get_journal().load_since_compaction_sync(session.pk)
+        card.context = conversation_before(envelopes, card.seq)
+        card.turn_calls = turn_calls_waiting(envelopes, ask.get("tool_call_id"))
     if not card.is_pending and card.note is None:
         # The projection keeps who decided and how; the note is in the decision (audited).
         card.note = (

@@ -154,6 +154,42 @@ def test_two_moderators_decide_one_card_at_once_and_one_wins(
     dana.context.close()
 
 
+def test_approve_all_on_a_card_runs_every_gated_call_of_the_turn(
+    alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
+) -> None:
+    session_id = ops_session(alice)
+    bob = page_for(browser, live, "bob")
+    bob.goto("/approvals/")
+    expect(bob.locator("#live")).to_have_text("live")
+    titles = ("all one", "all two", "all three")
+    send(alice, "!tools " + " ; ".join(f'write_note {{"title": "{t}", "body": "x"}}' for t in titles))
+    card = bob.locator("[data-role=approval]").filter(has_text="all one")
+    expect(card).to_be_visible()  # pushed live
+    waiting = card.locator("[data-role=turn-calls] li")
+    expect(waiting).to_have_count(2)
+    expect(waiting.nth(0)).to_contain_text('"title": "all two"')
+    expect(waiting.nth(1)).to_contain_text('"title": "all three"')
+    for name in ("Approve once", "Always allow", "Deny"):
+        expect(card.get_by_role("button", name=name, exact=True)).to_be_visible()
+    card.get_by_role("button", name="Approve all", exact=True).click()
+    expect(card).to_contain_text("Approved once by bob")
+    reply = alice.locator("[data-role=assistant]").last
+    for title in titles:  # every tool result, then the final reply naming each
+        expect(reply).to_contain_text(f"write_note returned: saved note '{title}' (created)")
+        expect(alice.locator("#notes")).to_contain_text(title)
+    expect(alice.locator("[data-role=state]")).to_have_text("completed")
+    expect(alice.locator("[data-role=approval]").filter(has_text="Approved once by bob")).to_have_count(3)
+    bob.goto(f"/approvals/audit/?kind=decision&session={session_id}")
+    rows = bob.locator("[data-role=audit-row]")
+    expect(rows).to_have_count(3)  # one row per call, each decided by bob
+    for index in range(3):
+        expect(rows.nth(index).locator("td").nth(2)).to_have_text("bob")
+        expect(rows.nth(index).locator("td").nth(3)).to_have_text("allow_once")
+    arguments = [json.loads(text) for text in rows.locator("td:nth-child(8) pre").all_inner_texts()]
+    assert sorted(a["title"] for a in arguments) == sorted(titles)
+    bob.context.close()
+
+
 def _auth(live: LiveSectr, username: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {live.token_for(username)}"}
 
