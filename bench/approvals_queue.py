@@ -43,7 +43,9 @@ def conversation(number: int) -> list[NewEvent]:
     """What a run journals up to an ask: a message, a reply, a second message, a tool call."""
     inv1, inv2, ask_id, call_id = f"inv_a{number}", f"inv_b{number}", f"ask_bench_{number}", f"call_{number}"
     events = [
-        NewEvent(EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "hello"}}}, inv1),
+        NewEvent(
+            EventType.INVOCATION_STARTED, {"reason": {"kind": "user_message", "input": {"content": "hello"}}}, inv1
+        ),
         NewEvent(EventType.MESSAGE_START, {"message_id": f"m1_{number}", "role": "assistant", "model": "demo"}, inv1),
     ]
     events += [
