@@ -189,6 +189,21 @@ def pending_count(user: Any) -> int:
     return pending_asks(user).count()
 
 
+#: How often the `Approvals` badge of a moderator's page asks for its count.
+BADGE_POLL_SECONDS = 5
+
+
+def badge_context(user: Any) -> dict[str, Any]:
+    """What templates/moderation/_badge.html needs: the count, and whether it polls (only
+    for users who moderate a team or are staff; everyone else's asks are their own,
+    shown live in their chat)."""
+    return {
+        "waiting": pending_count(user),
+        "poll_badge": access.has_any_role(user, "moderator"),
+        "badge_seconds": BADGE_POLL_SECONDS,
+    }
+
+
 def filter_choices(user: Any) -> dict[str, list[str]]:
     """The values the `Team` and `Tool` filters offer: the teams the user moderates (and
     any with a pending ask of theirs) and the tools of their pending asks."""

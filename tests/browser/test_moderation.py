@@ -219,3 +219,24 @@ def test_the_downloaded_csv_equals_the_journal_decisions(
     journal = [tuple(row) for row in json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1])]
     assert exported == journal and [row[1:3] for row in journal] == [("alice", "deny"), ("alice", "allow_once")]
     bob.context.close()
+
+
+def test_the_badge_on_a_chat_page_counts_a_new_ask_without_a_reload(
+    alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
+) -> None:
+    ops_session(alice)
+    bob = page_for(browser, live, "bob")
+    new_session(bob)  # bob's own chat page: no queue, no queue socket
+    badge = bob.locator("#approvals-badge")
+    expect(badge).to_have_attribute("hx-get", "/approvals/badge")
+    before = int(badge.get_attribute("data-count") or "0")
+    bob.evaluate("window.notReloaded = true")
+    send(alice, "note: badge ping")
+    expect(alice.locator("[data-role=approval]").last).to_contain_text("badge ping")
+    expect(badge).to_have_text(str(before + 1), timeout=20_000)  # polled every 5 s
+    expect(badge).to_be_visible()
+    assert bob.evaluate("window.notReloaded") is True
+    alice.locator("[data-role=approval]").last.get_by_role("button", name="Deny").click()
+    expect(badge).to_have_attribute("data-count", str(before), timeout=20_000)
+    assert bob.evaluate("window.notReloaded") is True
+    bob.context.close()
