@@ -63,16 +63,24 @@ class QueueFilters:
     def as_query(self) -> dict[str, str]:
         return {name: value for name, value in (("team", self.team), ("tool", self.tool), ("age", self.age)) if value}
 
-    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+    def matches(self, card: QueueCard) -> bool:
+        """The `Team` and `Tool` filters (which never change for an ask)."""
         if self.team and card.team != self.team:
             return False
-        if self.tool and card.name != self.tool:
-            return False
-        if self.age:
-            if card.asked_at is None:
-                return False
-            return (now or timezone.now()) - card.asked_at >= AGE_CHOICES[self.age]
-        return True
+        return not (self.tool and card.name != self.tool)
+
+    def seconds_until_old_enough(self, card: QueueCard, now: datetime | None = None) -> float | None:
+        """When the `Age` filter admits the card: 0 (now), seconds from now, None (never:
+        no time of asking)."""
+        if not self.age:
+            return 0.0
+        if card.asked_at is None:
+            return None
+        due = card.asked_at + AGE_CHOICES[self.age] - (now or timezone.now())
+        return max(0.0, due.total_seconds())
+
+    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+        return self.matches(card) and self.seconds_until_old_enough(card, now) == 0.0
 
 
 @dataclass

@@ -8,17 +8,25 @@ another team, `other`).
 
 from __future__ import annotations
 
+import json
 import re
+import time
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from channels.db import database_sync_to_async
 from django.test import Client
 
+from sectr.events import EventType
+from sectr.journal import NewEvent
 from sessions_app import actions
-from sessions_app.models import Membership, Team
+from sessions_app.models import Membership, Session, Team
+from sessions_app.moderation.queue import AGE_CHOICES
 from tests.server.conftest import SessionFactory, make_user
+from tests.server.test_consumers import connect, frames_until_ready
 from tests.server.test_moderation_ui import ops, pending, stranger, team_session
-from tests.server.test_web import HTMX, logged_in
+from tests.server.test_web import HTMX, append, logged_in
 
 pytestmark = pytest.mark.django_db
 __all__ = ["ops", "stranger"]  # fixtures
@@ -61,9 +69,7 @@ def test_the_badge_counts_only_the_asks_the_user_may_approve(
     assert badge_count(badge(logged_in(owner))[1]) == 1
 
 
-def test_the_badge_is_the_same_fragment_on_every_page(
-    make_session: SessionFactory, ops: Team, teammate: Any
-) -> None:
+def test_the_badge_is_the_same_fragment_on_every_page(make_session: SessionFactory, ops: Team, teammate: Any) -> None:
     session = team_session(make_session, ops)
     pending(session)
     client = logged_in(teammate)
@@ -87,3 +93,100 @@ def test_the_badge_is_one_count_query(ops: Team, teammate: Any, django_assert_nu
 
     with django_assert_num_queries(1):
         pending_count(teammate)
+
+
+# ---- the queue's socket under the `Age` filter ----
+
+AGE = timedelta(seconds=2)  # "older than 1 minute", made short for the test
+
+
+async def ops_team(teammate: Any) -> Team:
+    team = await database_sync_to_async(Team.objects.create)(name="ops")
+    await database_sync_to_async(Membership.objects.create)(team=team, user=teammate, role="moderator")
+    return team
+
+
+async def pending_in_new_session(make_session: SessionFactory, team: Team, ask_id: str, **terms: Any) -> Session:
+    session = await database_sync_to_async(team_session)(make_session, team, f"session of {ask_id}")
+    await database_sync_to_async(pending)(session, ask_id, **terms)
+    return session
+
+
+async def appended_ask_ids(communicator: Any, timeout: float = 15) -> list[str]:
+    frame = json.loads(await communicator.receive_from(timeout=timeout))
+    assert 'hx-swap-oob="beforeend:#approval-queue"' in frame["html"], frame
+    return re.findall(r'<article id="ask-([^"]+)"', frame["html"])
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_an_age_filter_a_new_ask_arrives_once_old_enough(
+    teammate: Any, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AGE_CHOICES, "1m", AGE)
+    team = await ops_team(teammate)
+    communicator, connected, _ = await connect(teammate, "/ws/approvals/?age=1m&tool=write_note&team=ops")
+    assert connected and await frames_until_ready(communicator) == []
+    started = time.monotonic()
+    await pending_in_new_session(make_session, team, "ask_young")
+    await pending_in_new_session(make_session, team, "ask_other_tool", name="delete_note")
+    assert await communicator.receive_nothing(timeout=1.0)  # too young yet
+    assert await appended_ask_ids(communicator) == ["ask_young"]  # then it comes of age
+    assert time.monotonic() - started >= AGE.total_seconds() - 0.2
+    assert await communicator.receive_nothing(timeout=2.5)  # never the other tool's
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_an_age_filter_an_ask_decided_while_young_never_shows(
+    teammate: Any, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AGE_CHOICES, "1m", AGE)
+    team = await ops_team(teammate)
+    communicator, connected, _ = await connect(teammate, "/ws/approvals/?age=1m")
+    assert connected and await frames_until_ready(communicator) == []
+    session = await pending_in_new_session(make_session, team, "ask_quick", approvals_required=2)
+    vote = NewEvent(EventType.APPROVAL_VOTED, {"ask_id": "ask_quick", "approver": "someone", "verdict": "allow_once"})
+    await database_sync_to_async(append)(session, [vote])
+    await database_sync_to_async(actions.do_decide)(teammate, "ask_quick", "deny")
+    assert await communicator.receive_nothing(timeout=AGE.total_seconds() + 2.0)  # not on the page: nothing
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_with_an_age_filter_an_ask_made_before_the_page_arrives_once_old_enough(
+    teammate: Any, make_session: SessionFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(AGE_CHOICES, "1m", AGE)
+    team = await ops_team(teammate)
+    await pending_in_new_session(make_session, team, "ask_before")
+    await pending_in_new_session(make_session, team, "ask_elsewhere", name="delete_note")
+    communicator, connected, _ = await connect(teammate, "/ws/approvals/?age=1m&tool=write_note")
+    assert connected and await frames_until_ready(communicator) == []
+    assert await appended_ask_ids(communicator) == ["ask_before"]
+    assert await communicator.receive_nothing(timeout=2.5)
+    await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_without_an_age_filter_new_asks_still_come_at_once_and_by_team(
+    teammate: Any, make_session: SessionFactory, stranger: Any
+) -> None:
+    team = await ops_team(teammate)
+    sockets = {}
+    for name, path in (
+        ("all", "/ws/approvals/"),
+        ("ops", "/ws/approvals/?team=ops"),
+        ("other", "/ws/approvals/?team=other"),
+    ):
+        communicator, connected, _ = await connect(teammate, path)
+        assert connected and await frames_until_ready(communicator) == []
+        sockets[name] = communicator
+    await pending_in_new_session(make_session, team, "ask_now")
+    assert await appended_ask_ids(sockets["all"], timeout=5) == ["ask_now"]
+    assert await appended_ask_ids(sockets["ops"], timeout=5) == ["ask_now"]
+    assert await sockets["other"].receive_nothing(timeout=0.5)
+    await database_sync_to_async(actions.do_decide)(teammate, "ask_now", "deny")
+    assert 'id="ask-ask_now"' in json.loads(await sockets["ops"].receive_from(timeout=5))["html"]
+    assert await sockets["other"].receive_nothing(timeout=0.5)  # not its team: not even the decision
+    for communicator in sockets.values():
+        await communicator.disconnect()
