@@ -129,15 +129,30 @@ def _message_text(message: dict[str, Any]) -> str:
     return text if len(text) <= CONTEXT_CHARS else text[: CONTEXT_CHARS - 1] + "…"
 
 
-def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
+def conversations_before(asks: list[tuple[Session, int]]) -> dict[tuple[str, int], list[ContextLine]]:
+    """The last few user/assistant messages before each ask (session, ask seq), tool
+    results left out, keyed by (session id, ask seq): one journal read for them all
+    (from each session's newest compaction, which `Session.compaction_seq` gives)."""
+    before: dict[str, int] = {}
+    start: dict[str, int] = {}
+    for session, seq in asks:
+        before[session.pk] = max(before.get(session.pk, 0), seq)
+        start[session.pk] = max(session.compaction_seq, 1)
+    journal = get_journal().load_ranges_sync([(sid, start[sid], hi) for sid, hi in before.items()])
+    contexts: dict[tuple[str, int], list[ContextLine]] = {}
+    for session, seq in asks:
+        lines = [
+            ContextLine(str(m.get("role")), _message_text(m))
+            for m in fold_messages(e for e in journal[session.pk] if e.seq < seq)
+            if m.get("role") in ("user", "assistant")
+        ]
+        contexts[(session.pk, seq)] = [line for line in lines if line.text][-CONTEXT_MESSAGES:]
+    return contexts
+
+
+def conversation_before(session: Session, ask_seq: int) -> list[ContextLine]:
     """The last few user/assistant messages before the ask (tool results left out)."""
-    envelopes = [e for e in get_journal().load_since_compaction_sync(session_id) if e.seq < ask_seq]
-    lines = [
-        ContextLine(str(m.get("role")), _message_text(m))
-        for m in fold_messages(envelopes)
-        if m.get("role") in ("user", "assistant")
-    ]
-    return [line for line in lines if line.text][-CONTEXT_MESSAGES:]
+    return conversations_before([(session, ask_seq)])[(session.pk, ask_seq)]
 
 
 def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = True) -> QueueCard:
@@ -156,7 +171,7 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
         if isinstance(v, dict)
     ]
     if with_context and card.is_pending:
-        card.context = conversation_before(session.pk, card.seq)
+        card.context = conversation_before(session, card.seq)
     if not card.is_pending and card.note is None:
         # The projection keeps who decided and how; the note is in the decision (audited).
         card.note = (
@@ -181,13 +196,21 @@ def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[Ask
 
 
 def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
-    """Every pending ask `user` may decide, as cards, oldest first."""
+    """Every pending ask `user` may decide, as cards, oldest first.
+
+    A fixed number of queries however many cards: the asks with their sessions (whose
+    cached projection holds each ask), then one journal read for every card's
+    conversation (conversations_before)."""
     cards = []
     for index in pending_asks(user, filters).select_related("session__owner", "session__team"):
         ask = index.session.projection().asks.get(index.ask_id)
         if ask is not None and ask.get("status") == "pending":
-            cards.append(build_card(index.session, ask))
-    return cards
+            card = build_card(index.session, ask, with_context=False)
+            cards.append((index.session, card))
+    contexts = conversations_before([(session, card.seq) for session, card in cards])
+    for session, card in cards:
+        card.context = contexts[(session.pk, card.seq)]
+    return [card for _session, card in cards]
 
 
 def pending_count(user: Any) -> int:

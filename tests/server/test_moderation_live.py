@@ -16,17 +16,20 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app import actions
+from sessions_app.journal import get_journal
 from sessions_app.models import Membership, Session, Team
 from sessions_app.moderation.queue import AGE_CHOICES
 from tests.server.conftest import SessionFactory, make_user
 from tests.server.test_consumers import connect, frames_until_ready
 from tests.server.test_moderation_ui import ops, pending, stranger, team_session
-from tests.server.test_web import HTMX, append, logged_in
+from tests.server.test_web import HTMX, append, completed, logged_in, started
 
 pytestmark = pytest.mark.django_db
 __all__ = ["ops", "stranger"]  # fixtures
@@ -190,3 +193,45 @@ async def test_without_an_age_filter_new_asks_still_come_at_once_and_by_team(
     assert await sockets["other"].receive_nothing(timeout=0.5)  # not its team: not even the decision
     for communicator in sockets.values():
         await communicator.disconnect()
+
+
+# ---- the queue's queries ----
+
+
+def test_the_queue_renders_in_a_fixed_number_of_queries(make_session: SessionFactory, ops: Team, teammate: Any) -> None:
+    client = logged_in(teammate)
+    made = 0
+
+    def render(asks: int) -> tuple[int, str]:
+        nonlocal made
+        for number in range(made, made + asks):
+            session = team_session(make_session, ops, f"queue {number}")
+            append(session, [started(f"first message {number}", inv=f"inv_0_{number}"), completed(f"inv_0_{number}")])
+            pending(session, f"ask_{number}", inv=f"inv_{number}")
+        made += asks
+        with CaptureQueriesContext(connection) as queries:
+            html = client.get("/approvals/").content.decode()
+        return len(queries), html
+
+    few, _html = render(3)
+    more, html = render(30)
+    assert html.count('data-role="approval"') == 33
+    # Every card has its own conversation (read in the one batched journal query).
+    contexts = dict(re.findall(r'<article id="ask-(ask_\d+)".*?<ol class="ask-context"[^>]*>(.*?)</ol>', html, re.S))
+    assert len(contexts) == 33
+    for number in range(33):
+        context = contexts[f"ask_{number}"]
+        assert f"first message {number}<" in context and "note: buy milk" in context, (number, context)
+        assert "first message" not in context.replace(f"first message {number}<", ""), context
+    assert more == few <= 12, (few, more)
+
+
+def test_load_ranges_reads_each_session_between_its_seqs(make_session: SessionFactory, ops: Team) -> None:
+    first, second, third = (team_session(make_session, ops, name) for name in ("a", "b", "c"))
+    pending(first)
+    pending(second, "ask_2")
+    last = second.envelopes.order_by("-seq").values_list("seq", flat=True).first()
+    found = get_journal().load_ranges_sync([(first.pk, 2, 4), (second.pk, 1, 100), (third.pk, 1, 1)])
+    assert [e.seq for e in found[first.pk]] == [2, 3] and {e.session_id for e in found[first.pk]} == {first.pk}
+    assert [e.seq for e in found[second.pk]] == list(range(1, last + 1))
+    assert found[third.pk] == []
