@@ -108,7 +108,7 @@ CONNECT_SLACK = timedelta(seconds=10)
 
 
 @database_sync_to_async
-def young_asks(user: Any, filters: QueueFilters) -> list[tuple[str, str, datetime]]:
+def young_asks(user: Any, filters: QueueFilters) -> list[tuple[str, str, datetime | None]]:
     """(ask id, session id, asked at) of the pending asks the filters admit but for the
     `Age` one, not yet old enough for it (one query)."""
     if not filters.age:
