@@ -41,6 +41,16 @@
     badge.hidden = count === 0;
   }
 
+  function dropDuplicates(queue) {
+    // A card the socket pushes as it comes of age may already be on the page (the GET
+    // and the socket overlap): the one on the page stays.
+    const seen = {};
+    queue.querySelectorAll("article.queue-card").forEach(function (card) {
+      if (seen[card.id]) card.remove();
+      else seen[card.id] = true;
+    });
+  }
+
   function retireResolved(queue) {
     queue.querySelectorAll("article.queue-card:not([data-status=pending])").forEach(function (card) {
       if (card.dataset.leaving) return;
@@ -136,6 +146,7 @@
       refreshAges(queue);
     });
     new MutationObserver(function () {
+      dropDuplicates(queue);
       retireResolved(queue);
       updateBadge(page, queue);
     }).observe(queue, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-status"] });

@@ -20,6 +20,7 @@ from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
@@ -46,6 +47,18 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx and request.GET.get("partial") == "queue":
         return render(request, "moderation/_approval_queue.html", context)
     return render(request, "moderation/approvals.html", context)
+
+
+@never_cache
+@require_GET
+def approvals_badge(request: HtmxHttpRequest) -> HttpResponse:
+    """The `Approvals` count badge alone, which moderators' pages poll (base.html).
+
+    Not login_required: a logged-out tab would follow the redirect and swap the login
+    page into the menu. Anonymous: 204 (htmx swaps nothing; nothing is learned)."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=204)
+    return render(request, "moderation/_badge.html", queue.badge_context(request.user))
 
 
 @login_required
