@@ -38,6 +38,7 @@ from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import (
     RUN_CONTROL_MESSAGE_TYPE,
     WORKERS_GROUP,
+    adopt_server_loop,
     aflush_publications,
     run_control_group,
 )
@@ -47,6 +48,9 @@ from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
+
+#: Runs claimed in one round trip at most (Worker._fill).
+CLAIM_BATCH = 4
 
 
 class DatabaseRunControl(RunControl):
@@ -126,6 +130,7 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
+        adopt_server_loop()  # sync code in its threads publishes through this loop
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         # Before the first claim: without it, a claimer would take this worker's runs
         # for a dead worker's (PostgreSQL; nothing on SQLite).
@@ -174,19 +179,23 @@ class Worker:
         """Claim runs while there are free slots; True if any was claimed."""
         claimed = False
         while len(self.tasks) < self.concurrency and not self._stopping.is_set():
+            # A few at a time: one thread hop and one candidate query for several runs,
+            # while the first of a burst still starts without waiting for many claims.
+            free = min(self.concurrency - len(self.tasks), CLAIM_BATCH)
             try:
-                claim = await run_in_db_thread(runs.claim_next_run, self.worker_id, self.lease)
+                claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free)
             except Exception:
                 log.exception("claiming failed")
                 return claimed
-            if claim is None:
+            if not claims:
                 return claimed
             claimed = True
-            self.claims[claim.run_id] = claim
-            self.controls[claim.run_id] = DatabaseRunControl(claim)
-            task = asyncio.ensure_future(self._execute(claim))
-            self.tasks[claim.run_id] = task
-            task.add_done_callback(functools.partial(self._forget, claim.run_id))
+            for claim in claims:
+                self.claims[claim.run_id] = claim
+                self.controls[claim.run_id] = DatabaseRunControl(claim)
+                task = asyncio.ensure_future(self._execute(claim))
+                self.tasks[claim.run_id] = task
+                task.add_done_callback(functools.partial(self._forget, claim.run_id))
         return claimed
 
     def _forget(self, run_id: str, _task: object = None) -> None:

@@ -37,11 +37,9 @@ import asyncio
 import functools
 import json
 import os
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
@@ -49,6 +47,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
 from django.utils import timezone
 
 from sectr.errors import LeaseLost, NotFound, SteerArrived
@@ -72,6 +71,8 @@ ASK_INDEX_TYPES = frozenset(
 Fence = tuple[str, str]
 
 INVOCATION_ID_MAX = 40
+#: load_ranges_sync: ranges per query (3 parameters each, under SQLite's old limit of 999).
+RANGES_PER_QUERY = 300
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -156,32 +157,6 @@ async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.
     return cast(_R, await _db_thread_call(func, args, kwargs))
 
 
-_sqlite_writer_locks: dict[str, threading.Lock] = {}
-_sqlite_writer_locks_guard = threading.Lock()
-
-
-@contextmanager
-def sqlite_writer_turn(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
-    """On SQLite, queue this process's journal writers on a mutex before BEGIN IMMEDIATE.
-
-    SQLite has one writer at a time; a writer that finds the database locked sleeps in
-    SQLite's busy handler (1, 2, 5, 10 ... ms), which collapses throughput when several
-    invocations stream at once. Threads of one process wait on this lock instead and take
-    turns within microseconds; other processes still queue on busy_timeout. Not taken
-    inside an outer transaction (it already holds SQLite's lock: waiting here could only
-    stall), nor on other databases.
-    """
-    connection = connections[using]
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
-        yield
-        return
-    name = str(connection.settings_dict["NAME"])
-    with _sqlite_writer_locks_guard:
-        lock = _sqlite_writer_locks.setdefault(name, threading.Lock())
-    with lock:
-        yield
-
-
 def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any], str | None]]:
     """Validate a batch before touching the database; payloads normalised through JSON.
 
@@ -240,7 +215,7 @@ class DatabaseJournal:
 
     def append_sync(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         """Append inside the caller's transaction, if any; publish when it commits."""
-        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+        with transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
             if envelopes:
                 transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
@@ -268,6 +243,29 @@ class DatabaseJournal:
             raise NotFound(f"no session {session_id}")
         return self._envelope_rows(session_id, seq__gte=max(compaction_seq, 1))
 
+    def load_ranges_sync(self, ranges: Sequence[tuple[str, int, int]]) -> dict[str, list[Envelope]]:
+        """The envelopes of several sessions at once: for each (session id, from seq,
+        before seq), seqs from <= seq < before, in seq order, by session. One query per
+        RANGES_PER_QUERY ranges (an OR of (session, seq) index ranges), for pages that
+        show a little of many sessions (the approval queue)."""
+        found: dict[str, list[Envelope]] = {session_id: [] for session_id, _lo, _hi in ranges}
+        wanted = [(session_id, lo, hi) for session_id, lo, hi in ranges if lo < hi]
+        for start in range(0, len(wanted), RANGES_PER_QUERY):
+            condition = Q()
+            for session_id, lo, hi in wanted[start : start + RANGES_PER_QUERY]:
+                condition |= Q(session_id=session_id, seq__gte=lo, seq__lt=hi)
+            rows = (
+                models.Envelope.objects.using(self.using)
+                .filter(condition)
+                .order_by("session_id", "seq")
+                .values_list("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+            )
+            for session_id, seq, invocation_id, event_type, payload, created_at in rows:
+                found[session_id].append(
+                    Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
+                )
+        return found
+
     def state_sync(self, session_id: str) -> SessionState:
         session = models.Session.objects.using(self.using).filter(pk=session_id).first()
         if session is None:
@@ -284,7 +282,7 @@ class DatabaseJournal:
     # ---- the write ----
 
     def _append_in_own_transaction(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
-        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+        with transaction.atomic(using=self.using):
             return self._append_locked(session_id, events, fence)
 
     def _append_group(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
@@ -297,7 +295,7 @@ class DatabaseJournal:
         """
         if len(items) > 1:
             try:
-                with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+                with transaction.atomic(using=self.using):
                     return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
             except Exception:  # noqa: S110 - each is retried alone below, and raises there
                 pass
