@@ -153,8 +153,8 @@ def sessions_with_role(
     the user's own; every session for staff. One query, a subquery on memberships.
 
     `teams_first` reads the user's teams first (one more, small query) and puts them in
-    as a list of ids, for the lists over every session (/review/ search, the approvals
-    badge): `team_id IN (1, 2) OR owner_id = 3` is an OR of indexed columns whose
+    as a list of ids, for the lists over every session (/review/ search):
+    `team_id IN (1, 2) OR owner_id = 3` is an OR of indexed columns whose
     selectivity PostgreSQL can estimate, where for `team_id IN (SELECT ...) OR ...` it
     guessed half the table and read all 100,000 sessions."""
     if user is None or not user.is_authenticated:
@@ -182,9 +182,9 @@ def reviewable_sessions(user: Any, *, teams_first: bool = False) -> QuerySet[Ses
     return sessions_with_role(user, "reviewer", teams_first=teams_first)
 
 
-def approvable_sessions(user: Any, *, teams_first: bool = False) -> QuerySet[Session]:
+def approvable_sessions(user: Any) -> QuerySet[Session]:
     """The sessions whose asks `user` may decide: their own and their moderated teams'."""
-    return sessions_with_role(user, "moderator", teams_first=teams_first)
+    return sessions_with_role(user, "moderator")
 
 
 def visible_asks(user: Any) -> QuerySet[AskIndex]:

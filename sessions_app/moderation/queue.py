@@ -197,7 +197,7 @@ def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[Ask
     filters = filters or QueueFilters()
     asks = AskIndex.objects.filter(status=AskIndex.PENDING)
     if not access.is_staff(user):  # staff may decide every ask: no semi-join on all sessions
-        asks = asks.filter(session__in=access.approvable_sessions(user, teams_first=True))
+        asks = asks.filter(session__in=access.approvable_sessions(user))
     if filters.team:
         asks = asks.filter(session__team__name=filters.team)
     if filters.tool:

@@ -268,7 +268,7 @@ def test_review_search_runs_a_fixed_number_of_queries(reviewer_client: Client, m
     with CaptureQueriesContext(connection) as more:
         reviewer_client.get("/review/", {"q": "common"})
     # django_session, user, is a reviewer?, their teams, the page, its snippets, its
-    # reviewed marks, the queues; the approvals badge: their moderated teams, the count.
+    # reviewed marks, the queues; the approvals badge: moderates?, the count.
     assert len(more) == len(few) == 10, [q["sql"][:90] for q in more.captured_queries]
 
 
