@@ -64,13 +64,18 @@ class CappedCountPaginator(Paginator):
     rows, and counting them all costs more than the page. `capped`: there are more."""
 
     CAP = 10_000
+    SEARCH_CAP = 1_000  # a word search: the count joins the index's matches to sessions
     capped = False
+
+    def __init__(self, *args: Any, cap: int | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cap = self.CAP if cap is None else cap
 
     @cached_property
     def count(self) -> int:
-        found = self.object_list[: self.CAP + 1].count()  # type: ignore[attr-defined]  # a QuerySet
-        self.capped = found > self.CAP
-        return min(found, self.CAP)
+        found = self.object_list[: self.cap + 1].count()  # type: ignore[attr-defined]  # a QuerySet
+        self.capped = found > self.cap
+        return min(found, self.cap)
 
 
 class SessionAdmin(admin.ModelAdmin):
@@ -136,6 +141,13 @@ class SessionAdmin(admin.ModelAdmin):
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # a session starts with SESSION_CREATED: create it through the app
+
+    def get_paginator(
+        self, request: HttpRequest, queryset: QuerySet[Session], per_page: int, orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> CappedCountPaginator:  # fmt: skip
+        cap = CappedCountPaginator.SEARCH_CAP if request.GET.get("q", "").strip() else None
+        return CappedCountPaginator(queryset, per_page, orphans, allow_empty_first_page, cap=cap)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Session], search_term: str

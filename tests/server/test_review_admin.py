@@ -108,8 +108,13 @@ def test_the_changelist_counts_at_most_a_cap(admin_client_: Client, make_session
     monkeypatch.setattr(CappedCountPaginator, "CAP", 4)
     for _ in range(7):
         make_session()
+    monkeypatch.setattr(CappedCountPaginator, "SEARCH_CAP", 2)
+    for _ in range(7):
+        append(make_session(), [started("penguin facts"), *reply("they swim"), completed()], publish=False)
     page = admin_client_.get("/admin/sessions_app/session/", {"p": 2}).content.decode()
     assert re.search(r"4\+\s+sessions", page)
+    page = admin_client_.get("/admin/sessions_app/session/", {"q": "penguin"}).content.decode()
+    assert re.search(r"2\+\s+sessions", page)
     assert admin_client_.get("/admin/sessions_app/session/", {"p": 5}).status_code in (200, 302)
 
 
