@@ -196,8 +196,10 @@ def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[Ask
     """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
     filters = filters or QueueFilters()
     asks = AskIndex.objects.filter(status=AskIndex.PENDING)
-    if not access.is_staff(user):  # staff may decide every ask: no semi-join on all sessions
-        asks = asks.filter(session__in=access.approvable_sessions(user))
+    if not access.is_staff(user):  # staff may decide every ask
+        if user is None or not user.is_authenticated:
+            return asks.none()
+        asks = asks.filter(session_id__in=access.session_ids_with_role(user, "moderator"))
     if filters.team:
         asks = asks.filter(session__team__name=filters.team)
     if filters.tool:
