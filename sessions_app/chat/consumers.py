@@ -122,7 +122,7 @@ class ChatConsumer(RecheckedConsumer):
         async with self.lock:
             await self.catch_up(parse_after(self.scope))
         self._resync_task = asyncio.ensure_future(self.resync_forever())
-        self.start_rechecking()
+        await self.start_rechecking()
 
     def access_now(self, user: Any) -> int | None:
         try:

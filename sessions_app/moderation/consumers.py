@@ -145,7 +145,7 @@ class ApprovalsConsumer(RecheckedConsumer):
         WEBSOCKET_CLIENTS.labels("approvals").inc()
         self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
-        self.start_rechecking()
+        await self.start_rechecking()
         for ask_id, session_id, asked_at in await young_asks(self.user, self.filters):
             self.hold_back(ask_id, session_id, asked_at)
 
