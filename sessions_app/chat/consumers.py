@@ -13,7 +13,10 @@ ChatConsumer (``/ws/sessions/<id>/?after=N``), one per browser tab:
    last seq instead of trusting the message;
 4. every RESYNC_SECONDS it re-joins the group (a restarted Redis forgot it) and
    compares its last seq with the journal's, so even a dropped *last* message of a run
-   shows up;
+   shows up. One task per process does this for all its sockets (`_Resyncer`): one query
+   for the last seqs of every session shown, and only a socket that is behind reads the
+   journal (a task and a query per socket every 10 s kept 5,000 idle sockets from
+   opening: bench/sockets.py);
 5. every SECTR_WS_ACCESS_SECONDS it re-checks the login and the user's right to read
    the session (sessions_app.socket_access): logged out, deactivated, a lost role or a
    deleted session closes the socket (4401, 4403/4404) and nothing is sent after that.
@@ -34,6 +37,7 @@ import contextlib
 import json
 import logging
 import os
+import weakref
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -87,6 +91,65 @@ def journal_last_seq(session_id: str) -> int | None:
     return int(row) if row is not None else None
 
 
+@database_sync_to_async
+def journal_last_seqs(session_ids: list[str]) -> dict[str, int]:
+    """The last seq of each session (a deleted one is missing), 500 ids a query."""
+    found: dict[str, int] = {}
+    for start in range(0, len(session_ids), 500):
+        chunk = session_ids[start : start + 500]
+        found.update(Session.objects.filter(pk__in=chunk).values_list("pk", "last_seq"))
+    return found
+
+
+class _Resyncer:
+    """The periodic resync of every chat socket of one event loop (one task)."""
+
+    def __init__(self) -> None:
+        self.consumers: weakref.WeakSet[ChatConsumer] = weakref.WeakSet()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, consumer: ChatConsumer) -> None:
+        self.consumers.add(consumer)
+        if self.task is None or self.task.done():
+            self.task = asyncio.ensure_future(self.run())
+
+    def discard(self, consumer: ChatConsumer) -> None:
+        self.consumers.discard(consumer)
+
+    async def run(self) -> None:
+        while self.consumers:
+            await asyncio.sleep(RESYNC_SECONDS)
+            try:
+                await self.resync_all()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                logger.warning("resync of %d socket(s) failed", len(self.consumers), exc_info=True)
+
+    async def resync_all(self) -> None:
+        consumers = [c for c in list(self.consumers) if not c.access_revoked and c.vm is not None]
+        if not consumers:
+            return
+        newest = await journal_last_seqs(sorted({c.session_id for c in consumers}))
+        for consumer in consumers:
+            with contextlib.suppress(Exception):
+                await consumer.channel_layer.group_add(consumer.group, consumer.channel_name)
+            seq = newest.get(consumer.session_id)
+            if seq is None or seq > consumer.last_seq:
+                asyncio.ensure_future(consumer.resync())  # reads (or closes: deleted) itself
+
+
+_resyncers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Resyncer] = weakref.WeakKeyDictionary()
+
+
+def resyncer() -> _Resyncer:
+    loop = asyncio.get_running_loop()
+    found = _resyncers.get(loop)
+    if found is None:
+        found = _resyncers[loop] = _Resyncer()
+    return found
+
+
 def parse_after(scope: dict[str, Any]) -> int:
     query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
     raw = (query.get("after") or ["0"])[0]
@@ -98,7 +161,6 @@ class ChatConsumer(RecheckedConsumer):
     group: str
     vm: ChatViewModel | None = None
     last_seq: int = 0
-    _resync_task: asyncio.Task[None] | None = None
 
     async def connect(self) -> None:
         self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
@@ -121,7 +183,7 @@ class ChatConsumer(RecheckedConsumer):
         self.counted = True
         async with self.lock:
             await self.catch_up(parse_after(self.scope))
-        self._resync_task = asyncio.ensure_future(self.resync_forever())
+        resyncer().add(self)
         await self.start_rechecking()
 
     def access_now(self, user: Any) -> int | None:
@@ -138,10 +200,7 @@ class ChatConsumer(RecheckedConsumer):
             WEBSOCKET_CLIENTS.labels("chat").dec()
             self.counted = False
         await self.stop_rechecking()
-        if self._resync_task is not None:
-            self._resync_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._resync_task
+        resyncer().discard(self)
         if getattr(self, "group", None):
             with contextlib.suppress(Exception):
                 await self.channel_layer.group_discard(self.group, self.channel_name)
@@ -205,14 +264,3 @@ class ChatConsumer(RecheckedConsumer):
                 return
             if newest > self.last_seq:
                 await self.send_envelopes(await load_journal(self.session_id, self.last_seq))
-
-    async def resync_forever(self) -> None:
-        while not self.access_revoked:
-            await asyncio.sleep(RESYNC_SECONDS)
-            try:
-                await self.channel_layer.group_add(self.group, self.channel_name)
-                await self.resync()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.warning("resync of %s failed", self.session_id, exc_info=True)
