@@ -30,7 +30,7 @@ from django.conf import settings
 from django.db import connection
 
 from sectr.control import RunControl
-from sectr.errors import LeaseLost
+from sectr.errors import JournalUnavailable, LeaseLost
 from sectr.runtime import Runtime
 from sectr.telemetry import set_log_context
 from sessions_app import runs
@@ -99,6 +99,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rejoining: asyncio.Task[None] | None = None
+        #: this worker's liveness on PostgreSQL (runs.LivenessLock): held while it claims
+        self.liveness = runs.LivenessLock(self.worker_id)
 
     # thread-safe entry points
     def wake_threadsafe(self) -> None:
@@ -129,7 +131,7 @@ class Worker:
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         # Before the first claim: without it, a claimer would take this worker's runs
         # for a dead worker's (PostgreSQL; nothing on SQLite).
-        liveness = runs.LivenessLock(self.worker_id)
+        liveness = self.liveness
         await asyncio.to_thread(liveness.acquire)
         runs.local_listeners.add(self)
         if self.listen:
@@ -139,6 +141,7 @@ class Worker:
             await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
+        watcher = asyncio.ensure_future(self._watch_liveness()) if connection.vendor == "postgresql" else None
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
@@ -166,6 +169,8 @@ class Worker:
                     await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
+                if watcher is not None:
+                    watcher.cancel()
                 if notifier is not None:
                     notifier.cancel()
                 liveness.release()
@@ -173,6 +178,18 @@ class Worker:
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
         claimed = False
+        if len(self.tasks) >= self.concurrency or self._stopping.is_set():
+            return claimed
+        # A run claimed without the liveness lock would look abandoned to every other
+        # worker at once: claim only while the lock is held (taken again if it was lost).
+        if connection.vendor == "postgresql":  # nothing to hold on SQLite: no thread hop
+            try:
+                alive = await asyncio.to_thread(self.liveness.ensure)
+            except Exception:
+                log.exception("the liveness check failed")
+                alive = False
+            if not alive:
+                return claimed
         while len(self.tasks) < self.concurrency and not self._stopping.is_set():
             try:
                 claim = await run_in_db_thread(runs.claim_next_run, self.worker_id, self.lease)
@@ -208,6 +225,14 @@ class Worker:
         except LeaseLost:
             LEASES_LOST.inc()
             log.warning("run %s: lease lost; another worker owns it now", claim.run_id)
+            return
+        except JournalUnavailable as exc:
+            # The database went away mid-run (a restart): nothing more is written. Let the
+            # run be recovered at once if the database is back already, else when its
+            # lease lapses; recovery continues the reply from what the journal holds.
+            log.warning("run %s: stopped, the journal is unavailable (%s); it will be recovered", claim.run_id, exc)
+            with contextlib.suppress(Exception):
+                await run_in_db_thread(runs.release_lease, claim)
             return
         except asyncio.CancelledError:
             raise
@@ -262,6 +287,18 @@ class Worker:
                 control = self.controls.get(claim.run_id)
                 if cancel_by is not None and control is not None:
                     control.cancel(cancel_by or None)
+
+    async def _watch_liveness(self) -> None:
+        """Take the liveness lock again soon after its connection died (a PostgreSQL
+        restart), even while this worker claims nothing: until then other workers see its
+        runs as abandoned and take them over."""
+        interval = min(max(self.lease / 3, 0.2), 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.liveness.ensure)
+            except Exception:
+                log.warning("the liveness check failed", exc_info=True)
 
     async def _expire_asks(self) -> None:
         """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 import os
 import threading
 import time
@@ -47,11 +48,18 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.utils import timezone
 
-from sectr.errors import LeaseLost, NotFound, SteerArrived
+from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
@@ -62,6 +70,8 @@ from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
 from sessions_app.ops.metrics import count_appended
 from sessions_app.ops.tracing import observe_decisions_on_commit
+
+logger = logging.getLogger("sectr.journal")
 
 #: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
 ASK_INDEX_TYPES = frozenset(
@@ -114,13 +124,37 @@ def _keep_sqlite_connections() -> None:
             connection.close_at = deadline
 
 
+def check_connection_pools() -> None:
+    """Test the idle connections of this process's PostgreSQL pools, replacing the dead.
+
+    psycopg's pool hands out a connection without testing it (a test per checkout would
+    cost a round trip on every query), so after PostgreSQL restarts every idle one is
+    dead and each would fail its next user in turn. Called on the first connection error
+    instead: one failure, then the pool is whole again. Nothing on SQLite.
+    """
+    for connection in connections.all(initialized_only=True):
+        pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
+        if pool is None:
+            continue
+        try:
+            pool.check()
+        except Exception:  # still down: the next error checks again
+            logger.warning("checking the %s connection pool failed", connection.alias, exc_info=True)
+
+
 def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
+    broken = False
     try:
         return func(*args, **kwargs)
+    except (OperationalError, InterfaceError):
+        broken = True
+        raise
     finally:
         _keep_sqlite_connections()
-        close_old_connections()
+        close_old_connections()  # a connection that broke goes back to its pool, which drops it
+        if broken:
+            check_connection_pools()
 
 
 _db_thread_call: Callable[..., Awaitable[Any]] | None = None
@@ -225,16 +259,20 @@ class DatabaseJournal:
         group = self._group.get(loop)
         if group is None:
             group = self._group[loop] = _GroupCommit(self)
-        return await group.append(session_id, list(events), fence)
+        with _unavailable_as_journal_error():
+            return await group.append(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
-        return await run_in_db_thread(self.load_sync, session_id, after_seq)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.load_sync, session_id, after_seq)
 
     async def load_since_compaction(self, session_id: str) -> list[Envelope]:
-        return await run_in_db_thread(self.load_since_compaction_sync, session_id)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.load_since_compaction_sync, session_id)
 
     async def state(self, session_id: str) -> SessionState:
-        return await run_in_db_thread(self.state_sync, session_id)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.state_sync, session_id)
 
     # ---- sync twins ----
 
@@ -455,6 +493,16 @@ class DatabaseJournal:
             Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
             for seq, invocation_id, event_type, payload, created_at in rows
         ]
+
+
+@contextmanager
+def _unavailable_as_journal_error() -> Iterator[None]:
+    """The database went away (a restart, a lost connection): JournalUnavailable, which
+    is not the invocation's failure (the runtime stops it and its run is recovered)."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise JournalUnavailable(f"the journal's database is unavailable: {exc}") from exc
 
 
 @functools.cache
