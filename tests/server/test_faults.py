@@ -109,7 +109,7 @@ def log_in(base_url: str, username: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def topology() -> Iterator[Topology]:
     env = {"SECTR_DEMO_SLOW_MS": str(TICK_MS), "SECTR_LEASE_SECONDS": str(LEASE)}
-    with Cluster(daphnes=2, workers=0, env=env, private_redis=True) as cluster:
+    with Cluster(daphnes=2, workers=0, env=env, private_redis=True, name_backends=True) as cluster:
         # One `manage.py shell` for the user and the token (each start of Django takes seconds).
         out = cluster.manage(
             "shell", "-c",
