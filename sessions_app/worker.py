@@ -12,7 +12,9 @@ the partial message (crash stitching); after `max_attempts` it fails instead.
 
 Workers wake on commit (channel layer group "sectr.workers", or in-process pokes) and
 poll as a fallback. Every second each also sweeps for approval asks past their deadline
-and denies them (sessions_app.moderation.expiry: exactly once, however many sweep).
+and denies them (sessions_app.moderation.expiry: exactly once, however many sweep), and
+once an interval (SECTR_RETENTION_INTERVAL_S) one of them deletes the sessions past their
+retention (sessions_app.ops.retention.sweep_if_due).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from sessions_app.journal.publish import (
 )
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
+from sessions_app.ops import retention
 from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
 
@@ -79,8 +82,12 @@ class Worker:
         listen: bool | None = None,
         notify: bool = True,
         expiry_interval: float = 1.0,
+        retention_interval: float | None = None,
     ) -> None:
         self.concurrency = concurrency
+        #: How often the fleet sweeps for sessions past their retention (0: never); one
+        #: worker per interval does it (sessions_app.ops.retention.sweep_if_due).
+        self.retention_interval = retention.retention_interval() if retention_interval is None else retention_interval
         #: How often this worker sweeps for expired asks (0: never).
         self.expiry_interval = expiry_interval
         self.lease = lease if lease is not None else runs.lease_seconds()
@@ -144,6 +151,7 @@ class Worker:
         watcher = asyncio.ensure_future(self._watch_liveness()) if connection.vendor == "postgresql" else None
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
+        sweeper = asyncio.ensure_future(self._sweep_retention()) if self.retention_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -162,6 +170,8 @@ class Worker:
                 listener.cancel()
             if expiry is not None:
                 expiry.cancel()
+            if sweeper is not None:
+                sweeper.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
                 # The drained runs' last envelopes are queued for the layer: send them.
@@ -309,6 +319,18 @@ class Worker:
                 await run_in_db_thread(expire_due_asks)
             except Exception:
                 log.warning("the expiry sweep failed", exc_info=True)
+
+    async def _sweep_retention(self) -> None:
+        """Delete the sessions past their retention once an interval, whichever worker
+        of the fleet wins the interval; the others find it done. Looks at least once a
+        minute whether the interval is due (a cheap conditional UPDATE)."""
+        check = min(self.retention_interval, 60.0)
+        while True:
+            try:
+                await run_in_db_thread(retention.sweep_if_due, self.worker_id, self.retention_interval)
+            except Exception:
+                log.warning("the retention sweep failed", exc_info=True)
+            await asyncio.sleep(check)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:
