@@ -5,21 +5,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0008_merge_0006_review10_review_0007_merge_20261201_1155'),
+        ("sessions_app", "0008_merge_0006_review10_review_0007_merge_20261201_1155"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='PeriodicJob',
+            name="PeriodicJob",
             fields=[
-                ('name', models.CharField(max_length=40, primary_key=True, serialize=False)),
-                ('due_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('holder', models.CharField(blank=True, default='', max_length=200)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('summary', models.JSONField(blank=True, default=dict)),
+                ("name", models.CharField(max_length=40, primary_key=True, serialize=False)),
+                ("due_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("holder", models.CharField(blank=True, default="", max_length=200)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                ("summary", models.JSONField(blank=True, default=dict)),
             ],
         ),
     ]
