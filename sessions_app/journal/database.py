@@ -34,6 +34,7 @@ around the work like channels' database_sync_to_async, and publish after the com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -337,15 +338,32 @@ class DatabaseJournal:
             try:
                 with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
                     return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
+            except (OperationalError, InterfaceError) as exc:
+                # The connection broke (PostgreSQL restarted), perhaps during the COMMIT:
+                # the group may have landed, and a retry could write it twice. Every append
+                # of it fails instead (JournalUnavailable: its run is recovered from what
+                # the journal holds, whichever way the commit went).
+                self._reset_connections()
+                return [exc for _ in items]
             except Exception:  # noqa: S110 - each is retried alone below, and raises there
                 pass
         results: list[list[Envelope] | Exception] = []
         for item in items:
             try:
                 results.append(self._append_in_own_transaction(item.session_id, item.events, item.fence))
+            except (OperationalError, InterfaceError) as exc:
+                results.append(exc)
+                self._reset_connections()  # the next append gets a live connection
             except Exception as exc:
                 results.append(exc)
         return results
+
+    def _reset_connections(self) -> None:
+        """After a connection error: give the broken connection back (its pool drops it)
+        and have the pools test their idle ones (a restart killed them all)."""
+        with contextlib.suppress(Exception):
+            connections[self.using].close()
+        check_connection_pools()
 
     def _append_locked(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
         """The append proper; the caller holds a transaction open around it."""
