@@ -419,6 +419,7 @@ def test_a_postgres_restart_mid_stream_is_survived_with_a_gapless_journal(topo: 
     run = wait_for(
         lambda: (found := driver.run(run_id))["status"] not in ("queued", "running") and found, 60, "the run's end"
     )
+    print("after the PostgreSQL restart:", run)  # which way it went (pytest -s)
     if run["status"] == "failed":
         last_error = driver.session_state(session_id).get("last_error") or {}
         assert last_error.get("retryable"), last_error
