@@ -78,6 +78,7 @@ class Client:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     done: asyncio.Event = field(default_factory=asyncio.Event)
     posted: float = 0.0
+    answered: float = 0.0  # when the POST's response arrived
 
 
 def client_protocol(client: Client) -> type[WebSocketClientProtocol]:
@@ -133,18 +134,21 @@ def cpu_meter(pids: dict[str, int]) -> Iterator[dict[str, float]]:
 
 
 def log_in(base_url: str, username: str) -> tuple[str, str]:
-    """(sessionid, csrftoken) after logging in through the login form."""
+    """(sessionid, csrftoken) after logging in through the login form.
+
+    Cookies are carried by hand: with DEBUG=0 they are Secure, which httpx's jar does not
+    send over the loopback's plain http."""
     with httpx.Client(base_url=base_url) as http:
-        http.get("/accounts/login/")
-        csrf = http.cookies["csrftoken"]
+        csrf = http.get("/accounts/login/").cookies["csrftoken"]
+        http.cookies.clear()
         response = http.post(
             "/accounts/login/",
             data={"username": username, "password": PASSWORD, "csrfmiddlewaretoken": csrf},
-            headers={"Referer": base_url + "/accounts/login/"},
+            headers={"Referer": base_url + "/accounts/login/", "Cookie": f"csrftoken={csrf}"},
         )
         if response.status_code != 302:
             raise RuntimeError(f"login failed: {response.status_code}")
-        return http.cookies["sessionid"], http.cookies["csrftoken"]
+        return response.cookies["sessionid"], response.cookies.get("csrftoken") or csrf
 
 
 def create_sessions(live: LiveSectr, n: int) -> list[tuple[str, int]]:
@@ -251,6 +255,10 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         "SECTR_WS_RESYNC_SECONDS": "60",
         "LOG_LEVEL": "ERROR",
         "SECTR_LOG_LEVEL": "WARNING",
+        # Production settings (DEBUG on records every query), over plain http on loopback.
+        "DEBUG": "0",
+        "SECRET_KEY": "bench-not-secret-" + "x" * 40,
+        "SECURE_SSL_REDIRECT": "0",
     }
     with start_topology(topology, env, n) as live:
         live.create_user("bench", password=PASSWORD)
@@ -282,7 +290,9 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
 
             async def post(client: Client) -> httpx.Response:
                 client.posted = time.time()
-                return await http.post(f"/sessions/{client.session_id}/messages", data={"content": f"!slow {ticks}"})
+                response = await http.post(f"/sessions/{client.session_id}/messages", data={"content": f"!slow {ticks}"})
+                client.answered = time.time()
+                return response
 
             with cpu_meter(pids) as cpu:
                 started = time.monotonic()
@@ -307,6 +317,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
 
     lags: list[float] = []
     admissions: list[float] = []
+    answers: list[float] = []  # POST sent -> its response (the view's queue and work)
+    first_ticks: list[float] = []  # POST sent -> the model produced tick 1 (claim and start)
     drifts: list[float] = []
     chunks = 0
     for client in clients:
@@ -323,8 +335,10 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
                         first_arrival = arrived
         if first_arrival is not None:
             admissions.append(first_arrival - client.posted)
+        answers.append(client.answered - client.posted)
         start = stamps.get((client.session_id, 1))
         if start is not None:
+            first_ticks.append(start - client.posted)
             for tick in range(2, ticks + 1):
                 if (produced := stamps.get((client.session_id, tick))) is not None:
                     drifts.append(produced - start - (tick - 1) * tick_ms / 1000)
@@ -343,6 +357,10 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         "max": max(lags, default=float("nan")) * 1000,
         "admit_p50": percentile(admissions, 0.50) * 1000,
         "admit_p99": percentile(admissions, 0.99) * 1000,
+        "answer_p50": percentile(answers, 0.50) * 1000,
+        "answer_p99": percentile(answers, 0.99) * 1000,
+        "first_tick_p50": percentile(first_ticks, 0.50) * 1000,
+        "first_tick_p99": percentile(first_ticks, 0.99) * 1000,
         "drift_p99": percentile(drifts, 0.99) * 1000,
         "cpu_ms_per_chunk": total_cpu * 1000 / max(chunks, 1),
         "cpu_by_process": {role: used * 1000 / max(chunks, 1) for role, used in cpu.items()},
@@ -360,6 +378,11 @@ HEADER = (
 def format_row(result: dict[str, Any]) -> str:
     processes = ", ".join(f"{role} {ms:.2f}" for role, ms in result["cpu_by_process"].items())
     where = f"{result['topology']}: {result['backend']} ({processes})"
+    if "answer_p50" in result:  # where admission goes: the POST's answer, then the claim and start
+        where += (
+            f"; POST answered p50 {result['answer_p50']:.0f} p99 {result['answer_p99']:.0f},"
+            f" tick 1 produced p50 {result['first_tick_p50']:.0f} p99 {result['first_tick_p99']:.0f}"
+        )
     if result.get("bare_p50") == result.get("bare_p50"):  # not NaN: --bare ran
         where += f"; bare group_send p50 {result['bare_p50']:.1f} p99 {result['bare_p99']:.1f}"
     return (

@@ -21,6 +21,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
+from sessions_app.journal.publish import adopt_server_loop  # noqa: E402
 from sessions_app.worker import start_embedded_worker  # noqa: E402
 
 router = ProtocolTypeRouter(
@@ -41,6 +42,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # The first connection (or the reactor's start, below) starts the embedded worker
     # on the server's own loop, so its publications reach this process's consumers.
     start_embedded_worker()
+    adopt_server_loop()  # sync views' publications queue on this loop (publish._send_sync)
     await router(scope, receive, send)
 
 

@@ -92,6 +92,8 @@ def database_config(url: str) -> dict[str, Any]:
     # so CONN_MAX_AGE stays 0 and PostgreSQL uses psycopg's pool instead.
     config: dict[str, Any] = dict(dj_database_url.parse(url, conn_max_age=0))
     if config["ENGINE"] == "django.db.backends.sqlite3":
+        # Django's, with the process's writers queued fairly at BEGIN (sectr_web/sqlite_backend).
+        config["ENGINE"] = "sectr_web.sqlite_backend"
         config["OPTIONS"] = {
             # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock
             # at BEGIN so two writers queue on busy_timeout instead of deadlocking.

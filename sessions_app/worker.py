@@ -40,6 +40,7 @@ from sessions_app.journal import run_in_db_thread
 from sessions_app.journal.publish import (
     RUN_CONTROL_MESSAGE_TYPE,
     WORKERS_GROUP,
+    adopt_server_loop,
     aflush_publications,
     run_control_group,
 )
@@ -135,6 +136,7 @@ class Worker:
     async def run(self, *, drain_timeout: float = 30.0) -> None:
         """Claim and execute runs until stop(); then drain the runs in progress."""
         self._loop = asyncio.get_running_loop()
+        adopt_server_loop()  # sync code in its threads publishes through this loop
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         # Before the first claim: without it, a claimer would take this worker's runs
         # for a dead worker's (PostgreSQL; nothing on SQLite).

@@ -39,11 +39,9 @@ import functools
 import json
 import logging
 import os
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
@@ -191,32 +189,6 @@ async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.
     return cast(_R, await _db_thread_call(func, args, kwargs))
 
 
-_sqlite_writer_locks: dict[str, threading.Lock] = {}
-_sqlite_writer_locks_guard = threading.Lock()
-
-
-@contextmanager
-def sqlite_writer_turn(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
-    """On SQLite, queue this process's journal writers on a mutex before BEGIN IMMEDIATE.
-
-    SQLite has one writer at a time; a writer that finds the database locked sleeps in
-    SQLite's busy handler (1, 2, 5, 10 ... ms), which collapses throughput when several
-    invocations stream at once. Threads of one process wait on this lock instead and take
-    turns within microseconds; other processes still queue on busy_timeout. Not taken
-    inside an outer transaction (it already holds SQLite's lock: waiting here could only
-    stall), nor on other databases.
-    """
-    connection = connections[using]
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
-        yield
-        return
-    name = str(connection.settings_dict["NAME"])
-    with _sqlite_writer_locks_guard:
-        lock = _sqlite_writer_locks.setdefault(name, threading.Lock())
-    with lock:
-        yield
-
-
 def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any], str | None]]:
     """Validate a batch before touching the database; payloads normalised through JSON.
 
@@ -279,7 +251,7 @@ class DatabaseJournal:
 
     def append_sync(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         """Append inside the caller's transaction, if any; publish when it commits."""
-        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+        with transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence)
             if envelopes:
                 transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
@@ -323,7 +295,7 @@ class DatabaseJournal:
     # ---- the write ----
 
     def _append_in_own_transaction(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
-        with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+        with transaction.atomic(using=self.using):
             return self._append_locked(session_id, events, fence)
 
     def _append_group(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
@@ -336,7 +308,7 @@ class DatabaseJournal:
         """
         if len(items) > 1:
             try:
-                with sqlite_writer_turn(self.using), transaction.atomic(using=self.using):
+                with transaction.atomic(using=self.using):
                     return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
             except (OperationalError, InterfaceError) as exc:
                 # The connection broke (PostgreSQL restarted), perhaps during the COMMIT:

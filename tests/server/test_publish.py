@@ -9,6 +9,7 @@ on the SQLite pass, Redis on the PostgreSQL pass).
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -93,3 +94,40 @@ async def test_what_is_given_up_after_the_budget_is_counted(monkeypatch: pytest.
     assert asyncio.get_running_loop().time() - started < 0.1  # the journal writer never waits
     await publish.aflush_publications()
     assert publish.publish_drops() == drops + 5
+
+
+def test_sync_publishers_queue_on_the_server_loop_without_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view's on_commit (a sync thread) hands its messages to the adopted server loop's
+    ordered publisher and returns at once; they arrive in order."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    thread = threading.Thread(target=lambda: (asyncio.set_event_loop(loop), started.set(), loop.run_forever()))
+    thread.start()
+    started.wait(5)
+    monkeypatch.setattr(publish, "_server_loop", None)
+    try:
+        async def adopt() -> None:
+            publish.adopt_server_loop()
+
+        asyncio.run_coroutine_threadsafe(adopt(), loop).result(5)
+        assert publish._server_loop is loop
+        session_id = f"ses_{uuid.uuid4().hex}"
+
+        async def subscribe() -> tuple[Any, str]:
+            layer = get_channel_layer()
+            channel = await layer.new_channel()
+            await layer.group_add(publish.session_group(session_id), channel)
+            return layer, channel
+
+        layer, channel = asyncio.run_coroutine_threadsafe(subscribe(), loop).result(10)
+        calls: list[Any] = []
+        monkeypatch.setattr(publish, "async_to_sync", lambda *a, **k: calls.append(a) or (lambda *a2: None))
+        for seq in range(1, 6):
+            publish._send_sync(publish.envelope_messages([envelope(session_id, seq)]))
+        assert calls == []  # never the blocking path
+        got = asyncio.run_coroutine_threadsafe(receive_seqs(layer, channel, session_id, 5), loop).result(30)
+        assert got == [1, 2, 3, 4, 5]
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
