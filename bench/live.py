@@ -290,7 +290,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
 
             async def post(client: Client) -> httpx.Response:
                 client.posted = time.time()
-                response = await http.post(f"/sessions/{client.session_id}/messages", data={"content": f"!slow {ticks}"})
+                url = f"/sessions/{client.session_id}/messages"
+                response = await http.post(url, data={"content": f"!slow {ticks}"})
                 client.answered = time.time()
                 return response
 
