@@ -20,6 +20,7 @@ from sectr.errors import JournalUnavailable
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.journal.database import check_connection_pools
 from sessions_app.models import Envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,7 +31,10 @@ def postgres_only() -> Iterator[None]:
     if connection.vendor != "postgresql":
         pytest.skip("a pool of connections to a server that restarts is PostgreSQL's")
     yield
-    connection.close()  # the test's own connection died too: the database flush takes a live one
+    # The test's own connection died too (its pool cannot tell until it is used): give it
+    # back and have the pool test its idle ones, so later tests get live connections.
+    connection.close()
+    check_connection_pools()
 
 
 def terminate_other_backends() -> int:
