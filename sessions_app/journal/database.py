@@ -312,12 +312,14 @@ class DatabaseJournal:
                 with transaction.atomic(using=self.using):
                     return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
             except (OperationalError, InterfaceError) as exc:
-                # The connection broke (PostgreSQL restarted), perhaps during the COMMIT:
-                # the group may have landed, and a retry could write it twice. Every append
-                # of it fails instead (JournalUnavailable: its run is recovered from what
-                # the journal holds, whichever way the commit went).
-                self._reset_connections()
-                return [exc for _ in items]
+                if self._connection_broken():
+                    # The connection broke (PostgreSQL restarted), perhaps during the
+                    # COMMIT: the group may have landed, and a retry could write it twice.
+                    # Every append of it fails instead (JournalUnavailable: its run is
+                    # recovered from what the journal holds, whichever way it went).
+                    self._reset_connections()
+                    return [exc for _ in items]
+                # The server refused it (a deadlock, say): rolled back; each is retried alone.
             except Exception:  # noqa: S110 - each is retried alone below, and raises there
                 pass
         results: list[list[Envelope] | Exception] = []
@@ -326,10 +328,22 @@ class DatabaseJournal:
                 results.append(self._append_in_own_transaction(item.session_id, item.events, item.fence))
             except (OperationalError, InterfaceError) as exc:
                 results.append(exc)
-                self._reset_connections()  # the next append gets a live connection
+                if self._connection_broken():
+                    self._reset_connections()  # the next append gets a live connection
             except Exception as exc:
                 results.append(exc)
         return results
+
+    def _connection_broken(self) -> bool:
+        """After a database error: whether the connection itself is gone (not merely the
+        statement refused by the server, which rolls the transaction back for sure)."""
+        connection = connections[self.using]
+        if connection.connection is None:
+            return True
+        try:
+            return not connection.is_usable()
+        except Exception:
+            return True
 
     def _reset_connections(self) -> None:
         """After a connection error: give the broken connection back (its pool drops it)

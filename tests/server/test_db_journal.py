@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -30,6 +30,7 @@ from sectr.events import (
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
 from sessions_app.journal import DatabaseJournal, publish
+from sessions_app.journal.database import _PendingAppend
 from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads
@@ -271,6 +272,46 @@ async def test_a_refused_append_in_a_group_does_not_undo_the_others(make_session
     assert isinstance(results[1], LeaseLost)
     assert await sync_to_async(seqs)(good.id) == [1, 2, 3, 4]
     assert await sync_to_async(seqs)(fenced.id) == [1]
+
+
+def _group_items(*appends: tuple[str, str]) -> list[_PendingAppend]:
+    return [_PendingAppend(session_id, [delta(text)], None, None) for session_id, text in appends]  # type: ignore[arg-type]
+
+
+def _refusing(journal: DatabaseJournal, refused: str, times: int) -> None:
+    """The first `times` appends to session `refused` fail as the database refusing them."""
+    real, left = journal._append_locked, [times]
+
+    def append_locked(session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+        if session_id == refused and left[0]:
+            left[0] -= 1
+            raise OperationalError("deadlock detected")
+        return real(session_id, events, fence)
+
+    journal._append_locked = append_locked  # type: ignore[method-assign]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_the_server_refused_is_retried_append_by_append(make_session: Any) -> None:
+    first, second = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+    _refusing(journal, second.id, times=1)  # a deadlock: rolled back for sure, the connection lives
+    results = journal._append_group(_group_items((first.id, "a"), (second.id, "b"), (first.id, "c")))
+    assert all(isinstance(result, list) for result in results), results
+    assert seqs(first.id) == [1, 2, 3] and seqs(second.id) == [1, 2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_whose_connection_broke_is_not_retried(make_session: Any, monkeypatch: Any) -> None:
+    first, second = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+    _refusing(journal, second.id, times=1)
+    # The connection went away (maybe during the COMMIT: the group may have landed), so a
+    # retry could write it twice: every append of it fails, for its run to be recovered.
+    monkeypatch.setattr(journal, "_connection_broken", lambda: True)
+    results = journal._append_group(_group_items((first.id, "a"), (second.id, "b")))
+    assert [type(result) for result in results] == [OperationalError, OperationalError]
+    assert seqs(first.id) == [1] and seqs(second.id) == [1]
 
 
 @pytest.mark.django_db(transaction=True)
