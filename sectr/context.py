@@ -73,7 +73,8 @@ class _Admission:
     tool: Tool | None = None  # run it; None: answer `content` as an error without running
     content: str = ""
     denied: ApprovalDenied | None = None  # raise this after answering
-    #: APPROVAL_REQUESTED payloads of asks a rule decided at once, journaled first
+    #: APPROVAL_REQUESTED payloads of asks decided at once (a rule, or an "Approve all"
+    #: of the same turn), journaled first
     decided_by_rule: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -493,7 +494,61 @@ class SessionContext:
             return _Admission(call_id, tool=tool)
         if rule is not None and rule.action == "allow":
             return _Admission(call_id, tool=tool, decided_by_rule=[self._rule_decision(rule, name, arguments, call_id)])
+        if rule is None or (rule.approvals_required <= 1 and not rule.expires_after_s):
+            # An ask rule's quorum or expiry is never lifted by one person's approve-all.
+            approved_with = self._turn_approval(call_id)
+            if approved_with is not None:
+                decided = self._turn_decision(approved_with, rule, name, arguments, call_id)
+                return _Admission(call_id, tool=tool, decided_by_rule=[decided])
         raise ApprovalRequired(name, dict(arguments), call_id, terms=self._policy.ask_terms(rule))
+
+    def _turn_approval(self, call_id: str | None) -> dict[str, Any] | None:
+        """The approval decision reason scoped to the turn (`"scope": "turn"`, "Approve
+        all") that covers `call_id`: a later call of the same assistant message as the
+        decided ask's call. None when there is none (the gate asks as usual)."""
+        if call_id is None:
+            return None
+        reason = self._decision_reason()
+        if reason is None:
+            return None
+        decision = reason.get("decision") or {}
+        if not decision.get("approved") or decision.get("scope") != "turn":
+            return None
+        ask = self.state.asks.get(reason.get("ask_id", ""))
+        decided_call = ask.get("tool_call_id") if ask is not None else None
+        if decided_call is None or decided_call == call_id:
+            return None
+        order: dict[str, tuple[Any, int]] = {}  # tool_call_id: (message_id, seq of its TOOL_CALL)
+        for envelope in self.transcript:
+            if envelope.type is EventType.TOOL_CALL:
+                tool_call_id = envelope.payload.get("tool_call_id")
+                if tool_call_id in (decided_call, call_id):
+                    order[tool_call_id] = (envelope.payload.get("message_id"), envelope.seq)
+        decided, this = order.get(decided_call), order.get(call_id)
+        if decided is None or this is None or decided[0] is None or decided[0] != this[0] or this[1] <= decided[1]:
+            return None
+        return reason
+
+    @staticmethod
+    def _turn_decision(
+        reason: dict[str, Any], rule: Rule | None, name: str, arguments: dict[str, Any], call_id: str | None
+    ) -> dict[str, Any]:
+        """The APPROVAL_REQUESTED of a call an "Approve all" decided at once: the approver
+        of the decided ask, verdict allow_once, `with_ask` naming that ask."""
+        decided = reason.get("decision") or {}
+        decision: dict[str, Any] = {"approved": True, "verdict": "allow_once", "with_ask": reason.get("ask_id")}
+        if decided.get("approver") is not None:
+            decision["approver"] = decided["approver"]
+        payload: dict[str, Any] = {
+            "ask_id": new_id("ask"),
+            "tool_call_id": call_id,
+            "name": name,
+            "arguments": json.loads(json.dumps(arguments, default=str)),
+            "decision": decision,
+        }
+        if rule is not None:
+            payload["rule_id"] = rule.id
+        return payload
 
     def _denied_by_rule(self, rule: Rule, name: str, arguments: dict[str, Any], call_id: str | None) -> _Admission:
         return _Admission(

@@ -47,6 +47,9 @@ TERMINAL_TYPES = frozenset(
 
 REASON_KINDS = frozenset({"user_message", "approval_decision", "retry", "recover"})
 VERDICTS = ("allow_once", "allow_always", "deny")
+#: The scopes an approving decision may carry: "turn" ("Approve all") also approves the
+#: later gated calls of the same assistant message that would otherwise ask.
+DECISION_SCOPES = ("turn",)
 MODES = ("default", "plan", "accept_edits")
 
 
@@ -115,6 +118,7 @@ def approval_decision_reason(
     approver: str | None = None,
     verdict: str | None = None,
     note: str | None = None,
+    scope: str | None = None,
 ) -> dict[str, Any]:
     decision: dict[str, Any] = {"approved": approved}
     if approver is not None:
@@ -123,6 +127,8 @@ def approval_decision_reason(
         decision["verdict"] = verdict
     if note is not None:
         decision["note"] = note
+    if scope is not None:
+        decision["scope"] = scope
     return {"kind": "approval_decision", "ask_id": ask_id, "decision": decision}
 
 

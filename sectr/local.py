@@ -98,9 +98,20 @@ class LocalRuntime:
         return await self._start_and_run(session_id, build)
 
     async def decide(
-        self, session_id: str, ask_id: str, verdict: str, *, approver: str | None = None, note: str | None = None
+        self,
+        session_id: str,
+        ask_id: str,
+        verdict: str,
+        *,
+        approver: str | None = None,
+        note: str | None = None,
+        scope: str | None = None,
     ) -> Envelope:
         """Record a verdict on the pending ask; the decision resumes the session.
+
+        `scope="turn"` (an approving verdict only) approves all: the later gated calls of
+        the same assistant message run without asking again, unless a rule denies them or
+        needs a quorum or an expiry.
 
         On an ask needing several approvals (an `ask` rule's approvals_required), each
         verdict is a vote: until the quorum is reached the APPROVAL_VOTED envelope is
@@ -108,7 +119,7 @@ class LocalRuntime:
         """
         return await self._start_and_run(
             session_id,
-            lambda state: operations.vote_events(state, ask_id, verdict, approver=approver, note=note),
+            lambda state: operations.vote_events(state, ask_id, verdict, approver=approver, note=note, scope=scope),
         )
 
     async def expire_asks(self, now: datetime | None = None) -> list[Envelope]:

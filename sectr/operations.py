@@ -21,7 +21,16 @@ from sectr.errors import (
     StaleRunControl,
     ValidationFailed,
 )
-from sectr.events import MODES, VERDICTS, Envelope, EventType, approval_decision_reason, recover_reason, retry_reason
+from sectr.events import (
+    DECISION_SCOPES,
+    MODES,
+    VERDICTS,
+    Envelope,
+    EventType,
+    approval_decision_reason,
+    recover_reason,
+    retry_reason,
+)
 from sectr.fold import fold_messages
 from sectr.journal import NewEvent, new_id
 from sectr.rules import EXPIRED_APPROVER
@@ -243,12 +252,50 @@ def check_decision(state: SessionState, ask_id: str, verdict: Any) -> dict[str, 
     return ask
 
 
+def check_scope_value(verdict: Any, scope: Any) -> str | None:
+    """A decision's scope on its own: None, or "turn" with an approving verdict."""
+    if scope is None:
+        return None
+    if scope not in DECISION_SCOPES:
+        raise ValidationFailed(f"scope must be one of {', '.join(DECISION_SCOPES)}", code="invalid_scope")
+    if verdict == "deny":
+        raise ValidationFailed(
+            'scope "turn" (approve all) goes with an approval only, not with deny', code="invalid_scope"
+        )
+    return str(scope)
+
+
+def check_scope(ask: dict[str, Any], verdict: str, scope: Any) -> str | None:
+    """The scope of a decision (None, or "turn": "Approve all" for the ask's turn).
+
+    Only an approving verdict may carry one, and only on an ask one person decides (an
+    ask needing several approvals is voted on call by call)."""
+    if check_scope_value(verdict, scope) is None:
+        return None
+    if int(ask.get("approvals_required") or 1) > 1:
+        raise ValidationFailed(
+            "approve all is not possible on an ask needing several approvals; vote on it alone", code="invalid_scope"
+        )
+    if ask.get("tool_call_id") is None:
+        raise ValidationFailed("approve all applies to a tool call's ask only", code="invalid_scope")
+    return str(scope)
+
+
 def decision_events(
-    state: SessionState, ask_id: str, verdict: str, *, approver: str | None = None, note: str | None = None
+    state: SessionState,
+    ask_id: str,
+    verdict: str,
+    *,
+    approver: str | None = None,
+    note: str | None = None,
+    scope: str | None = None,
 ) -> tuple[str, list[NewEvent]]:
-    check_decision(state, ask_id, verdict)
+    ask = check_decision(state, ask_id, verdict)
+    scope = check_scope(ask, verdict, scope)
     invocation_id = new_id("inv")
-    reason = approval_decision_reason(ask_id, verdict != "deny", approver=approver, verdict=verdict, note=note or None)
+    reason = approval_decision_reason(
+        ask_id, verdict != "deny", approver=approver, verdict=verdict, note=note or None, scope=scope
+    )
     return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
 
 
@@ -260,6 +307,7 @@ def vote_events(
     approver: str | None,
     note: str | None = None,
     requester: str | None = None,
+    scope: str | None = None,
 ) -> tuple[str | None, list[NewEvent]]:
     """A person's verdict on an ask, under its quorum (SPEC section 11).
 
@@ -273,9 +321,10 @@ def vote_events(
     approver (`approvers`); it is `allow_always` only when every approval said so.
     """
     ask = check_decision(state, ask_id, verdict)
+    check_scope(ask, verdict, scope)
     required = int(ask.get("approvals_required") or 1)
     if required <= 1:
-        return decision_events(state, ask_id, verdict, approver=approver, note=note)
+        return decision_events(state, ask_id, verdict, approver=approver, note=note, scope=scope)
     if not approver:
         raise ValidationFailed("a vote on an ask needing several approvals must name its approver", code="invalid_vote")
     votes: list[dict[str, Any]] = list(ask.get("votes") or [])

@@ -18,11 +18,11 @@ States::
 | queue | (new) → queued | `queue_run`: actions (message, decision, retry) |
 | queue behind | (new) → pending | `queue_pending_run`: actions (a message while a run is active) |
 | promote | pending → queued, or cancelled (a retry no longer eligible) | `promote_pending_run`: worker, cancel |
-| claim | queued → running (lease owner, token, expiry) | `claim_next_run`: worker |
-| recover | running, lease expired → running (new token, `recover` invocation) | `claim_next_run`: worker |
-| fail exhausted | running, lease expired, attempts ≥ max_attempts → failed | `claim_next_run`: worker |
-| cancel lost | running, lease expired, cancel requested → cancelled | `claim_next_run`: worker |
-| reconcile | active → what the journal says (its terminal event is there) | `claim_next_run`: worker |
+| claim | queued → running (lease owner, token, expiry) | `claim_next_runs`: worker |
+| recover | running, lease expired → running (new token, `recover` invocation) | `claim_next_runs`: worker |
+| fail exhausted | running, lease expired, attempts ≥ max_attempts → failed | `claim_next_runs`: worker |
+| cancel lost | running, lease expired, cancel requested → cancelled | `claim_next_runs`: worker |
+| reconcile | active → what the journal says (its terminal event is there) | `claim_next_runs`: worker |
 | heartbeat | running → running (lease renewed, cancel flag read) | `heartbeat_runs`: worker |
 | release | running → running, lease expired now (shutdown past drain) | `release_lease`: worker |
 | finish | running → suspended, completed, failed, cancelled (lease held) | `finish_run`: worker |
@@ -56,6 +56,7 @@ import logging
 import operator
 import os
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -244,29 +245,58 @@ def promote_pending_run(session_id: str) -> Run | None:
 
 
 def claim_next_run(worker_id: str, lease: float) -> Claim | None:
-    """Claim the oldest runnable run: queued, or running with an expired lease.
+    """Claim the oldest runnable run (see `claim_next_runs`), or None."""
+    claims = claim_next_runs(worker_id, lease, 1)
+    return claims[0] if claims else None
+
+
+#: Pause before looking again when every candidate's session was locked by someone else.
+_BUSY_PAUSE = 0.01
+
+
+def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
+    """Claim up to `limit` of the oldest runnable runs: queued, or running with an
+    expired lease (or, on PostgreSQL, a dead owner), in one thread hop.
 
     A run whose lease expired is recovered here, under the session lock, in the same
-    transaction as the claim. Locks are taken in the journal's order, Session row then
+    transaction as its claim. Locks are taken in the journal's order, Session row then
     Run row, like every action: the other order deadlocks against a cancel or a steer
-    (which hold the session and wait for the run). On PostgreSQL the Run row is taken
-    with SKIP LOCKED, so two workers that picked the same candidate never wait on each
-    other for it: the loser moves on to the next one.
+    (which hold the session and wait for the run). On PostgreSQL both rows are taken
+    with SKIP LOCKED: two workers that picked the same candidates (every worker looks
+    at the oldest first) never queue behind each other's claim transaction, nor behind
+    an action holding the session for a moment; each moves on to the next candidate.
+    (Waiting on the Session row made the workers claim in lock-step: at 100 runs posted
+    at once, bench/live.py's cluster spent most of its claim time there.)
     """
     tidied: list[str] = _stranded_pending_sessions()
+    claims: list[Claim] = []
+    claimed: set[str] = set()
     try:
         for _ in range(3):
             now = timezone.now()
             candidates = list(
-                Run.objects.filter(_runnable(now)).order_by("created_at", "id").values_list("pk", "session_id")[:20]
+                Run.objects.filter(_runnable(now))
+                .exclude(pk__in=claimed)
+                .order_by("created_at", "id")
+                .values_list("pk", "session_id")[: max(20, 2 * limit)]
             )
             if not candidates:
-                return None
+                break
+            busy = False
             for run_id, session_id in candidates:
                 claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
-                if claim is not None:
-                    return claim
-        return None
+                if claim is _SESSION_BUSY:
+                    busy = True
+                elif isinstance(claim, Claim):
+                    claims.append(claim)
+                    claimed.add(claim.run_id)
+                    if len(claims) >= limit:
+                        return claims
+            if claims:
+                break  # the rest were taken by others; the caller comes back for more
+            if busy:
+                time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
+        return claims
     finally:
         # Runs ended here (their journal had ended them already, or they were lost too
         # often, or cancelled while their worker was dead) may free a queued message.
@@ -374,10 +404,18 @@ class LivenessLock:
             self.connection = None
 
 
-def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
+#: `_claim_candidate`'s answer when the candidate's session is locked by someone else.
+_SESSION_BUSY: Any = object()
+
+
+def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Any:
+    """The Claim of one candidate, None (not runnable any more), or _SESSION_BUSY."""
+    skip = connection.vendor == "postgresql"
     with transaction.atomic():
-        session = Session.objects.select_for_update().filter(pk=session_id).first()
+        session = Session.objects.select_for_update(skip_locked=skip).filter(pk=session_id).first()
         if session is None:
+            if skip and Session.objects.filter(pk=session_id).exists():
+                return _SESSION_BUSY  # an action or another worker holds it right now
             return None  # deleted meanwhile
         now = timezone.now()
         runnable = Run.objects.filter(_runnable(now), pk=run_id)

@@ -33,6 +33,7 @@ urlpatterns = [
     path("sessions/<str:session_id>/media/<str:sha256>", chat.session_media, name="session_media"),
     path("asks/<str:ask_id>/decide", moderation.decide, name="decide"),
     path("approvals/", moderation.approvals, name="approvals"),
+    path("approvals/badge", moderation.approvals_badge, name="approvals_badge"),
     path("approvals/audit/", moderation.audit_page, name="approval_audit"),
     path("approvals/audit.csv", moderation.audit_csv, name="approval_audit_csv"),
     path("approvals/rules/", moderation.rules_page, name="approval_rules"),

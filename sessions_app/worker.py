@@ -52,6 +52,9 @@ from sessions_app.runtime import get_runtime
 
 log = logging.getLogger("sectr.worker")
 
+#: Runs claimed in one round trip at most (Worker._fill).
+CLAIM_BATCH = 4
+
 
 class DatabaseRunControl(RunControl):
     """The steer slot lives on the Run row: taking it empties the row's slot."""
@@ -203,19 +206,23 @@ class Worker:
             if not alive:
                 return claimed
         while len(self.tasks) < self.concurrency and not self._stopping.is_set():
+            # A few at a time: one thread hop and one candidate query for several runs,
+            # while the first of a burst still starts without waiting for many claims.
+            free = min(self.concurrency - len(self.tasks), CLAIM_BATCH)
             try:
-                claim = await run_in_db_thread(runs.claim_next_run, self.worker_id, self.lease)
+                claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free)
             except Exception:
                 log.exception("claiming failed")
                 return claimed
-            if claim is None:
+            if not claims:
                 return claimed
             claimed = True
-            self.claims[claim.run_id] = claim
-            self.controls[claim.run_id] = DatabaseRunControl(claim)
-            task = asyncio.ensure_future(self._execute(claim))
-            self.tasks[claim.run_id] = task
-            task.add_done_callback(functools.partial(self._forget, claim.run_id))
+            for claim in claims:
+                self.claims[claim.run_id] = claim
+                self.controls[claim.run_id] = DatabaseRunControl(claim)
+                task = asyncio.ensure_future(self._execute(claim))
+                self.tasks[claim.run_id] = task
+                task.add_done_callback(functools.partial(self._forget, claim.run_id))
         return claimed
 
     def _forget(self, run_id: str, _task: object = None) -> None:

@@ -1,5 +1,5 @@
 // The approval queue (/approvals/): its live socket, live ages, the count badge and the
-// keyboard (a: approve once, d: deny the focused card). No inline script: the page
+// keyboard (a: approve once, A: approve all of the card's turn, d: deny the focused card). No inline script: the page
 // marks its parts with data- attributes and this file finds them.
 //
 // The socket (/ws/approvals/?team=&tool=&age=) sends JSON frames whose `html` holds
@@ -39,6 +39,16 @@
     badge.textContent = String(count);
     badge.dataset.count = String(count);
     badge.hidden = count === 0;
+  }
+
+  function dropDuplicates(queue) {
+    // A card the socket pushes as it comes of age may already be on the page (the GET
+    // and the socket overlap): the one on the page stays.
+    const seen = {};
+    queue.querySelectorAll("article.queue-card").forEach(function (card) {
+      if (seen[card.id]) card.remove();
+      else seen[card.id] = true;
+    });
   }
 
   function retireResolved(queue) {
@@ -111,7 +121,8 @@
     if (target && (target.tagName === "TEXTAREA" || target.tagName === "INPUT" || target.tagName === "SELECT")) return;
     const card = cardOf(target);
     if (!card || !queue.contains(card)) return;
-    const button = card.querySelector(key === "a" ? "button[value=allow_once]" : "button[value=deny]");
+    const all = event.key === "A" ? card.querySelector("button[name=scope][value=turn]") : null;
+    const button = all || card.querySelector(key === "a" ? "button[value=allow_once]" : "button[value=deny]");
     if (!button) return;
     event.preventDefault();
     // Focus moves on to the next card, so a run of asks can be decided from the keyboard.
@@ -135,6 +146,7 @@
       refreshAges(queue);
     });
     new MutationObserver(function () {
+      dropDuplicates(queue);
       retireResolved(queue);
       updateBadge(page, queue);
     }).observe(queue, { childList: true, subtree: true, attributes: true, attributeFilter: ["data-status"] });

@@ -452,6 +452,16 @@
         }, 8000);
       }
     });
+    // The `Approvals` badge of a moderator's page polls its count (templates/moderation/
+    // _badge.html): not while the tab is hidden, and at once when it shows again.
+    document.body.addEventListener("htmx:beforeRequest", function (event) {
+      const elt = event.detail && event.detail.elt;
+      if (elt && elt.id === "approvals-badge" && document.hidden) event.preventDefault();
+    });
+    document.addEventListener("visibilitychange", function () {
+      const badge = document.getElementById("approvals-badge");
+      if (!document.hidden && badge && badge.hasAttribute("hx-get")) htmx.trigger(badge, "refresh-badge");
+    });
     // Page-level messages (after a redirect) fade too.
     document.querySelectorAll(".messages").forEach(function (list) {
       setTimeout(function () {

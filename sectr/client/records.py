@@ -190,10 +190,12 @@ def ask_query(
     return {key: value for key, value in query.items() if value is not None}
 
 
-def decide_body(verdict: str, note: str | None) -> dict[str, Any]:
+def decide_body(verdict: str, note: str | None, scope: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"verdict": verdict}
     if note is not None:
         body["note"] = note
+    if scope is not None:
+        body["scope"] = scope
     return body
 
 

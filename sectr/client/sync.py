@@ -348,12 +348,21 @@ class Asks:
         params = ask_query(state, team, tool, limit, offset)
         return AskPage.from_json(self._client.request("GET", "/asks", params=params, **options))
 
-    def decide(self, ask_id: str, verdict: Verdict | str, *, note: str | None = None, **options: Any) -> Decision:
+    def decide(
+        self,
+        ask_id: str,
+        verdict: Verdict | str,
+        *,
+        note: str | None = None,
+        scope: str | None = None,
+        **options: Any,
+    ) -> Decision:
         """Decide (or vote on) an ask. `Decision.run` is the resumed session's run, or None
         for a vote that leaves a quorum short. AskAlreadyResolvedError (with `decided_by`)
-        when someone decided first."""
+        when someone decided first. `scope="turn"` ("Approve all", with an approving
+        verdict) also approves the later gated calls of the ask's turn."""
         data = self._client.request(
-            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note), **options
+            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note, scope), **options
         )
         run = Run(self._client, data["run_id"]) if data.get("run_id") else None
         ask = AskInfo.from_json(data["ask"]) if isinstance(data.get("ask"), dict) else None

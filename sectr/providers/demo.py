@@ -13,7 +13,9 @@ transcripts and token counts. The decision is made on the request's messages
    - ``Summarize the conversation...`` (compaction): ``Summary: `` and the first five
      words of each earlier user message, joined with ``; ``;
    - ``request.metadata["steer"]`` set: ``Steer received: <text>``;
-   - ``!tool NAME {json}``, ``!slow N``, ``!long N`` (N words, also when more words
+   - ``!tool NAME {json}``, ``!tools NAME {json} ; NAME {json} ...`` (several calls in
+     one assistant message, parallel calls; the JSON may be left out, then ``{}``),
+     ``!slow N``, ``!long N`` (N words, also when more words
      follow the number: ``!long 500 words of filler`` writes 500 words);
    - plain words: ``note: <text>`` calls write_note, ``calculate <expr>`` calls
      calculator, the word "time" calls get_time (the more specific pattern wins when
@@ -61,6 +63,8 @@ LOREM = (
 ).split()
 
 _TOOL_RE = re.compile(r"!tool\s+(\S+)\s*(.*)", re.DOTALL)
+_TOOLS_RE = re.compile(r"!tools\s+(.+)", re.DOTALL)
+_TOOLS_NAME_RE = re.compile(r"\s*([^\s{};]+)\s*")
 _SLOW_RE = re.compile(r"!slow\s+(\d+)")
 #: `!long N` may be followed by more words (a test prompt that says what it is for): N words.
 _LONG_RE = re.compile(r"!long\s+(\d+)(?:\s.*)?", re.DOTALL)
@@ -122,6 +126,36 @@ def _tool_plan(name: str, arguments: str) -> DemoPlan:
     return DemoPlan(reasoning=f"The user asked me to call {name}.", tool_calls=[(name, arguments)])
 
 
+def _tools_plan(text: str) -> DemoPlan | None:
+    """The plan of ``!tools NAME {json} ; NAME {json} ...``: one call each, in order (None
+    when the text is not such a list)."""
+    decoder = json.JSONDecoder()
+    calls: list[tuple[str, str]] = []
+    position = 0
+    while True:
+        match = _TOOLS_NAME_RE.match(text, position)
+        if match is None:
+            return None
+        name, position = match.group(1), match.end()
+        arguments: Any = {}
+        if text.startswith("{", position):
+            try:
+                arguments, position = decoder.raw_decode(text, position)
+            except ValueError:
+                return None
+            if not isinstance(arguments, dict):
+                return None
+        calls.append((name, json.dumps(arguments)))
+        rest = text[position:].lstrip()
+        if not rest:
+            break
+        if not rest.startswith(";"):
+            return None
+        position = len(text) - len(rest) + 1
+    names = ", ".join(name for name, _ in calls)
+    return DemoPlan(reasoning=f"The user asked me to call {names}.", tool_calls=calls)
+
+
 def _text_plan(text: str) -> DemoPlan:
     return DemoPlan(chunks=word_chunks(text))
 
@@ -162,6 +196,8 @@ def _summary_reply(messages: list[dict[str, Any]]) -> DemoPlan:
 def _command_reply(text: str) -> DemoPlan:
     """The reply to a (non-steer) user message text."""
     stripped = text.strip()
+    if (match := _TOOLS_RE.fullmatch(stripped)) and (plan := _tools_plan(match.group(1))) is not None:
+        return plan
     if match := _TOOL_RE.fullmatch(stripped):
         return _tool_plan(match.group(1), match.group(2).strip() or "{}")
     if match := _SLOW_RE.fullmatch(stripped):

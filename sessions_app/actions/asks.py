@@ -34,9 +34,14 @@ def find_ask_session(ask_id: str) -> Session:
     return index.session
 
 
-def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None) -> Run | None:
+def do_decide(
+    actor: Any, ask_id: str, verdict: str, *, note: str | None = None, scope: str | None = None
+) -> Run | None:
     """A person's verdict on an ask: the decision (N = 1) or a vote (N > 1, sectr.operations.vote_events).
 
+    `scope="turn"` ("Approve all", an approving verdict on an ask one person decides)
+    also approves the later gated calls of the ask's turn that would otherwise ask; the
+    core journals each as decided by the same person (sectr.context `_turn_decision`).
     Returns the resumed run, or None for a vote that leaves the quorum short. Locking:
     takes the session's row lock itself.
     """
@@ -44,10 +49,11 @@ def do_decide(actor: Any, ask_id: str, verdict: str, *, note: str | None = None)
     access.check_access(actor, session, "approve")  # 404 strangers, 403 readers
     if note is not None and (not isinstance(note, str) or len(note) > 2000):
         raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
+    operations.check_scope_value(verdict, scope)
     requester = session.owner.get_username()
     with _locked(session.pk) as (session, state):
         invocation_id, events = operations.vote_events(
-            state, ask_id, verdict, approver=_username(actor), note=note, requester=requester
+            state, ask_id, verdict, approver=_username(actor), note=note, requester=requester, scope=scope
         )
         if invocation_id is None:
             get_journal().append_sync(session.pk, events)

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import sectr
+from sectr.events import DECISION_SCOPES
 from sessions_app.api.events import EVENT_KINDS
 from sessions_app.media import AUDIO_FORMATS, PROMPT_MAX_PARTS
 
@@ -344,7 +345,10 @@ SCHEMAS: dict[str, Any] = {
         ("content",),
     ),
     "Steer": _request({"text": {"type": "string", "minLength": 1}}, ("text",)),
-    "Decide": _request({"verdict": VERDICT, "note": NONEMPTY}, ("verdict",)),
+    "Decide": _request(
+        {"verdict": VERDICT, "note": NONEMPTY, "scope": {"type": "string", "enum": list(DECISION_SCOPES)}},
+        ("verdict",),
+    ),
     "AskEntry": _object(
         {
             "ask_id": STRING,

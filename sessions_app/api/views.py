@@ -480,7 +480,7 @@ async def steer_run(call: ApiCall, run_id: str) -> HttpResponse:
 
 
 async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
-    check_fields(call.body, "verdict", "note")
+    check_fields(call.body, "verdict", "note", "scope")
 
     def decide() -> dict[str, Any]:
         ask_id_checked = check_id(ask_id, "ask")
@@ -489,6 +489,7 @@ async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
             ask_id_checked,
             required(call.body, "verdict", str),
             note=optional(call.body, "note", str),
+            scope=optional(call.body, "scope", str),
         )
         index = AskIndex.objects.select_related("session", "session__team", "session__owner").get(pk=ask_id_checked)
         # A vote that leaves a quorum short starts no run: run_id is null, the ask tells.

@@ -18,6 +18,7 @@ formatting, so text from users and models cannot become markup.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.template.loader import render_to_string
@@ -53,8 +54,10 @@ def chat_context(
         "can_write": can_write,
         "can_approve": can_approve,
         "can_fork": can_fork,
-        "modes": mode_choices(),
-        "models": model_choices(vm.state.model),
+        # Callables, which templates call when a partial uses them: only the settings
+        # partials do, so a frame of streamed text never builds the model list.
+        "modes": mode_choices,
+        "models": functools.partial(model_choices, vm.state.model),
         **extra,
     }
 

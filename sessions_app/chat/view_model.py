@@ -29,6 +29,7 @@ from sectr.events import Envelope, EventType
 from sectr.providers.registry import lookup_model
 from sectr.state import SessionState, apply_envelope
 from sessions_app.chat.markdown import render_markdown
+from sessions_app.runtime import get_runtime
 
 #: How the journal references stored media (sessions_app.media).
 MEDIA_SCHEME = "sectr-media://"
@@ -233,6 +234,57 @@ class UserView:
         return not self.historic and self.seq > 1
 
 
+def is_gated_tool(name: str) -> bool:
+    """Whether the process's runtime gates this tool (an unknown tool is never run)."""
+    tools = get_runtime().tools
+    return name in tools and tools.get(name).gated
+
+
+@dataclass
+class TurnCall:
+    """A gated call of the same assistant message as an ask, later than its call and still
+    unanswered: what "Approve all" would approve with it (the card lists them)."""
+
+    tool_call_id: str
+    name: str
+    arguments: Any  # the JSON text the model wrote
+
+    @property
+    def arguments_pretty(self) -> str:
+        if isinstance(self.arguments, str):
+            try:
+                return pretty_json(json.loads(self.arguments))
+            except ValueError:
+                return self.arguments
+        return pretty_json(self.arguments)
+
+
+def turn_calls_waiting(envelopes: Iterable[Envelope], tool_call_id: Any) -> list[TurnCall]:
+    """The later gated calls of the message holding `tool_call_id` that have no result."""
+    if not tool_call_id:
+        return []
+    calls: dict[str, list[dict[str, Any]]] = {}
+    answered: set[str] = set()
+    message_of_ask = None
+    for envelope in envelopes:
+        if envelope.type is EventType.TOOL_CALL:
+            message_id = str(envelope.payload.get("message_id"))
+            calls.setdefault(message_id, []).append(envelope.payload)
+            if envelope.payload.get("tool_call_id") == tool_call_id:
+                message_of_ask = message_id
+        elif envelope.type is EventType.TOOL_RESULT:
+            answered.add(str(envelope.payload.get("tool_call_id")))
+    if message_of_ask is None:
+        return []
+    siblings = calls[message_of_ask]
+    position = next(i for i, call in enumerate(siblings) if call.get("tool_call_id") == tool_call_id)
+    return [
+        TurnCall(str(call.get("tool_call_id")), str(call.get("name", "")), call.get("arguments", ""))
+        for call in siblings[position + 1 :]
+        if str(call.get("tool_call_id")) not in answered and is_gated_tool(str(call.get("name", "")))
+    ]
+
+
 @dataclass
 class ApprovalView:
     ask_id: str
@@ -251,6 +303,14 @@ class ApprovalView:
     #: the transcript shows the tool call this card asks about (with its arguments): the
     #: pending card shows them instead of the call, the decided card leaves them to it
     call_shown: bool = False
+    approvals_required: int = 1
+    #: the later gated calls of the ask's turn still unanswered (pending cards only)
+    turn_calls: list[TurnCall] = field(default_factory=list)
+
+    @property
+    def can_approve_all(self) -> bool:
+        """Whether the card offers "Approve all": pending, one person decides, calls wait."""
+        return self.is_pending and self.approvals_required <= 1 and bool(self.turn_calls)
 
     @property
     def shows_arguments(self) -> bool:
@@ -286,6 +346,7 @@ class ApprovalView:
             approver=ask.get("approver"),
             note=ask.get("note"),
             session_id=session_id,
+            approvals_required=int(ask.get("approvals_required") or 1),
         )
 
 
@@ -590,9 +651,24 @@ class ChatViewModel:
             return
         card = ApprovalView.from_ask(ask, self.session_id)
         card.call_shown = str(ask.get("tool_call_id")) in self.tool_calls
+        if card.is_pending and card.call_shown:
+            card.turn_calls = self._turn_calls_waiting(self.tool_calls[str(ask.get("tool_call_id"))])
         self.approvals[card.ask_id] = card
         self._append(card)
         self._update_tool_call_for_ask(ask)
+
+    def _turn_calls_waiting(self, asked: ToolCallView) -> list[TurnCall]:
+        """`turn_calls_waiting` from what this view model has seen of the transcript."""
+        message = self.messages.get(asked.message_id) if asked.message_id is not None else None
+        if message is None:
+            return []
+        siblings = message.tool_calls
+        later = siblings[siblings.index(asked) + 1 :] if asked in siblings else []
+        return [
+            TurnCall(call.tool_call_id, call.name, call.arguments)
+            for call in later
+            if call.result is None and is_gated_tool(call.name)
+        ]
 
     def _update_tool_call_for_ask(self, ask: dict[str, Any]) -> None:
         call = self.tool_calls.get(str(ask.get("tool_call_id")))

@@ -57,6 +57,7 @@ from django.db import (
     transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Q
 from django.utils import timezone
 
 from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
@@ -82,6 +83,8 @@ ASK_INDEX_TYPES = frozenset(
 Fence = tuple[str, str]
 
 INVOCATION_ID_MAX = 40
+#: load_ranges_sync: ranges per query (3 parameters each, under SQLite's old limit of 999).
+RANGES_PER_QUERY = 300
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -279,6 +282,29 @@ class DatabaseJournal:
         if compaction_seq is None:
             raise NotFound(f"no session {session_id}")
         return self._envelope_rows(session_id, seq__gte=max(compaction_seq, 1))
+
+    def load_ranges_sync(self, ranges: Sequence[tuple[str, int, int]]) -> dict[str, list[Envelope]]:
+        """The envelopes of several sessions at once: for each (session id, from seq,
+        before seq), seqs from <= seq < before, in seq order, by session. One query per
+        RANGES_PER_QUERY ranges (an OR of (session, seq) index ranges), for pages that
+        show a little of many sessions (the approval queue)."""
+        found: dict[str, list[Envelope]] = {session_id: [] for session_id, _lo, _hi in ranges}
+        wanted = [(session_id, lo, hi) for session_id, lo, hi in ranges if lo < hi]
+        for start in range(0, len(wanted), RANGES_PER_QUERY):
+            condition = Q()
+            for session_id, lo, hi in wanted[start : start + RANGES_PER_QUERY]:
+                condition |= Q(session_id=session_id, seq__gte=lo, seq__lt=hi)
+            rows = (
+                models.Envelope.objects.using(self.using)
+                .filter(condition)
+                .order_by("session_id", "seq")
+                .values_list("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+            )
+            for session_id, seq, invocation_id, event_type, payload, created_at in rows:
+                found[session_id].append(
+                    Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
+                )
+        return found
 
     def state_sync(self, session_id: str) -> SessionState:
         session = models.Session.objects.using(self.using).filter(pk=session_id).first()

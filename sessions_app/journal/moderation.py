@@ -123,6 +123,11 @@ def audit_rows(
         verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
         note = str(decision.get("note") or "")[:NOTE_MAX]
         add(envelope, ask_id, decision_kind(approver), approver, verdict=verdict, note=note)
+        if decision.get("with_ask"):
+            # Approved with another ask of its turn ("Approve all"): the person's time is
+            # that ask's, so this row does not count in the time to decision.
+            rows[-1].note = rows[-1].note or f"Approve all, with {str(decision['with_ask'])[:64]}"
+            rows[-1].seconds_to_decide = None
 
     for envelope in envelopes:
         if not is_audited(envelope):
@@ -235,10 +240,12 @@ def queue_notifications(
 ) -> list[models.NotificationDelivery]:
     """The outbox rows of one append: a webhook call per active webhook of the team for
     every row, and an email to the team's moderators for every ask that waits for people
-    (not one a rule decided at once). The worker loop sends them
-    (sessions_app.moderation.notifications)."""
+    (not one decided at once: by a rule, or by a person's "Approve all" of its turn). The
+    worker loop sends them (sessions_app.moderation.notifications)."""
     webhooks = list(models.TeamWebhook.objects.using(using).filter(team_id=team_id, active=True))
-    decided_at_once = {row.seq for row in rows if row.kind == models.AuditEntry.RULE}
+    # An ask decided at once has its decision row at its own seq (a person's decision of
+    # a waiting ask is a later INVOCATION_STARTED, at another seq).
+    decided_at_once = {row.seq for row in rows if row.kind in (models.AuditEntry.RULE, models.AuditEntry.DECISION)}
     waiting = [row for row in rows if row.kind == models.AuditEntry.ASK and row.seq not in decided_at_once]
     recipients: list[str] = []
     if waiting:
@@ -257,7 +264,7 @@ def queue_notifications(
     deliveries: list[models.NotificationDelivery] = []
     for row in rows:
         if row.kind == models.AuditEntry.ASK and row.seq in decided_at_once:
-            continue  # announced once, by its rule row
+            continue  # announced once, by its decision row
         event = EVENT_OF_KIND[row.kind]
         payload = notification_payload(event, team, session, row)
         common = {

@@ -6,6 +6,12 @@ page's filters admit it); a vote re-renders the card with the votes so far; a de
 (a person's, a rule's, the expiry policy's) or a withdrawal replaces the card by who
 decided it and how, and the page's script then takes it out of the queue.
 
+Every push respects the page's filters (`Team`, `Tool`, `Age`). An `Age` filter admits
+an ask only once it is old enough, so a matching ask that is still too young (a new
+one, or one asked just before the page loaded) is held back on a timer and pushed when
+its age reaches the filter, if it is still pending and the user may still decide it;
+until then its votes and decisions are not sent (it is not on the page).
+
 The user's right is checked at connect and again for every ask (access can change while
 the socket is open). The socket also re-checks its viewer every SECTR_WS_ACCESS_SECONDS
 (sessions_app.socket_access): logging out closes it (4401), and so does losing a
@@ -18,20 +24,23 @@ Database access only through database_sync_to_async; HTML only through Django te
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from sectr.events import Envelope, EventType
 from sessions_app import access
 from sessions_app.chat.consumers import CLOSE_FORBIDDEN
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
-from sessions_app.moderation.queue import QueueCard, QueueFilters, build_card
+from sessions_app.moderation.queue import AGE_CHOICES, QueueCard, QueueFilters, build_card, pending_asks
 from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
 from sessions_app.socket_access import RecheckedConsumer, reloaded_user
 
@@ -82,6 +91,34 @@ def queue_cards(user: Any, session_id: str, envelopes: list[Envelope]) -> list[t
 
 
 @database_sync_to_async
+def current_card(user: Any, session_id: str, ask_id: str) -> QueueCard | None:
+    """The ask's card as it is now, if it is pending and `user` may decide it."""
+    session = Session.objects.select_related("owner", "team").filter(pk=session_id).first()
+    if session is None or not access.can_approve(user, session):
+        return None
+    ask = session.projection().asks.get(ask_id)
+    if ask is None or ask.get("status") != "pending":
+        return None
+    return build_card(session, ask)
+
+
+#: At connect, asks that became old enough this long ago are pushed too (the page's GET
+#: came a moment before the socket; a card already on the page is not added twice).
+CONNECT_SLACK = timedelta(seconds=10)
+
+
+@database_sync_to_async
+def young_asks(user: Any, filters: QueueFilters) -> list[tuple[str, str, datetime | None]]:
+    """(ask id, session id, asked at) of the pending asks the filters admit but for the
+    `Age` one, not yet old enough for it (one query)."""
+    if not filters.age:
+        return []
+    matching = pending_asks(user, QueueFilters(team=filters.team, tool=filters.tool))
+    since = timezone.now() - AGE_CHOICES[filters.age] - CONNECT_SLACK
+    return list(matching.filter(requested_at__gt=since).values_list("ask_id", "session_id", "requested_at").order_by())
+
+
+@database_sync_to_async
 def viewer_may_connect(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active)
 
@@ -106,6 +143,7 @@ class ApprovalsConsumer(RecheckedConsumer):
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
         self.filters = QueueFilters.from_query({name: values[-1] for name, values in query.items()})
         self.reach = await database_sync_to_async(moderation_reach)(self.user)
+        self.maturing: dict[str, asyncio.Task[None]] = {}  # ask id: its push once old enough
         self.joined = True
         await self.channel_layer.group_add(MODERATION_GROUP, self.channel_name)
         self.groups_joined = [MODERATION_GROUP]
@@ -114,6 +152,34 @@ class ApprovalsConsumer(RecheckedConsumer):
         self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
         self.start_rechecking()
+        for ask_id, session_id, asked_at in await young_asks(self.user, self.filters):
+            self.hold_back(ask_id, session_id, asked_at)
+
+    def hold_back(self, ask_id: str, session_id: str, asked_at: datetime | None) -> None:
+        """Push the ask's card once the `Age` filter admits it (once per ask)."""
+        if asked_at is None or ask_id in self.maturing or not self.filters.age:
+            return
+        delay = (asked_at + AGE_CHOICES[self.filters.age] - timezone.now()).total_seconds()
+        self.maturing[ask_id] = asyncio.ensure_future(self.push_when_old_enough(ask_id, session_id, delay))
+
+    async def push_when_old_enough(self, ask_id: str, session_id: str, delay: float) -> None:
+        try:
+            await asyncio.sleep(max(0.0, delay))
+            if self.access_revoked:
+                return
+            card = await current_card(self.user, session_id, ask_id)
+            if card is not None and self.filters.admits(card):
+                await self.send(
+                    text_data=json.dumps({"html": render_to_string("moderation/_approval_append.html", {"item": card})})
+                )
+        finally:
+            if self.maturing.get(ask_id) is asyncio.current_task():
+                del self.maturing[ask_id]
+
+    def stop_holding(self, ask_id: str) -> None:
+        task = self.maturing.pop(ask_id, None)
+        if task is not None:
+            task.cancel()
 
     async def current_access(self) -> int | None:
         fresh, reach = await current_viewer(self.user)
@@ -125,6 +191,8 @@ class ApprovalsConsumer(RecheckedConsumer):
 
     async def disconnect(self, code: int) -> None:
         await self.stop_rechecking()
+        for ask_id in list(getattr(self, "maturing", {})):
+            self.stop_holding(ask_id)
         if getattr(self, "counted", False):
             WEBSOCKET_CLIENTS.labels("approvals").dec()
             self.counted = False
@@ -139,10 +207,19 @@ class ApprovalsConsumer(RecheckedConsumer):
         cards = await queue_cards(self.user, str(message.get("session_id")), envelopes)
         parts = []
         for change, card in cards:
-            if change == "new":
-                # A new ask is young: an `Age` filter admits it only later (on reload).
-                if self.filters.admits(card):
-                    parts.append(render_to_string("moderation/_approval_append.html", {"item": card}))
+            if not self.filters.matches(card):
+                continue  # another team or tool: never on this page
+            wait = self.filters.seconds_until_old_enough(card)
+            if wait is None:
+                continue
+            if wait > 0:
+                # Too young for the `Age` filter, so not on the page: held back until it is.
+                if card.is_pending:
+                    self.hold_back(card.ask_id, card.session_id, card.asked_at)
+                else:
+                    self.stop_holding(card.ask_id)
+            elif change == "new":
+                parts.append(render_to_string("moderation/_approval_append.html", {"item": card}))
             else:
                 parts.append(render_to_string("moderation/_card.html", {"item": card, "oob": True}))
         if parts:

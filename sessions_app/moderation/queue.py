@@ -20,9 +20,10 @@ from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from sectr.events import Envelope
 from sectr.fold import fold_messages
 from sessions_app import access
-from sessions_app.chat.view_model import ApprovalView
+from sessions_app.chat.view_model import ApprovalView, turn_calls_waiting
 from sessions_app.journal import get_journal
 from sessions_app.journal.moderation import matched_rule
 from sessions_app.models import AskIndex, AuditEntry, Session
@@ -63,16 +64,24 @@ class QueueFilters:
     def as_query(self) -> dict[str, str]:
         return {name: value for name, value in (("team", self.team), ("tool", self.tool), ("age", self.age)) if value}
 
-    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+    def matches(self, card: QueueCard) -> bool:
+        """The `Team` and `Tool` filters (which never change for an ask)."""
         if self.team and card.team != self.team:
             return False
-        if self.tool and card.name != self.tool:
-            return False
-        if self.age:
-            if card.asked_at is None:
-                return False
-            return (now or timezone.now()) - card.asked_at >= AGE_CHOICES[self.age]
-        return True
+        return not (self.tool and card.name != self.tool)
+
+    def seconds_until_old_enough(self, card: QueueCard, now: datetime | None = None) -> float | None:
+        """When the `Age` filter admits the card: 0 (now), seconds from now, None (never:
+        no time of asking)."""
+        if not self.age:
+            return 0.0
+        if card.asked_at is None:
+            return None
+        due = card.asked_at + AGE_CHOICES[self.age] - (now or timezone.now())
+        return max(0.0, due.total_seconds())
+
+    def admits(self, card: QueueCard, now: datetime | None = None) -> bool:
+        return self.matches(card) and self.seconds_until_old_enough(card, now) == 0.0
 
 
 @dataclass
@@ -93,7 +102,6 @@ class QueueCard(ApprovalView):
     team: str = ""
     asked_at: datetime | None = None
     rule: str = ""
-    approvals_required: int = 1
     votes: list[Vote] = field(default_factory=list)
     context: list[ContextLine] = field(default_factory=list)
 
@@ -121,15 +129,38 @@ def _message_text(message: dict[str, Any]) -> str:
     return text if len(text) <= CONTEXT_CHARS else text[: CONTEXT_CHARS - 1] + "…"
 
 
-def conversation_before(session_id: str, ask_seq: int) -> list[ContextLine]:
+def conversation_from(envelopes: list[Envelope], ask_seq: int) -> list[ContextLine]:
     """The last few user/assistant messages before the ask (tool results left out)."""
-    envelopes = [e for e in get_journal().load_since_compaction_sync(session_id) if e.seq < ask_seq]
     lines = [
         ContextLine(str(m.get("role")), _message_text(m))
-        for m in fold_messages(envelopes)
+        for m in fold_messages(e for e in envelopes if e.seq < ask_seq)
         if m.get("role") in ("user", "assistant")
     ]
     return [line for line in lines if line.text][-CONTEXT_MESSAGES:]
+
+
+def journals_before(asks: list[tuple[Session, int]]) -> dict[str, list[Envelope]]:
+    """For asks given as (session, ask seq): each session's envelopes from its newest
+    compaction (`Session.compaction_seq`) up to its latest ask there, in one journal read
+    for them all (load_ranges_sync). The conversation before an ask and the later calls
+    of its turn (all journaled before the ask) are both in it."""
+    before: dict[str, int] = {}
+    start: dict[str, int] = {}
+    for session, seq in asks:
+        before[session.pk] = max(before.get(session.pk, 0), seq)
+        start[session.pk] = max(session.compaction_seq, 1)
+    return get_journal().load_ranges_sync([(sid, start[sid], hi) for sid, hi in before.items()])
+
+
+def conversations_before(asks: list[tuple[Session, int]]) -> dict[tuple[str, int], list[ContextLine]]:
+    """conversation_from for each (session, ask seq), keyed by (session id, ask seq)."""
+    journal = journals_before(asks)
+    return {(session.pk, seq): conversation_from(journal[session.pk], seq) for session, seq in asks}
+
+
+def conversation_before(session: Session, ask_seq: int) -> list[ContextLine]:
+    """The last few user/assistant messages before the ask (tool results left out)."""
+    return conversations_before([(session, ask_seq)])[(session.pk, ask_seq)]
 
 
 def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = True) -> QueueCard:
@@ -148,7 +179,9 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
         if isinstance(v, dict)
     ]
     if with_context and card.is_pending:
-        card.context = conversation_before(session.pk, card.seq)
+        envelopes = journals_before([(session, card.seq)])[session.pk]
+        card.context = conversation_from(envelopes, card.seq)
+        card.turn_calls = turn_calls_waiting(envelopes, ask.get("tool_call_id"))
     if not card.is_pending and card.note is None:
         # The projection keeps who decided and how; the note is in the decision (audited).
         card.note = (
@@ -173,13 +206,22 @@ def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[Ask
 
 
 def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueCard]:
-    """Every pending ask `user` may decide, as cards, oldest first."""
+    """Every pending ask `user` may decide, as cards, oldest first.
+
+    A fixed number of queries however many cards: the asks with their sessions (whose
+    cached projection holds each ask), then one journal read for every card's
+    conversation (conversations_before)."""
     cards = []
     for index in pending_asks(user, filters).select_related("session__owner", "session__team"):
         ask = index.session.projection().asks.get(index.ask_id)
         if ask is not None and ask.get("status") == "pending":
-            cards.append(build_card(index.session, ask))
-    return cards
+            card = build_card(index.session, ask, with_context=False)
+            cards.append((index.session, card, ask.get("tool_call_id")))
+    journal = journals_before([(session, card.seq) for session, card, _call in cards])
+    for session, card, tool_call_id in cards:
+        card.context = conversation_from(journal[session.pk], card.seq)
+        card.turn_calls = turn_calls_waiting(journal[session.pk], tool_call_id)
+    return [card for _session, card, _call in cards]
 
 
 def pending_count(user: Any) -> int:
@@ -187,6 +229,21 @@ def pending_count(user: Any) -> int:
     if user is None or not user.is_authenticated:
         return 0
     return pending_asks(user).count()
+
+
+#: How often the `Approvals` badge of a moderator's page asks for its count.
+BADGE_POLL_SECONDS = 5
+
+
+def badge_context(user: Any) -> dict[str, Any]:
+    """What templates/moderation/_badge.html needs: the count, and whether it polls (only
+    for users who moderate a team or are staff; everyone else's asks are their own,
+    shown live in their chat)."""
+    return {
+        "waiting": pending_count(user),
+        "poll_badge": access.has_any_role(user, "moderator"),
+        "badge_seconds": BADGE_POLL_SECONDS,
+    }
 
 
 def filter_choices(user: Any) -> dict[str, list[str]]:

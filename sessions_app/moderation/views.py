@@ -20,11 +20,13 @@ from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
-from sessions_app.chat.view_model import ApprovalView, pretty_json
+from sessions_app.chat.view_model import ApprovalView, pretty_json, turn_calls_waiting
+from sessions_app.journal import get_journal
 from sessions_app.models import ApprovalRule, Session, Team
 from sessions_app.moderation import audit, queue, rules
 from sessions_app.moderation.rules import rule_data_from_form
@@ -47,14 +49,28 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "moderation/approvals.html", context)
 
 
+@never_cache
+@require_GET
+def approvals_badge(request: HtmxHttpRequest) -> HttpResponse:
+    """The `Approvals` count badge alone, which moderators' pages poll (base.html).
+
+    Not login_required: a logged-out tab would follow the redirect and swap the login
+    page into the menu. Anonymous: 204 (htmx swaps nothing; nothing is learned)."""
+    if not request.user.is_authenticated:
+        return HttpResponse(status=204)
+    return render(request, "moderation/_badge.html", queue.badge_context(request.user))
+
+
 @login_required
 @require_POST
 @refusals_as_messages
 def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
-    verdict = request.POST.get("verdict", "")
+    scope = request.POST.get("scope") or None
+    # "Approve all" is the button `scope=turn`: an approval once, for the ask's whole turn.
+    verdict = request.POST.get("verdict", "") or ("allow_once" if scope else "")
     note = request.POST.get("note", "").strip() or None
     try:
-        actions.do_decide(request.user, ask_id, verdict, note=note)
+        actions.do_decide(request.user, ask_id, verdict, note=note, scope=scope)
     except SectrError as exc:
         if isinstance(exc, NotFound | Forbidden):
             raise
@@ -75,6 +91,10 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
         html = render_to_string("moderation/_card.html", {"item": queue.build_card(session, ask)}, request=request)
     else:
         card = ApprovalView.from_ask(ask, session.pk)
+        if card.is_pending:  # refused: the card stays as it was, "Approve all" included
+            card.turn_calls = turn_calls_waiting(
+                get_journal().load_since_compaction_sync(session.pk), ask.get("tool_call_id")
+            )
         html = render_to_string(
             "chat/_approval.html",
             {"item": card, "can_approve": access.can_approve(request.user, session), "show_session": False},

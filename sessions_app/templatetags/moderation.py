@@ -6,19 +6,20 @@ from typing import Any
 
 from django import template
 
-from sessions_app.moderation.queue import pending_count
+from sessions_app.moderation.queue import badge_context
 
 register = template.Library()
 
 VERDICT_LABELS = {"allow_once": "Approved once", "allow_always": "Always allowed", "deny": "Denied"}
 
 
-@register.simple_tag(takes_context=True)
-def approvals_pending(context: template.Context) -> int:
-    """How many asks wait for the user's decision (the count badge on `Approvals`)."""
+@register.inclusion_tag("moderation/_badge.html", takes_context=True)
+def approvals_badge(context: template.Context) -> dict[str, Any]:
+    """The count badge on `Approvals`: how many asks wait for the user's decision (live
+    for moderators: it polls /approvals/badge)."""
     request = context.get("request")
     user = getattr(request, "user", None) or context.get("user")
-    return pending_count(user) if user is not None else 0
+    return badge_context(user)
 
 
 @register.filter

@@ -154,6 +154,42 @@ def test_two_moderators_decide_one_card_at_once_and_one_wins(
     dana.context.close()
 
 
+def test_approve_all_on_a_card_runs_every_gated_call_of_the_turn(
+    alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
+) -> None:
+    session_id = ops_session(alice)
+    bob = page_for(browser, live, "bob")
+    bob.goto("/approvals/")
+    expect(bob.locator("#live")).to_have_text("live")
+    titles = ("all one", "all two", "all three")
+    send(alice, "!tools " + " ; ".join(f'write_note {{"title": "{t}", "body": "x"}}' for t in titles))
+    card = bob.locator("[data-role=approval]").filter(has_text="all one")
+    expect(card).to_be_visible()  # pushed live
+    waiting = card.locator("[data-role=turn-calls] li")
+    expect(waiting).to_have_count(2)
+    expect(waiting.nth(0)).to_contain_text('"title": "all two"')
+    expect(waiting.nth(1)).to_contain_text('"title": "all three"')
+    for name in ("Approve once", "Always allow", "Deny"):
+        expect(card.get_by_role("button", name=name, exact=True)).to_be_visible()
+    card.get_by_role("button", name="Approve all", exact=True).click()
+    expect(card).to_contain_text("Approved once by bob")
+    reply = alice.locator("[data-role=assistant]").last
+    for title in titles:  # every tool result, then the final reply naming each
+        expect(reply).to_contain_text(f"write_note returned: saved note '{title}' (created)")
+        expect(alice.locator("#notes")).to_contain_text(title)
+    expect(alice.locator("[data-role=state]")).to_have_text("completed")
+    expect(alice.locator("[data-role=approval]").filter(has_text="Approved once by bob")).to_have_count(3)
+    bob.goto(f"/approvals/audit/?kind=decision&session={session_id}")
+    rows = bob.locator("[data-role=audit-row]")
+    expect(rows).to_have_count(3)  # one row per call, each decided by bob
+    for index in range(3):
+        expect(rows.nth(index).locator("td").nth(2)).to_have_text("bob")
+        expect(rows.nth(index).locator("td").nth(3)).to_have_text("allow_once")
+    arguments = [json.loads(text) for text in rows.locator("td:nth-child(8) pre").all_inner_texts()]
+    assert sorted(a["title"] for a in arguments) == sorted(titles)
+    bob.context.close()
+
+
 def _auth(live: LiveSectr, username: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {live.token_for(username)}"}
 
@@ -218,4 +254,134 @@ def test_the_downloaded_csv_equals_the_journal_decisions(
     )
     journal = [tuple(row) for row in json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1])]
     assert exported == journal and [row[1:3] for row in journal] == [("alice", "deny"), ("alice", "allow_once")]
+    bob.context.close()
+
+
+def test_the_badge_on_a_chat_page_counts_a_new_ask_without_a_reload(
+    alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
+) -> None:
+    ops_session(alice)
+    bob = page_for(browser, live, "bob")
+    new_session(bob)  # bob's own chat page: no queue, no queue socket
+    badge = bob.locator("#approvals-badge")
+    expect(badge).to_have_attribute("hx-get", "/approvals/badge")
+    before = int(badge.get_attribute("data-count") or "0")
+    bob.evaluate("window.notReloaded = true")
+    send(alice, "note: badge ping")
+    expect(alice.locator("[data-role=approval]").last).to_contain_text("badge ping")
+    expect(badge).to_have_text(str(before + 1), timeout=20_000)  # polled every 5 s
+    expect(badge).to_be_visible()
+    assert bob.evaluate("window.notReloaded") is True
+    alice.locator("[data-role=approval]").last.get_by_role("button", name="Deny").click()
+    expect(badge).to_have_attribute("data-count", str(before), timeout=20_000)
+    assert bob.evaluate("window.notReloaded") is True
+    bob.context.close()
+
+
+# ---- the team's approval rules: expiry, quorum, automatic decisions ----
+# Rules of `ops` that match only the notes these tests write (by title glob), so the
+# other tests' notes still meet the tool's own gate.
+
+EXPIRES_AFTER_S = 3  # short, with room for a loaded machine to push the card first
+
+
+@pytest.fixture(scope="module")
+def ops_rules(live: LiveSectr, webhook: WebhookReceiver) -> dict[str, str]:
+    code = (
+        "import json; from sessions_app.models import ApprovalRule, Team; t = Team.objects.get(name='ops'); "
+        "specs = {"
+        f"'expiry': dict(action='ask', arguments={{'title': 'expiring*'}}, expires_after_s={EXPIRES_AFTER_S}), "
+        "'quorum': dict(action='ask', arguments={'title': 'quorum*'}, approvals_required=2), "
+        "'allow': dict(action='allow', arguments={'title': 'auto-allow*'}), "
+        "'deny': dict(action='deny', arguments={'title': 'auto-deny*'})}; "
+        "print(json.dumps({name: str(ApprovalRule.objects.create(team=t, position=i, tool='write_note', **spec).pk) "
+        "for i, (name, spec) in enumerate(specs.items())}))"
+    )
+    return dict(json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1]))
+
+
+def test_an_expired_ask_is_denied_and_the_run_goes_on(
+    alice: Page, browser: Browser, live: LiveSectr, ops_rules: dict[str, str]
+) -> None:
+    ops_session(alice)
+    bob = page_for(browser, live, "bob")
+    bob.goto("/approvals/")
+    expect(bob.locator("#live")).to_have_text("live")
+    send(alice, "note: expiring offer")
+    card = bob.locator("[data-role=approval]").filter(has_text="expiring offer")
+    expect(card.get_by_role("button", name="Approve once")).to_be_visible()  # pushed live, pending
+    expect(card).to_contain_text(f"rule {ops_rules['expiry']}")
+    # Nobody decides: the worker's sweep denies it once its deadline has passed.
+    expired = re.compile(r"^Denied by policy:expired")
+    expect(card.locator(".verdict")).to_have_text(expired, timeout=20_000)
+    expect(card).to_have_count(0, timeout=20_000)  # and it leaves the queue
+    chat_card = alice.locator("[data-role=approval]").last
+    expect(chat_card.locator(".verdict")).to_have_text(expired)
+    expect(alice.locator("[data-role=assistant]").last).to_contain_text("write_note was denied")
+    expect(alice.locator("[data-role=state]")).to_have_text("completed")
+    expect(alice.locator("#notes")).not_to_contain_text("expiring offer")
+    bob.context.close()
+
+
+def test_a_two_person_ask_needs_two_different_moderators(
+    alice: Page, browser: Browser, live: LiveSectr, ops_rules: dict[str, str]
+) -> None:
+    ops_session(alice)
+    bob, dana = page_for(browser, live, "bob"), page_for(browser, live, "dana")
+    for page in (bob, dana):
+        page.goto("/approvals/")
+        expect(page.locator("#live")).to_have_text("live")
+    send(alice, "note: quorum launch")
+    bob_card, dana_card = (
+        page.locator("[data-role=approval]").filter(has_text="quorum launch") for page in (bob, dana)
+    )
+    for card in (bob_card, dana_card):
+        expect(card.locator("[data-role=votes]")).to_have_text("0 of 2 approvals")
+    chat_card = alice.locator("[data-role=approval]").last
+    bob_card.get_by_role("button", name="Approve once").click()
+    # The first approval shows live in the second moderator's browser; the run still waits.
+    expect(dana_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
+    expect(bob_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
+    expect(dana_card.get_by_role("button", name="Approve once")).to_be_visible()
+    expect(chat_card.get_by_role("button", name="Approve once")).to_be_visible()
+    expect(alice.locator("[data-role=state]")).to_have_text("awaiting")
+    # The same moderator again does not make two.
+    bob_card.get_by_role("button", name="Approve once").click()
+    expect(bob_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
+    expect(alice.locator("[data-role=state]")).to_have_text("awaiting")
+    dana_card.get_by_role("button", name="Approve once").click()
+    expect(dana_card.locator(".verdict")).to_contain_text("Approved once")
+    expect(bob_card.locator(".verdict")).to_contain_text("Approved once")  # live to the first, too
+    expect(chat_card.locator(".verdict")).to_contain_text("Approved once")
+    expect(alice.locator("[data-role=assistant]").last).to_contain_text("write_note returned")
+    expect(alice.locator("#notes")).to_contain_text("quorum launch")
+    bob.context.close()
+    dana.context.close()
+
+
+def test_rules_allow_and_deny_at_once_and_the_audit_names_the_rule(
+    alice: Page, browser: Browser, live: LiveSectr, ops_rules: dict[str, str]
+) -> None:
+    ops_session(alice)
+    send(alice, "note: auto-allow lunch")
+    expect(alice.locator("[data-role=assistant]").last).to_contain_text("write_note returned")
+    expect(alice.locator("#notes")).to_contain_text("auto-allow lunch")
+    send(alice, "note: auto-deny dinner")
+    expect(alice.locator("[data-role=assistant]").last).to_contain_text("write_note was denied")
+    expect(alice.locator("[data-role=state]")).to_have_text("completed")
+    expect(alice.locator("#notes")).not_to_contain_text("auto-deny dinner")
+    expect(alice.get_by_role("button", name="Approve once")).to_have_count(0)  # nobody was asked
+    bob = page_for(browser, live, "bob")
+    bob.goto("/approvals/audit/?kind=rule")
+    for title, rule, verdict in (
+        ("auto-allow lunch", ops_rules["allow"], "allow_once"),
+        ("auto-deny dinner", ops_rules["deny"], "deny"),
+    ):
+        arguments = bob.locator("pre").filter(has_text=f'"title": "{title}"')  # (the session's title has both)
+        row = bob.locator("[data-role=audit-row][data-kind=rule]").filter(has=arguments)
+        expect(row).to_have_count(1)
+        cells = row.locator("td")
+        expect(cells.nth(2)).to_have_text(f"rule:{rule}")  # Who
+        expect(cells.nth(3)).to_have_text(verdict)  # Verdict
+        expect(cells.nth(9)).to_have_text(rule)  # Rule
     bob.context.close()

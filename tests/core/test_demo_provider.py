@@ -469,3 +469,19 @@ def test_plan_reply_is_a_pure_function() -> None:
     messages = [user("note: a b c")]
     assert plan_reply(messages) == plan_reply(messages)
     assert messages == [user("note: a b c")]
+
+
+def test_tools_plans_several_calls_in_order_and_bad_lists_are_plain_text() -> None:
+    plan = plan_reply(
+        [user('!tools write_note {"title": "a;b", "body": "x"} ; get_time ;calculator {"expression": "1"}')]
+    )
+    assert plan.tool_calls == [
+        ("write_note", '{"title": "a;b", "body": "x"}'),  # a ";" inside the JSON is the JSON's
+        ("get_time", "{}"),
+        ("calculator", '{"expression": "1"}'),
+    ]
+    assert plan.reasoning == "The user asked me to call write_note, get_time, calculator."
+    for bad in ("!tools", "!tools a {1}", "!tools a [1]", "!tools a {} b", "!tools a ;", "!tools ; a"):
+        assert plan_reply([user(bad)]).tool_calls == [], bad
+        assert plan_reply([user(bad)]).text == f"You said: {bad}"
+    assert plan_reply([user("!tool get_time {}")]).tool_calls == [("get_time", "{}")]  # unchanged

@@ -299,3 +299,199 @@ def test_fold_ignores_votes_and_rule_decisions() -> None:
         "s", 3, "i", E.APPROVAL_REQUESTED, {"ask_id": "b", "name": "t", "arguments": {}, "decision": {"approved": True}}
     )
     assert fold_messages([created, voted, decided]) == before
+
+
+# ---- "Approve all": a decision scoped to the turn ----
+
+
+def tools_prompt(*calls: tuple[str, dict[str, Any]]) -> str:
+    """The demo model's `!tools`: several tool calls in one assistant message."""
+    return "!tools " + " ; ".join(f"{name} {json.dumps(arguments)}" for name, arguments in calls)
+
+
+def three_notes() -> str:
+    return tools_prompt(
+        ("write_note", {"title": "a", "body": "1"}),
+        ("write_note", {"title": "b", "body": "2"}),
+        ("write_note", {"title": "c", "body": "3"}),
+    )
+
+
+def turn_asks(rt: LocalRuntime, sid: str) -> list[dict[str, Any]]:
+    """The asks an approve-all decided at once (APPROVAL_REQUESTED carrying `with_ask`)."""
+    return [
+        e.payload
+        for e in of_type(rt, sid, E.APPROVAL_REQUESTED)
+        if isinstance(e.payload.get("decision"), dict) and e.payload["decision"].get("with_ask")
+    ]
+
+
+async def test_demo_tools_makes_several_calls_in_one_message() -> None:
+    rt = runtime()
+    sid = await rt.create_session()
+    await rt.send(sid, tools_prompt(("get_time", {}), ("calculator", {"expression": "2+3"})))
+    calls = of_type(rt, sid, E.TOOL_CALL)
+    assert [c.payload["name"] for c in calls] == ["get_time", "calculator"]
+    assert len({c.payload["message_id"] for c in calls}) == 1
+    assert len({c.payload["tool_call_id"] for c in calls}) == 2
+    assert last_text(rt, sid).splitlines()[1] == "calculator returned: 5"
+
+
+@pytest.mark.parametrize("count", [2, 3])
+async def test_approve_all_runs_every_gated_call_of_the_turn_without_another_pause(count: int) -> None:
+    rt = runtime()
+    sid = await rt.create_session()
+    calls = [("write_note", {"title": t, "body": t.upper()}) for t in "abc"[:count]]
+    assert (await rt.send(sid, tools_prompt(*calls))).type is E.INVOCATION_SUSPENDED
+    ask = (await rt.state(sid)).pending_ask
+    assert ask is not None
+    outcome = await rt.decide(sid, ask["ask_id"], "allow_once", approver="mia", scope="turn")
+    assert outcome.type is E.INVOCATION_COMPLETED
+    assert len(of_type(rt, sid, E.INVOCATION_SUSPENDED)) == 1  # the first ask only
+    state = await rt.state(sid)
+    assert state.notes == {t: t.upper() for t in "abc"[:count]}
+    assert state.pending_ask is None and state.grants == []  # once each, never a grant
+    decided = turn_asks(rt, sid)
+    assert len(decided) == count - 1
+    call_ids = [c.payload["tool_call_id"] for c in of_type(rt, sid, E.TOOL_CALL)]
+    assert [d["tool_call_id"] for d in decided] == call_ids[1:]
+    for payload in decided:
+        assert payload["decision"] == {
+            "approved": True,
+            "verdict": "allow_once",
+            "approver": "mia",
+            "with_ask": ask["ask_id"],
+        }
+        assert state.asks[payload["ask_id"]]["status"] == "approved"
+        assert state.asks[payload["ask_id"]]["approver"] == "mia"
+    assert last_text(rt, sid).count("write_note returned:") == count
+
+
+async def test_approve_once_still_asks_for_the_next_call_of_the_turn() -> None:
+    rt = runtime()
+    sid = await rt.create_session()
+    await rt.send(sid, three_notes())
+    first = (await rt.state(sid)).pending_ask
+    assert first is not None
+    outcome = await rt.decide(sid, first["ask_id"], "allow_once", approver="mia")
+    assert outcome.type is E.INVOCATION_SUSPENDED
+    second = (await rt.state(sid)).pending_ask
+    assert second is not None and second["tool_call_id"] != first["tool_call_id"]
+    assert (await rt.state(sid)).notes == {"a": "1"}
+    # approve all on the second ask covers the third (a later call), not anything before
+    outcome = await rt.decide(sid, second["ask_id"], "allow_once", approver="noa", scope="turn")
+    assert outcome.type is E.INVOCATION_COMPLETED
+    ((decided),) = turn_asks(rt, sid)
+    assert decided["decision"]["approver"] == "noa" and decided["decision"]["with_ask"] == second["ask_id"]
+    assert (await rt.state(sid)).notes == {"a": "1", "b": "2", "c": "3"}
+
+
+async def test_approve_all_never_reaches_the_next_turn() -> None:
+    rt = runtime()
+    sid = await rt.create_session()
+    await rt.send(sid, tools_prompt(("write_note", {"title": "a", "body": "1"})))
+    ask = (await rt.state(sid)).pending_ask
+    assert ask is not None
+    await rt.decide(sid, ask["ask_id"], "allow_once", approver="mia", scope="turn")
+    assert (await rt.send(sid, tool_prompt("write_note", title="b", body="2"))).type is E.INVOCATION_SUSPENDED
+    assert turn_asks(rt, sid) == []
+
+
+async def test_a_deny_rule_still_denies_a_call_of_an_approved_turn() -> None:
+    rt = runtime([{"id": "no-b", "tool": "write_note", "arguments": {"title": "b"}, "action": "deny"}])
+    sid = await rt.create_session()
+    await rt.send(sid, three_notes())
+    ask = (await rt.state(sid)).pending_ask
+    assert ask is not None
+    outcome = await rt.decide(sid, ask["ask_id"], "allow_once", approver="mia", scope="turn")
+    assert outcome.type is E.INVOCATION_COMPLETED
+    assert (await rt.state(sid)).notes == {"a": "1", "c": "3"}
+    denied = [e.payload for e in of_type(rt, sid, E.APPROVAL_REQUESTED) if e.payload.get("rule_id") == "no-b"]
+    assert denied[0]["decision"]["approver"] == "rule:no-b" and denied[0]["decision"]["approved"] is False
+    assert [d["arguments"]["title"] for d in turn_asks(rt, sid)] == ["c"]
+    assert last_text(rt, sid).splitlines()[1] == "write_note was denied"
+
+
+async def test_a_quorum_or_expiry_rule_still_asks_after_approve_all() -> None:
+    rt = runtime(
+        [
+            {"id": "two", "tool": "write_note", "arguments": {"title": "b"}, "action": "ask", "approvals_required": 2},
+            {"id": "soon", "tool": "write_note", "arguments": {"title": "c"}, "action": "ask", "expires_after_s": 60},
+            {"id": "plain", "tool": "write_note", "action": "ask"},
+        ]
+    )
+    sid = await rt.create_session()
+    await rt.send(
+        sid,
+        tools_prompt(
+            ("write_note", {"title": "a", "body": "1"}),
+            ("write_note", {"title": "b", "body": "2"}),
+            ("write_note", {"title": "c", "body": "3"}),
+            ("write_note", {"title": "d", "body": "4"}),
+        ),
+    )
+    first = (await rt.state(sid)).pending_ask
+    assert first is not None and first["rule_id"] == "plain"
+    outcome = await rt.decide(sid, first["ask_id"], "allow_once", approver="mia", scope="turn")
+    assert outcome.type is E.INVOCATION_SUSPENDED  # b needs two approvers: one person's approve-all is not enough
+    quorum = (await rt.state(sid)).pending_ask
+    assert quorum is not None and (quorum["rule_id"], quorum["approvals_required"]) == ("two", 2)
+    assert (await rt.state(sid)).notes == {"a": "1"}
+    with pytest.raises(ValidationFailed) as refused:  # a quorum is voted call by call
+        await rt.decide(sid, quorum["ask_id"], "allow_once", approver="mia", scope="turn")
+    assert refused.value.code == "invalid_scope"
+    await rt.decide(sid, quorum["ask_id"], "allow_once", approver="mia")
+    outcome = await rt.decide(sid, quorum["ask_id"], "allow_once", approver="noa")
+    assert outcome.type is E.INVOCATION_SUSPENDED  # c has an expiry: it asks too
+    expiring = (await rt.state(sid)).pending_ask
+    assert expiring is not None and expiring["rule_id"] == "soon"
+    outcome = await rt.decide(sid, expiring["ask_id"], "allow_once", approver="noa", scope="turn")
+    assert outcome.type is E.INVOCATION_COMPLETED  # d: approved with c's ask
+    (decided,) = turn_asks(rt, sid)
+    assert decided["arguments"]["title"] == "d" and decided["decision"]["with_ask"] == expiring["ask_id"]
+    assert decided["rule_id"] == "plain"
+    assert (await rt.state(sid)).notes == {"a": "1", "b": "2", "c": "3", "d": "4"}
+
+
+async def test_a_scope_is_refused_with_deny_or_an_unknown_value_and_changes_nothing() -> None:
+    rt = runtime()
+    sid = await rt.create_session()
+    await rt.send(sid, three_notes())
+    ask = (await rt.state(sid)).pending_ask
+    assert ask is not None
+    before = len(rt.journal.read(sid))
+    for verdict, scope in (("deny", "turn"), ("allow_once", "session"), ("allow_once", "")):
+        with pytest.raises(ValidationFailed) as refused:
+            await rt.decide(sid, ask["ask_id"], verdict, approver="mia", scope=scope)
+        assert refused.value.code == "invalid_scope"
+    assert len(rt.journal.read(sid)) == before
+    assert (await rt.state(sid)).pending_ask == ask
+
+
+async def test_a_recovered_run_keeps_the_turn_scope() -> None:
+    """The worker dies after the approved call ran and before the others: the recover run
+    continues the approve-all (through `_decision_reason`), asking nobody again."""
+    from sectr import operations
+
+    rt = runtime()
+    sid = await rt.create_session()
+    await rt.send(sid, three_notes())
+    state = await rt.state(sid)
+    ask = state.pending_ask
+    assert ask is not None
+    invocation_id, events = operations.decision_events(state, ask["ask_id"], "allow_once", approver="mia", scope="turn")
+    events.append(
+        NewEvent(
+            E.TOOL_RESULT,
+            {"tool_call_id": ask["tool_call_id"], "name": "write_note", "content": "saved a"},
+            invocation_id,
+        )
+    )
+    await rt.journal.append(sid, events)  # ... and the worker died here
+    outcome = await rt.recover(sid)
+    assert outcome.type is E.INVOCATION_COMPLETED
+    assert [d["arguments"]["title"] for d in turn_asks(rt, sid)] == ["b", "c"]
+    assert all(d["decision"]["approver"] == "mia" for d in turn_asks(rt, sid))
+    assert len(of_type(rt, sid, E.INVOCATION_SUSPENDED)) == 1
+    results = [e.payload["content"] for e in of_type(rt, sid, E.TOOL_RESULT)]
+    assert results == ["saved a", "saved note 'b' (created)", "saved note 'c' (created)"]  # a ran before the crash

@@ -383,6 +383,57 @@ def test_it_refuses_a_bad_verdict_and_writes_nothing(owner: Any, verdict: str, n
         actions.do_decide(owner, ask_id, verdict, note=note)
 
 
+THREE_NOTES = (
+    '!tools write_note {"title": "a", "body": "1"} ; write_note {"title": "b", "body": "2"} ; '
+    'write_note {"title": "c", "body": "3"}'
+)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_approve_all_runs_the_turns_other_gated_calls_and_audits_each(owner: Any, moderator: Any) -> None:
+    from sessions_app.models import AuditEntry
+
+    session = actions.do_create_session(owner)
+    assert finished_run(owner, session, THREE_NOTES).status == Run.SUSPENDED
+    ask_id = state_of(session).pending_ask["ask_id"]
+    resumed = actions.do_decide(moderator, ask_id, "allow_once", scope="turn")
+    assert journal_of(session)[-1].payload["reason"]["decision"] == {
+        "approved": True,
+        "approver": "moderator",
+        "verdict": "allow_once",
+        "scope": "turn",
+    }
+    run_worker()
+    assert Run.objects.get(pk=resumed.pk).status == Run.COMPLETED  # no second pause
+    state = state_of(session)
+    assert state.notes == {"a": "1", "b": "2", "c": "3"} and state.pending_ask is None
+    rows = AuditEntry.objects.filter(session=session, kind=AuditEntry.DECISION).order_by("seq")
+    assert [(r.actor, r.verdict, r.arguments["title"]) for r in rows] == [
+        ("moderator", "allow_once", "a"),
+        ("moderator", "allow_once", "b"),
+        ("moderator", "allow_once", "c"),
+    ]
+    # b and c were approved with a's ask: their time to decide is a's, counted once
+    assert [r.seconds_to_decide is None for r in rows] == [False, True, True]
+    assert [r.note for r in rows] == ["", f"Approve all, with {ask_id}", f"Approve all, with {ask_id}"]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(
+    ("verdict", "scope", "code"),
+    [
+        ("deny", "turn", "invalid_scope"),
+        ("allow_once", "session", "invalid_scope"),
+        ("allow_always", 3, "invalid_scope"),
+    ],
+)
+def test_it_refuses_a_bad_scope_and_writes_nothing(owner: Any, verdict: str, scope: Any, code: str) -> None:
+    _session, _run, ask_id = awaiting_session(owner)
+    with writes_nothing(), pytest.raises(ValidationFailed) as refused:
+        actions.do_decide(owner, ask_id, verdict, scope=scope)
+    assert refused.value.code == code and refused.value.status == 400
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_hides_asks_from_outsiders_and_teammates(owner: Any, teammate: Any, outsider: Any, reviewer: Any) -> None:
     _session, _run, ask_id = awaiting_session(owner)

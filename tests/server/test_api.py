@@ -148,6 +148,30 @@ def test_users_cannot_see_each_others_sessions(api: LiveApi) -> None:
     assert api.http().get(f"/sessions/{session_id}").json()["title"] == "Alice's secret"
 
 
+def test_approve_all_decides_the_turns_other_gated_calls_and_refuses_a_bad_scope(api: LiveApi) -> None:
+    session_id = new_session(api)
+    prompt = '!tools write_note {"title": "x", "body": "1"} ; write_note {"title": "y", "body": "2"}'
+    read_stream(api, start_run(api, session_id, prompt)["run_id"])
+    ask_id = wait_for_state(api, session_id, ("awaiting",))["pending_ask"]["ask_id"]
+    http = api.http()
+    for body in (
+        {"verdict": "deny", "scope": "turn"},
+        {"verdict": "allow_once", "scope": "session"},
+        {"verdict": "allow_once", "scope": 1},
+        {"verdict": "allow_once", "scope": ""},
+    ):
+        assert_error(http.post(f"/asks/{ask_id}", json=body), 400, "invalid_scope")
+    assert http.get(f"/sessions/{session_id}").json()["pending_ask"]["ask_id"] == ask_id  # nothing changed
+    decided = http.post(f"/asks/{ask_id}", json={"verdict": "allow_once", "scope": "turn"})
+    assert decided.status_code == 202, decided.text
+    frames = events(read_stream(api, decided.json()["run_id"]))
+    approvals = [f["data"]["payload"] for f in frames if f["event"] == "approval"]
+    assert [(a["approved"], a["approver"]) for a in approvals] == [(True, "alice"), (True, "alice")]
+    assert approvals[1]["with_ask"] == ask_id
+    assert frames[-1]["data"]["payload"]["text"].count("write_note returned:") == 2
+    assert wait_for_state(api, session_id, ("completed",))["pending_ask"] is None
+
+
 # ---- routing, errors and the OpenAPI document ----
 
 

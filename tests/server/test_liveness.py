@@ -130,3 +130,49 @@ async def _wait(check: Callable[[], Any], timeout: float = 10.0) -> None:
     while not await run_in_db_thread(check):
         assert time.monotonic() < deadline, f"timed out waiting for {check}"
         await asyncio.sleep(0.05)
+
+
+def test_a_claim_skips_a_session_someone_holds_and_takes_the_next(owner: Any) -> None:
+    """Workers look at the oldest candidates first; a session locked by another claim or
+    an action is skipped at once (SKIP LOCKED), not waited for in lock-step."""
+    import threading
+    import time
+
+    from django.db import transaction
+
+    from sessions_app.models import Session
+
+    held_session = actions.do_create_session(owner)
+    free_session = actions.do_create_session(owner)
+    held_run = actions.do_post_message(owner, held_session.pk, "!slow 5")  # the oldest
+    free_run = actions.do_post_message(owner, free_session.pk, "!slow 5")
+    locked, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        try:
+            with transaction.atomic():
+                Session.objects.select_for_update().get(pk=held_session.pk)
+                locked.set()
+                release.wait(30)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    alive = runs.LivenessLock("w-skip")  # its claims stay its own (a live worker's)
+    alive.acquire()
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        claims = runs.claim_next_runs("w-skip", 60.0, 2)
+        assert time.monotonic() - started < 2.0  # not behind the holder's 30 s
+        assert [c.run_id for c in claims] == [free_run.pk]
+        assert Run.objects.get(pk=held_run.pk).status == Run.QUEUED
+    finally:
+        release.set()
+        holder.join(10)
+    try:
+        later = runs.claim_next_runs("w-skip", 60.0, 2)
+        assert [c.run_id for c in later] == [held_run.pk]
+    finally:
+        alive.release()

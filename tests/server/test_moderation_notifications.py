@@ -192,3 +192,27 @@ def test_personal_sessions_and_rule_decided_asks_email_nobody(
     )
     assert not NotificationDelivery.objects.filter(channel="email").exists()
     assert Session.objects.filter(pk=session.pk).exists()
+
+
+def test_an_ask_approved_with_another_of_its_turn_emails_nobody(make_session: SessionFactory, ops: Team) -> None:
+    from sectr.events import EventType
+    from sectr.journal import NewEvent
+    from tests.server.test_web import append, started
+
+    session = team_session(make_session, ops)
+    TeamWebhook.objects.create(team=ops, url="http://127.0.0.1:9/hook", secret=SECRET)  # never sent here
+    decided = {"approved": True, "approver": "teammate", "verdict": "allow_once", "with_ask": "ask_0"}
+    append(
+        session,
+        [
+            started("note: x", inv="inv_t"),
+            NewEvent(
+                EventType.APPROVAL_REQUESTED,
+                {"ask_id": "ask_t", "tool_call_id": "c_t", "name": "write_note", "arguments": {}, "decision": decided},
+                "inv_t",
+            ),
+        ],
+    )
+    assert not NotificationDelivery.objects.filter(channel="email").exists()
+    # one webhook call: the decision (the ask is announced by it, not as waiting)
+    assert list(NotificationDelivery.objects.values_list("event", flat=True)) == ["ask.decided"]

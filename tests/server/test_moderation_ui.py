@@ -216,6 +216,89 @@ def test_the_note_reaches_the_decision(make_session: SessionFactory, ops: Team, 
     }
 
 
+def pending_turn(session: Session, *, approvals_required: int = 1, ask_id: str = "ask_1") -> None:
+    """An ask on the first of three calls of one assistant message: write_note (asked),
+    delete_note (gated, waiting) and get_time (not gated)."""
+    inv, mid = "inv_2", "msg_2"
+    calls = [
+        ("call_1", "write_note", '{"title": "buy milk", "body": "buy milk"}'),
+        ("call_2", "delete_note", '{"title": "<b>old</b>"}'),
+        ("call_3", "get_time", "{}"),
+    ]
+    ask: dict[str, Any] = {
+        "ask_id": ask_id,
+        "tool_call_id": "call_1",
+        "name": "write_note",
+        "arguments": {"title": "buy milk", "body": "buy milk"},
+    }
+    if approvals_required > 1:
+        ask["approvals_required"] = approvals_required
+    append(
+        session,
+        [
+            started("three calls", inv=inv),
+            NewEvent(EventType.MESSAGE_START, {"message_id": mid, "role": "assistant", "model": "demo"}, inv),
+            *(
+                NewEvent(EventType.TOOL_CALL, {"message_id": mid, "tool_call_id": c, "name": n, "arguments": a}, inv)
+                for c, n, a in calls
+            ),
+            NewEvent(EventType.MESSAGE_END, {"message_id": mid, "finish_reason": "tool_calls"}, inv),
+            NewEvent(EventType.APPROVAL_REQUESTED, ask, inv),
+            NewEvent(EventType.INVOCATION_SUSPENDED, {"ask_id": ask_id}, inv),
+        ],
+    )
+
+
+def test_queue_and_chat_cards_list_the_turns_waiting_gated_calls_with_approve_all(
+    make_session: SessionFactory, ops: Team, teammate: Any
+) -> None:
+    session = team_session(make_session, ops)
+    pending_turn(session)
+    client = logged_in(teammate)
+    for html in (client.get("/approvals/").content.decode(), client.get(f"/sessions/{session.pk}/").content.decode()):
+        assert 'name="scope" value="turn">Approve all</button>' in html
+        assert "Approve once</button>" in html and "Always allow</button>" in html and "Deny</button>" in html
+        waiting = html.split('data-role="turn-calls"', 1)[1].split("</div>", 1)[0]
+        assert '<code class="tool-name">delete_note</code>' in waiting
+        assert "&lt;b&gt;old&lt;/b&gt;" in waiting and "<b>old" not in waiting  # the model's text, escaped
+        assert "get_time" not in waiting  # not gated: it runs anyway
+
+
+def test_no_approve_all_for_a_lone_call_or_a_quorum(make_session: SessionFactory, ops: Team, teammate: Any) -> None:
+    lone = team_session(make_session, ops, title="Lone")
+    pending(lone)
+    quorum = team_session(make_session, ops, title="Quorum")
+    pending_turn(quorum, approvals_required=2, ask_id="ask_2")
+    client = logged_in(teammate)
+    html = client.get("/approvals/").content.decode()
+    assert html.count("Approve once</button>") == 2 and "Approve all" not in html
+    assert "Approve all" not in client.get(f"/sessions/{quorum.pk}/").content.decode()
+
+
+def test_the_approve_all_button_decides_for_the_turn_and_deny_with_a_scope_is_refused(
+    make_session: SessionFactory, ops: Team, teammate: Any
+) -> None:
+    session = team_session(make_session, ops)
+    pending_turn(session)
+    client = logged_in(teammate)
+    before = Envelope.objects.filter(session=session).count()
+    refused = client.post("/asks/ask_1/decide", {"verdict": "deny", "scope": "turn", "where": "queue"}, **HTMX)
+    assert refused.status_code == 200
+    assert "not with deny" in refused.content.decode() and "Approve all</button>" in refused.content.decode()
+    assert Envelope.objects.filter(session=session).count() == before  # nothing written
+    decided = client.post("/asks/ask_1/decide", {"scope": "turn", "where": "queue"}, **HTMX)
+    assert "Approved once by teammate" in decided.content.decode()
+    decision = Envelope.objects.get(
+        session=session, type="INVOCATION_STARTED", payload__reason__kind="approval_decision"
+    )
+    assert decision.payload["reason"]["decision"] == {
+        "approved": True,
+        "approver": "teammate",
+        "verdict": "allow_once",
+        "scope": "turn",
+    }
+
+
 # ---- the queue's socket ----
 
 
@@ -360,3 +443,16 @@ def test_a_staff_user_audits_every_team(make_session: SessionFactory, ops: Team,
     data = Client().get("/api/v1/audit", **bearer(staff)).json()
     assert [e["ask_id"] for e in data["entries"]] == ["ask_1"]
     assert json.dumps(data)  # plain JSON
+
+
+def test_the_owner_approves_all_from_the_chat_card(make_session: SessionFactory, ops: Team, owner: Any) -> None:
+    session = team_session(make_session, ops)
+    pending_turn(session)
+    response = logged_in(owner).post("/asks/ask_1/decide", {"scope": "turn"}, **HTMX)
+    html = response.content.decode()
+    assert 'class="approval approval-approved"' in html and "Approved once by owner" in html
+    assert "Approve all" not in html  # decided: no buttons, no list
+    decision = Envelope.objects.get(
+        session=session, type="INVOCATION_STARTED", payload__reason__kind="approval_decision"
+    )
+    assert decision.payload["reason"]["decision"]["scope"] == "turn"

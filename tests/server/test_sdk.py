@@ -249,6 +249,31 @@ def test_an_unanswered_ask_ends_the_run_awaiting_approval(client: Client) -> Non
         client.asks.resolve(result.ask.ask_id, "deny")
 
 
+TWO_NOTES = '!tools write_note {"title": "p", "body": "1"} ; write_note {"title": "q", "body": "2"}'
+
+
+def test_approve_all_answers_every_gated_call_of_the_turn(client: Client) -> None:
+    session = client.sessions.create()
+    result = session.run(TWO_NOTES).result()
+    assert result.ask is not None and result.stop_reason == "awaiting_approval"
+    with pytest.raises(InvalidRequestError) as caught:
+        client.asks.decide(result.ask.ask_id, "deny", scope="turn")
+    assert caught.value.code == "invalid_scope"
+    decision = client.asks.decide(result.ask.ask_id, "allow_once", scope="turn")
+    assert decision.run is not None
+    assert decision.run.result().text.count("write_note returned:") == 2  # no second ask
+
+
+async def test_approve_all_from_the_async_client(api: LiveApi) -> None:
+    async with AsyncClient(api.base_url, token=api.tokens["alice"]) as client:
+        session = await client.sessions.create()
+        awaiting = await (await session.run(TWO_NOTES)).result()
+        assert awaiting.ask is not None
+        decision = await client.asks.decide(awaiting.ask.ask_id, "allow_once", scope="turn")
+        assert decision.run is not None
+        assert (await decision.run.result()).text.count("write_note returned:") == 2
+
+
 def test_retry_is_refused_unless_the_session_failed(client: Client) -> None:
     session = client.sessions.create()
     with pytest.raises(InvalidStateError) as caught:

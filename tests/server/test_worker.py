@@ -429,17 +429,17 @@ async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
 ) -> None:
     session = await new_session(owner)
     posted: list[Run] = []
-    real_claim = runs_module.claim_next_run
+    real_claim = runs_module.claim_next_runs
 
-    def claim_then_post(worker_id: str, lease: float) -> Any:
-        claim = real_claim(worker_id, lease)
+    def claim_then_post(worker_id: str, lease: float, limit: int) -> Any:
+        claim = real_claim(worker_id, lease, limit)
         if not posted:
             # Committed after this claim looked and found nothing: its wake-up arrives
             # while the worker is still busy claiming.
             posted.append(actions.do_post_message(owner, session.pk, "hello"))
         return claim
 
-    monkeypatch.setattr(runs_module, "claim_next_run", claim_then_post)
+    monkeypatch.setattr(runs_module, "claim_next_runs", claim_then_post)
     await start_worker(poll_interval=10.0)
     await wait_until(lambda: posted, timeout=5)
     done = await wait_until(finished(posted[0].pk), timeout=5)
