@@ -279,16 +279,17 @@ def _group_items(*appends: tuple[str, str]) -> list[_PendingAppend]:
 
 
 def _refusing(journal: DatabaseJournal, refused: str, times: int) -> None:
-    """The first `times` appends to session `refused` fail as the database refusing them."""
-    real, left = journal._append_locked, [times]
+    """The first `times` writes of envelopes of session `refused` fail as the database
+    refusing them (whether the group goes append by append or all together)."""
+    real, left = journal._insert, [times]
 
-    def append_locked(session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
-        if session_id == refused and left[0]:
+    def insert(connection: Any, envelopes: list[Envelope]) -> None:
+        if left[0] and any(envelope.session_id == refused for envelope in envelopes):
             left[0] -= 1
             raise OperationalError("deadlock detected")
-        return real(session_id, events, fence)
+        real(connection, envelopes)
 
-    journal._append_locked = append_locked  # type: ignore[method-assign]
+    journal._insert = insert  # type: ignore[method-assign]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -299,6 +300,33 @@ def test_a_group_the_server_refused_is_retried_append_by_append(make_session: An
     results = journal._append_group(_group_items((first.id, "a"), (second.id, "b"), (first.id, "c")))
     assert all(isinstance(result, list) for result in results), results
     assert seqs(first.id) == [1, 2, 3] and seqs(second.id) == [1, 2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(make_session: Any) -> None:
+    sessions = [make_session() for _ in range(4)]
+    run = Run.objects.create(session=sessions[0], status=Run.RUNNING, lease_token="tok")
+    journal = DatabaseJournal(publish=False)
+    items = _group_items(*((s.id, f"{s.id}:{i}") for i in range(3) for s in sessions))
+    items[0].fence = (run.id, "tok")
+    items.sort(key=lambda item: item.session_id)  # as the group commit does
+    with CaptureQueriesContext(connection) as queries:
+        results = journal._append_group(items)
+    for s in sessions:
+        assert seqs(s.id) == [1, 2, 3, 4]
+        mine = [e for result in results for e in result if e.session_id == s.id]  # type: ignore[union-attr]
+        assert [(e.seq, e.payload["text"]) for e in mine] == [(2 + i, f"{s.id}:{i}") for i in range(3)]
+    if connection.vendor == "postgresql":  # lock, bump, one fence, insert (+ the transaction's own)
+        assert len(queries) <= 6, [q["sql"][:60] for q in queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: Any) -> None:
+    live = make_session()
+    journal = DatabaseJournal(publish=False)
+    results = journal._append_group(_group_items((live.id, "a"), ("ses_gone", "b"), (live.id, "c")))
+    assert isinstance(results[1], NotFound)
+    assert seqs(live.id) == [1, 2, 3]
 
 
 @pytest.mark.django_db(transaction=True)
