@@ -21,7 +21,14 @@ finished.
 Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
 updated_at, so a batch made only of deltas bumps those two columns with one
 ``UPDATE ... RETURNING last_seq`` (which is also the row lock) and leaves the state JSON
-alone; `Session.projection()` takes last_seq from the column.
+alone; `Session.projection()` takes last_seq from the column. On PostgreSQL a group
+commit made only of deltas (many streams at once) goes further: one locking SELECT of
+its sessions in id order, one UPDATE of all their last_seq, each fence, and one INSERT
+(`_append_deltas_together`), instead of two or three statements per append.
+
+A connection error (PostgreSQL restarted) is JournalUnavailable to the async callers:
+not the invocation's failure; the runtime stops and the worker lets the run be
+recovered. The first such error has the process's pools test their idle connections.
 
 Sync methods (`append_sync`, `load_sync`, `load_since_compaction_sync`, `state_sync`)
 are for code that already runs in a thread, such as actions inside their own
