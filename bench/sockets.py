@@ -43,14 +43,21 @@ async def open_sockets(live: LiveSectr, sessions: list[tuple[str, int]], count: 
     transports: list[object] = []
 
     class Protocol(WebSocketClientProtocol):
+        def __init__(self) -> None:
+            super().__init__()
+            self.is_ready = asyncio.Event()
+
         def onMessage(self, payload: bytes, is_binary: bool) -> None:  # noqa: N802 - autobahn's name
             nonlocal ready
             if json.loads(payload).get("ready"):
                 ready += 1
+                self.is_ready.set()
                 if ready == count:
                     done.set()
 
-    gate = asyncio.Semaphore(100)  # connects in flight at once: a crowd, not a stampede
+    # Sockets opening at once, counted until each one's `ready` frame (its handshake, the
+    # access check and the catch-up read): a crowd, not a stampede of half-open handshakes.
+    gate = asyncio.Semaphore(50)
 
     async def connect(index: int) -> None:
         session_id, last_seq = sessions[index % len(sessions)]
@@ -58,8 +65,9 @@ async def open_sockets(live: LiveSectr, sessions: list[tuple[str, int]], count: 
         factory = WebSocketClientFactory(url, origin=live.base_url, headers={"Cookie": cookie})
         factory.protocol = Protocol
         async with gate:
-            transport, _ = await loop.create_connection(factory, "127.0.0.1", live.port)
+            transport, protocol = await loop.create_connection(factory, "127.0.0.1", live.port)
             transports.append(transport)
+            await asyncio.wait_for(protocol.is_ready.wait(), 120)
 
     await asyncio.gather(*(connect(index) for index in range(count)))
     await asyncio.wait_for(done.wait(), 600)

@@ -23,5 +23,9 @@ class SessionsAppConfig(AppConfig):
             dispatch_uid="sectr-revoke-tokens-on-deactivation",
         )
 
+        from sessions_app.socket_access import connect_access_signals
+
+        connect_access_signals()  # open sockets re-check at once when access may be gone
+
         # Signal receivers register on import.
         from sessions_app.accounts import signals  # noqa: F401

@@ -3,11 +3,22 @@
 A socket is authorised once, at connect(); without more, a user who logs out, is
 deactivated, changes their password or loses the role that let them read a session
 would keep receiving its frames for as long as the tab stays open. A consumer built on
-RecheckedConsumer re-checks every SECTR_WS_ACCESS_SECONDS (3 s): the login behind the
-socket (its Django session still exists and still names this user, whose password hash
-and active flag still match: django.contrib.auth.get_user), then the consumer's own
-rule (`current_access`). When either fails it stops sending at once (every later frame
-is dropped), leaves its groups and closes with the code `current_access` gave.
+RecheckedConsumer re-checks the login behind the socket (its Django session still exists
+and still names this user, whose password hash and active flag still match:
+django.contrib.auth.get_user), then the consumer's own rule (`access_now`), both in one
+thread hop. When either fails it stops sending at once (every later frame is dropped),
+leaves its groups and closes with the code `access_now` gave.
+
+When it re-checks: at once when something that can revoke access happens, and every
+SECTR_WS_ACCESS_SECONDS (60 s, staggered) as a safety net for what no signal sees (a
+Django session that expired, a change made with raw SQL). The events are Django signals
+(`connect_access_signals`): a logout, any save of the user (active flag, password,
+staff), a membership saved or deleted (a team deleted takes its memberships with it),
+and a session deleted. Each sends `{"type": "access.changed"}`, once the transaction
+commits, to the user's group (`user_access_group`, every socket of that user, in every
+process) or to the session's group. Polling every socket every 3 s instead cost each
+process one check per socket per 3 s whatever happened: at 5,000 idle sockets on one
+Daphne that is 1,700 checks a second and the process could no longer open sockets.
 """
 
 from __future__ import annotations
@@ -16,6 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
@@ -24,30 +36,39 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib import auth
-from django.contrib.auth import get_user_model
+
+from sessions_app.journal.publish import publish_on_commit_messages, session_group
 
 logger = logging.getLogger("sectr.consumers")
 
 CLOSE_LOGGED_OUT = 4401
-ACCESS_RECHECK_SECONDS = float(os.environ.get("SECTR_WS_ACCESS_SECONDS", "3"))
+#: The safety net's period (each socket waits between 0.5 and 1 times it, staggered).
+ACCESS_RECHECK_SECONDS = float(os.environ.get("SECTR_WS_ACCESS_SECONDS", "60"))
+ACCESS_CHANGED_MESSAGE_TYPE = "access.changed"
 
 
-def login_is_current(scope: dict[str, Any]) -> bool:
-    """Whether the Django session the socket was opened with still logs in its user."""
+def user_access_group(user_id: Any) -> str:
+    """The channel-layer group of every open socket of one user (all processes)."""
+    return f"sectr.access.user.{int(user_id)}"
+
+
+def current_login(scope: dict[str, Any]) -> Any | None:
+    """The socket's user as the database has them now, while the Django session the
+    socket was opened with still logs them in; else None."""
     user = scope.get("user")
     session = scope.get("session")
     session_key = getattr(session, "session_key", None)
     if user is None or not user.is_authenticated or not session_key:
-        return False
+        return None
     # A fresh store: the scope's one was loaded at connect and caches what it read.
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
     current = auth.get_user(SimpleNamespace(session=store))  # type: ignore[arg-type]
-    return bool(current.is_authenticated and current.pk == user.pk)
+    return current if current.is_authenticated and current.pk == user.pk else None
 
 
-def reloaded_user(user: Any) -> Any:
-    """The user read again: the scope's object caches its permissions (has_perm)."""
-    return get_user_model()._default_manager.get(pk=user.pk)
+def login_is_current(scope: dict[str, Any]) -> bool:
+    """Whether the Django session the socket was opened with still logs in its user."""
+    return current_login(scope) is not None
 
 
 class RecheckedConsumer(AsyncWebsocketConsumer):
@@ -55,40 +76,75 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
 
     access_revoked = False
     _access_task: asyncio.Task[None] | None = None
+    _soon: asyncio.Task[None] | None = None
     groups_joined: list[str]
 
-    async def current_access(self) -> int | None:
-        """None while the socket may stay open; else the close code. Runs after the login check."""
+    def access_now(self, user: Any) -> int | None:
+        """None while the socket may stay open; else the close code. Runs in a database
+        thread after the login check, with `user` freshly read (a new object: the scope's
+        caches its permissions)."""
         return None
 
-    def start_rechecking(self) -> None:
+    async def start_rechecking(self) -> None:
+        """Join the user's access group, then start the safety net. Call after accept()."""
+        user = self.scope.get("user")
+        if user is not None and user.is_authenticated:
+            group = user_access_group(user.pk)
+            await self.channel_layer.group_add(group, self.channel_name)
+            self.groups_joined = [*getattr(self, "groups_joined", []), group]
         self._access_task = asyncio.ensure_future(self.recheck_forever())
 
     async def stop_rechecking(self) -> None:
-        task, self._access_task = self._access_task, None
-        if task is not None and task is not asyncio.current_task():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        for attribute in ("_access_task", "_soon"):
+            task = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
 
     async def recheck_forever(self) -> None:
         while not self.access_revoked:
-            await asyncio.sleep(ACCESS_RECHECK_SECONDS)
-            try:
-                code = await self.recheck()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a database hiccup is not a reason to drop a reader
-                logger.warning("access re-check failed", exc_info=True)
-                continue
-            if code is not None:
-                await self.revoke(code)
+            await asyncio.sleep(ACCESS_RECHECK_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 - staggering
+            if await self.recheck_and_revoke():
                 return
 
+    async def recheck_and_revoke(self) -> bool:
+        """Re-check now; True if the socket was closed."""
+        try:
+            code = await self.recheck()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a database hiccup is not a reason to drop a reader
+            logger.warning("access re-check failed", exc_info=True)
+            return False
+        if code is not None and not self.access_revoked:
+            await self.revoke(code)
+        return code is not None
+
+    async def access_changed(self, message: dict[str, Any]) -> None:
+        """Something that may revoke this socket's access happened: re-check now (one
+        check at a time; a change during a check gets a check of its own after it)."""
+        if self.access_revoked:
+            return
+        previous = self._soon
+
+        async def after_previous() -> None:
+            if previous is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await previous
+            await self.recheck_and_revoke()
+
+        self._soon = asyncio.ensure_future(after_previous())
+
     async def recheck(self) -> int | None:
-        if not await database_sync_to_async(login_is_current)(self.scope):
+        return await database_sync_to_async(self._recheck_now)()
+
+    def _recheck_now(self) -> int | None:
+        user = current_login(self.scope)
+        if user is None:
             return CLOSE_LOGGED_OUT
-        return await self.current_access()
+        return self.access_now(user)
 
     async def revoke(self, code: int) -> None:
         """Stop sending now, leave the groups, close."""
@@ -102,3 +158,42 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
         if self.access_revoked:
             return  # nothing more for a socket whose access has gone
         await super().send(text_data=text_data, bytes_data=bytes_data, close=close)
+
+
+# ---- the events that re-check sockets at once ----
+
+
+def _notify(group: str) -> None:
+    publish_on_commit_messages([(group, {"type": ACCESS_CHANGED_MESSAGE_TYPE})])
+
+
+def _user_changed(sender: Any, instance: Any = None, user: Any = None, **_kwargs: Any) -> None:
+    who = user if user is not None else instance
+    if who is not None and getattr(who, "pk", None) is not None:
+        _notify(user_access_group(who.pk))
+
+
+def _membership_changed(sender: Any, instance: Any, **_kwargs: Any) -> None:
+    if instance.user_id is not None:
+        _notify(user_access_group(instance.user_id))
+
+
+def _session_deleted(sender: Any, instance: Any, **_kwargs: Any) -> None:
+    _notify(session_group(str(instance.pk)))
+
+
+def connect_access_signals() -> None:
+    """Connect the receivers above (sessions_app's AppConfig.ready)."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.signals import user_logged_out
+    from django.db.models.signals import post_delete, post_save
+
+    from sessions_app.models import Membership, Session
+
+    user_model = get_user_model()
+    user_logged_out.connect(_user_changed, dispatch_uid="sectr-access-logout")
+    post_save.connect(_user_changed, sender=user_model, dispatch_uid="sectr-access-user-saved")
+    post_delete.connect(_user_changed, sender=user_model, dispatch_uid="sectr-access-user-deleted")
+    post_save.connect(_membership_changed, sender=Membership, dispatch_uid="sectr-access-membership-saved")
+    post_delete.connect(_membership_changed, sender=Membership, dispatch_uid="sectr-access-membership-deleted")
+    post_delete.connect(_session_deleted, sender=Session, dispatch_uid="sectr-access-session-deleted")

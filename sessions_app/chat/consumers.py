@@ -49,7 +49,7 @@ from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
 from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
-from sessions_app.socket_access import RecheckedConsumer, reloaded_user
+from sessions_app.socket_access import RecheckedConsumer
 
 logger = logging.getLogger("sectr.consumers")
 
@@ -74,12 +74,6 @@ def chat_permissions_now(user: Any, session_id: str) -> dict[str, bool]:
 
 
 chat_permissions = database_sync_to_async(chat_permissions_now)
-
-
-@database_sync_to_async
-def current_chat_permissions(user: Any, session_id: str) -> dict[str, bool]:
-    """chat_permissions for the user as the database has them now."""
-    return chat_permissions_now(reloaded_user(user), session_id)
 
 
 @database_sync_to_async
@@ -128,11 +122,11 @@ class ChatConsumer(RecheckedConsumer):
         async with self.lock:
             await self.catch_up(parse_after(self.scope))
         self._resync_task = asyncio.ensure_future(self.resync_forever())
-        self.start_rechecking()
+        await self.start_rechecking()
 
-    async def current_access(self) -> int | None:
+    def access_now(self, user: Any) -> int | None:
         try:
-            self.permissions = await current_chat_permissions(self.scope.get("user"), self.session_id)
+            self.permissions = chat_permissions_now(user, self.session_id)
         except NotFound:
             return CLOSE_NOT_FOUND
         except Forbidden:

@@ -299,6 +299,12 @@ async def aflush_publications() -> None:
     await _publisher().flush()
 
 
+def publish_on_commit_messages(messages: list[tuple[str, dict[str, Any]]], *, using: str | None = None) -> None:
+    """Send (group, message) pairs once the current transaction commits (now, outside one)."""
+    if messages:
+        transaction.on_commit(lambda: _send_sync(messages), using=using)
+
+
 def publish_on_commit(envelopes: Sequence[Envelope], *, using: str | None = None) -> None:
     """Publish `envelopes` once the current transaction commits (now, outside one)."""
     messages = envelope_messages(envelopes)

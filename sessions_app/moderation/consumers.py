@@ -42,7 +42,7 @@ from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
 from sessions_app.moderation.queue import AGE_CHOICES, QueueCard, QueueFilters, build_card, pending_asks
 from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
-from sessions_app.socket_access import RecheckedConsumer, reloaded_user
+from sessions_app.socket_access import RecheckedConsumer
 
 #: what happened to an ask: "new" (append a card), "changed" (re-render it), "resolved"
 Change = str
@@ -128,12 +128,6 @@ def moderation_reach(user: Any) -> tuple[bool, frozenset[int]]:
     return access.is_staff(user), frozenset(access.teams_for(user, "moderator").values_list("pk", flat=True))
 
 
-@database_sync_to_async
-def current_viewer(user: Any) -> tuple[Any, tuple[bool, frozenset[int]]]:
-    fresh = reloaded_user(user)
-    return fresh, moderation_reach(fresh)
-
-
 class ApprovalsConsumer(RecheckedConsumer):
     async def connect(self) -> None:
         self.user = self.scope.get("user")
@@ -151,7 +145,7 @@ class ApprovalsConsumer(RecheckedConsumer):
         WEBSOCKET_CLIENTS.labels("approvals").inc()
         self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
-        self.start_rechecking()
+        await self.start_rechecking()
         for ask_id, session_id, asked_at in await young_asks(self.user, self.filters):
             self.hold_back(ask_id, session_id, asked_at)
 
@@ -181,8 +175,8 @@ class ApprovalsConsumer(RecheckedConsumer):
         if task is not None:
             task.cancel()
 
-    async def current_access(self) -> int | None:
-        fresh, reach = await current_viewer(self.user)
+    def access_now(self, fresh: Any) -> int | None:
+        reach = moderation_reach(fresh)
         staff, teams = reach
         if (self.reach[0] and not staff) or not self.reach[1] <= teams:
             return CLOSE_FORBIDDEN  # cards of sessions it may no longer decide must go too

@@ -1,5 +1,9 @@
 """Open websockets re-check access: logging out, deactivation, a lost role or a deleted
-session close them within seconds, and no frame is sent after that."""
+session close them within seconds, and no frame is sent after that.
+
+Each test runs twice: with the events alone (the safety net's period is ten minutes, so
+only the signal-driven `access.changed` can close the socket in time) and with the
+periodic re-check alone (the events switched off, a 0.3 s period)."""
 
 from __future__ import annotations
 
@@ -19,12 +23,17 @@ from tests.server.test_web import started
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
 RECHECK = 0.3
+QUIET = 1.0  # how long "nothing more arrives" is watched for
 
 
-@pytest.fixture(autouse=True)
-def _fast_rechecks(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture(autouse=True, params=["events", "polling"])
+def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
-    monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", RECHECK)
+    if request.param == "events":
+        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", 600.0)
+    else:
+        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", RECHECK)
+        monkeypatch.setattr("sessions_app.socket_access._notify", lambda group: None)
 
 
 def login(user: Any) -> Client:
@@ -54,7 +63,7 @@ async def closed_within(communicator: WebsocketCommunicator, seconds: float) -> 
 
 async def nothing_after_close(communicator: WebsocketCommunicator, session: Session) -> None:
     await journal(session, [started("after the close", inv="inv_late")])
-    assert await communicator.receive_nothing(timeout=RECHECK * 3)
+    assert await communicator.receive_nothing(timeout=QUIET)
 
 
 
@@ -107,7 +116,7 @@ async def test_a_socket_that_keeps_its_access_stays_open(owner: Any, session: Se
     client = await database_sync_to_async(login)(owner)
     communicator = await open_socket(client, chat_path(session))
     await frames_until_ready(communicator)
-    assert await communicator.receive_nothing(timeout=RECHECK * 4), "closed without a reason"
+    assert await communicator.receive_nothing(timeout=QUIET), "closed without a reason"
     await journal(session, [started("still here", inv="inv_2")])
     frame = await communicator.receive_json_from(timeout=3)
     assert "still here" in frame["html"]
@@ -129,5 +138,5 @@ async def test_the_queue_closes_on_logout_and_on_losing_the_moderator_role(
     from tests.server.test_web import asked
 
     await journal(session, [started("note: buy milk", inv="inv_2"), *asked()])
-    assert await owners_queue.receive_nothing(timeout=RECHECK * 3)
-    assert await moderators_queue.receive_nothing(timeout=RECHECK * 3)
+    assert await owners_queue.receive_nothing(timeout=QUIET)
+    assert await moderators_queue.receive_nothing(timeout=QUIET)
