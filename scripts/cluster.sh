@@ -74,7 +74,8 @@ for i in $(seq 1 "$WORKERS"); do
 done
 awk -v port="$PORT" -v servers="$SERVERS" '{ gsub("@PORT@", port); if ($0 ~ /^@SERVERS@$/) printf "%s", servers; else print }' \
   scripts/haproxy.cfg.in >"$RUN_DIR/haproxy.cfg"
-"$HAPROXY" -db -f "$RUN_DIR/haproxy.cfg" >"$RUN_DIR/haproxy.log" 2>&1 &
+# Without SECTR_HAPROXY_NAME_BACKEND (test clusters only): responses name no internal server.
+env -u SECTR_HAPROXY_NAME_BACKEND "$HAPROXY" -db -f "$RUN_DIR/haproxy.cfg" >"$RUN_DIR/haproxy.log" 2>&1 &
 PIDS+=($!)
 
 for _ in $(seq 100); do

@@ -53,6 +53,13 @@ class LeaseLost(Exception):  # noqa: N818
     """A journal write by a worker whose lease was taken over (fenced)."""
 
 
+class JournalUnavailable(Exception):  # noqa: N818
+    """The journal could not be written or read: its store went away (a database
+    restart, a lost connection). Not the invocation's failure, so none is journaled: the
+    invocation stops where it is, and its worker lets the run be recovered (crash
+    stitching continues it from what the journal holds)."""
+
+
 class ProviderError(Exception):
     """A model provider failed. `retryable` is True for 429, 5xx and connection errors."""
 

@@ -23,6 +23,7 @@ from sectr.errors import (
     ApprovalDenied,
     ApprovalRequired,
     InvocationCancelled,
+    JournalUnavailable,
     LeaseLost,
     ProviderError,
     SteerArrived,
@@ -139,7 +140,7 @@ class Runtime:
         """
         try:
             ctx = await self.build_context(session_id, invocation_id, control=control, fence=fence)
-        except (LeaseLost, asyncio.CancelledError):
+        except (LeaseLost, JournalUnavailable, asyncio.CancelledError):
             raise
         except Exception as exc:
             # Fail the invocation rather than leave the session `running` for ever.
@@ -178,7 +179,9 @@ class Runtime:
         cancel_task.cancel()
         try:
             handler_task.result()
-        except LeaseLost:
+        except (LeaseLost, JournalUnavailable):
+            # Fenced off, or the journal is gone: write nothing more (recording a failure
+            # would fail too, or end for good a run that recovery can continue).
             ctx.writer.discard()
             raise
         except ApprovalRequired as ask:

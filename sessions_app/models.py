@@ -809,3 +809,20 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.channel} {self.event} {self.ask_id} ({self.status})"
+
+
+class PeriodicJob(models.Model):
+    """A job the workers share, done by one of them at a time every `interval`
+    (the retention sweep): the worker whose conditional UPDATE moves `due_at` on from a
+    past value does it (sessions_app.ops.retention.claim_periodic_job); the others see
+    it done until then. Its last run (who, when, a summary) is kept for operators."""
+
+    name = models.CharField(primary_key=True, max_length=40)
+    due_at = models.DateTimeField(default=timezone.now)
+    holder = models.CharField(max_length=200, blank=True, default="")  # the worker of its last run
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    summary = models.JSONField(default=dict, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

@@ -340,11 +340,44 @@ def _runnable(now: Any) -> Q:
 class LivenessLock:
     """A worker's session-level advisory lock on PostgreSQL, held on a connection of its
     own for as long as the worker lives: PostgreSQL frees it the moment that connection
-    dies, which tells claimers the worker is gone (see _runnable). Nothing on SQLite."""
+    dies, which tells claimers the worker is gone (see _runnable). Nothing on SQLite.
+
+    The connection may die while the worker lives (PostgreSQL restarted, the connection
+    reset or its backend terminated): `ensure()`, which the worker calls before it claims
+    and every second, notices and takes the lock again on a new connection. Until then
+    the worker's runs look abandoned and another worker may take them over; the lease
+    token fences the first worker's writes off, and its heartbeat stops those runs.
+    """
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self.connection: Any = None
+        self._guard = threading.Lock()  # the worker's claim loop and its watcher both ensure()
+        #: times the lock was lost and taken again (for tests and logs)
+        self.reacquired = 0
+
+    def ensure(self) -> bool:
+        """Whether the lock is held, taking it again when its connection died."""
+        if connection.vendor != "postgresql":
+            return True
+        import psycopg
+
+        with self._guard:
+            if self.connection is not None:
+                try:
+                    self.connection.execute("SELECT 1")
+                    return True  # the same database session: the lock is still ours
+                except psycopg.Error:
+                    log.warning("worker %s: its liveness connection died; taking the lock again", self.worker_id)
+                    self.release()
+            try:
+                self.acquire()
+            except (psycopg.Error, RuntimeError) as exc:
+                log.warning("worker %s: liveness lock not taken yet: %s", self.worker_id, exc)
+                return False
+            self.reacquired += 1
+            log.warning("worker %s: liveness lock taken again", self.worker_id)
+            return True
 
     def acquire(self) -> None:
         if connection.vendor != "postgresql":
@@ -355,7 +388,7 @@ class LivenessLock:
         self.connection = psycopg.connect(
             dbname=config["NAME"], user=config.get("USER") or None, password=config.get("PASSWORD") or None,
             host=config.get("HOST") or None, port=str(config.get("PORT") or "") or None, autocommit=True,
-            application_name=f"sectr worker {self.worker_id} liveness",
+            connect_timeout=5, application_name=f"sectr worker {self.worker_id} liveness",
         )  # fmt: skip
         row = self.connection.execute(
             "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LIVENESS_LOCK_CLASS, self.worker_id)

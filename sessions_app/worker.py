@@ -12,7 +12,9 @@ the partial message (crash stitching); after `max_attempts` it fails instead.
 
 Workers wake on commit (channel layer group "sectr.workers", or in-process pokes) and
 poll as a fallback. Every second each also sweeps for approval asks past their deadline
-and denies them (sessions_app.moderation.expiry: exactly once, however many sweep).
+and denies them (sessions_app.moderation.expiry: exactly once, however many sweep), and
+once an interval (SECTR_RETENTION_INTERVAL_S) one of them deletes the sessions past their
+retention (sessions_app.ops.retention.sweep_if_due).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from django.conf import settings
 from django.db import connection
 
 from sectr.control import RunControl
-from sectr.errors import LeaseLost
+from sectr.errors import JournalUnavailable, LeaseLost
 from sectr.runtime import Runtime
 from sectr.telemetry import set_log_context
 from sessions_app import runs
@@ -44,6 +46,7 @@ from sessions_app.journal.publish import (
 )
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
+from sessions_app.ops import retention
 from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
 
@@ -83,8 +86,12 @@ class Worker:
         listen: bool | None = None,
         notify: bool = True,
         expiry_interval: float = 1.0,
+        retention_interval: float | None = None,
     ) -> None:
         self.concurrency = concurrency
+        #: How often the fleet sweeps for sessions past their retention (0: never); one
+        #: worker per interval does it (sessions_app.ops.retention.sweep_if_due).
+        self.retention_interval = retention.retention_interval() if retention_interval is None else retention_interval
         #: How often this worker sweeps for expired asks (0: never).
         self.expiry_interval = expiry_interval
         self.lease = lease if lease is not None else runs.lease_seconds()
@@ -103,6 +110,8 @@ class Worker:
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rejoining: asyncio.Task[None] | None = None
+        #: this worker's liveness on PostgreSQL (runs.LivenessLock): held while it claims
+        self.liveness = runs.LivenessLock(self.worker_id)
 
     # thread-safe entry points
     def wake_threadsafe(self) -> None:
@@ -134,7 +143,7 @@ class Worker:
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         # Before the first claim: without it, a claimer would take this worker's runs
         # for a dead worker's (PostgreSQL; nothing on SQLite).
-        liveness = runs.LivenessLock(self.worker_id)
+        liveness = self.liveness
         await asyncio.to_thread(liveness.acquire)
         runs.local_listeners.add(self)
         if self.listen:
@@ -144,8 +153,10 @@ class Worker:
             await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
+        watcher = asyncio.ensure_future(self._watch_liveness()) if connection.vendor == "postgresql" else None
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
+        sweeper = asyncio.ensure_future(self._sweep_retention()) if self.retention_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
         try:
             while not self._stopping.is_set():
@@ -164,6 +175,8 @@ class Worker:
                 listener.cancel()
             if expiry is not None:
                 expiry.cancel()
+            if sweeper is not None:
+                sweeper.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
                 # The drained runs' last envelopes are queued for the layer: send them.
@@ -171,6 +184,8 @@ class Worker:
                     await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
+                if watcher is not None:
+                    watcher.cancel()
                 if notifier is not None:
                     notifier.cancel()
                 liveness.release()
@@ -178,6 +193,18 @@ class Worker:
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
         claimed = False
+        if len(self.tasks) >= self.concurrency or self._stopping.is_set():
+            return claimed
+        # A run claimed without the liveness lock would look abandoned to every other
+        # worker at once: claim only while the lock is held (taken again if it was lost).
+        if connection.vendor == "postgresql":  # nothing to hold on SQLite: no thread hop
+            try:
+                alive = await asyncio.to_thread(self.liveness.ensure)
+            except Exception:
+                log.exception("the liveness check failed")
+                alive = False
+            if not alive:
+                return claimed
         while len(self.tasks) < self.concurrency and not self._stopping.is_set():
             # A few at a time: one thread hop and one candidate query for several runs,
             # while the first of a burst still starts without waiting for many claims.
@@ -217,6 +244,14 @@ class Worker:
         except LeaseLost:
             LEASES_LOST.inc()
             log.warning("run %s: lease lost; another worker owns it now", claim.run_id)
+            return
+        except JournalUnavailable as exc:
+            # The database went away mid-run (a restart): nothing more is written. Let the
+            # run be recovered at once if the database is back already, else when its
+            # lease lapses; recovery continues the reply from what the journal holds.
+            log.warning("run %s: stopped, the journal is unavailable (%s); it will be recovered", claim.run_id, exc)
+            with contextlib.suppress(Exception):
+                await run_in_db_thread(runs.release_lease, claim)
             return
         except asyncio.CancelledError:
             raise
@@ -272,6 +307,18 @@ class Worker:
                 if cancel_by is not None and control is not None:
                     control.cancel(cancel_by or None)
 
+    async def _watch_liveness(self) -> None:
+        """Take the liveness lock again soon after its connection died (a PostgreSQL
+        restart), even while this worker claims nothing: until then other workers see its
+        runs as abandoned and take them over."""
+        interval = min(max(self.lease / 3, 0.2), 1.0)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.to_thread(self.liveness.ensure)
+            except Exception:
+                log.warning("the liveness check failed", exc_info=True)
+
     async def _expire_asks(self) -> None:
         """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the
         resumed run, which this worker or another claims like any other."""
@@ -281,6 +328,18 @@ class Worker:
                 await run_in_db_thread(expire_due_asks)
             except Exception:
                 log.warning("the expiry sweep failed", exc_info=True)
+
+    async def _sweep_retention(self) -> None:
+        """Delete the sessions past their retention once an interval, whichever worker
+        of the fleet wins the interval; the others find it done. Looks at least once a
+        minute whether the interval is due (a cheap conditional UPDATE)."""
+        check = min(self.retention_interval, 60.0)
+        while True:
+            try:
+                await run_in_db_thread(retention.sweep_if_due, self.worker_id, self.retention_interval)
+            except Exception:
+                log.warning("the retention sweep failed", exc_info=True)
+            await asyncio.sleep(check)
 
     async def _drain(self, *, drain_seconds: float) -> None:
         if not self.tasks:

@@ -15,11 +15,13 @@ DATABASE_URL names (a scratch database of it, as LiveSectr), the channel layer R
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import httpx
 
@@ -27,12 +29,21 @@ from tests.liveserver import DAPHNE, ROOT, LiveSectr, free_port
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 HAPROXY_TEMPLATE = ROOT / "scripts" / "haproxy.cfg.in"
+#: In HAProxy's environment, makes it name the answering Daphne in X-Sectr-Backend.
+BACKEND_HEADER_SWITCH = "SECTR_HAPROXY_NAME_BACKEND"
 
 
 def render_haproxy_config(port: int, backends: list[int]) -> str:
     servers = "".join(f"    server daphne{i} 127.0.0.1:{p} check\n" for i, p in enumerate(backends))
     text = HAPROXY_TEMPLATE.read_text().replace("@PORT@", str(port))
     return text.replace("@SERVERS@\n", servers)
+
+
+def start_haproxy(config: Path, log: IO[bytes], *, name_backends: bool = False) -> subprocess.Popen[bytes]:
+    env = {k: v for k, v in os.environ.items() if k != BACKEND_HEADER_SWITCH}
+    if name_backends:
+        env[BACKEND_HEADER_SWITCH] = "1"
+    return subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT, env=env)
 
 
 class PrivateRedis:
@@ -77,8 +88,12 @@ class Cluster(LiveSectr):
         worker_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
         private_redis: bool = False,
+        name_backends: bool = False,
     ) -> None:
         super().__init__(embedded_worker=False, env=env)
+        #: HAProxy names the Daphne that answered in X-Sectr-Backend (fault tests only:
+        #: scripts/haproxy.cfg.in strips the header otherwise)
+        self.name_backends = name_backends
         self.daphne_ports = [free_port() for _ in range(daphnes)]
         self.daphnes: list[subprocess.Popen[bytes] | None] = [None] * daphnes
         self.worker_count = workers
@@ -105,7 +120,7 @@ class Cluster(LiveSectr):
         config = self.tmp / "haproxy.cfg"
         config.write_text(render_haproxy_config(self.port, self.daphne_ports))
         log = open(self.tmp / "haproxy.log", "ab")  # noqa: SIM115 - closed with the process
-        self.haproxy = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=log, stderr=subprocess.STDOUT)
+        self.haproxy = start_haproxy(config, log, name_backends=self.name_backends)
         for _ in range(self.worker_count):
             self.start_worker(*self.worker_args)
         self.wait_ready()

@@ -21,7 +21,14 @@ finished.
 Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
 updated_at, so a batch made only of deltas bumps those two columns with one
 ``UPDATE ... RETURNING last_seq`` (which is also the row lock) and leaves the state JSON
-alone; `Session.projection()` takes last_seq from the column.
+alone; `Session.projection()` takes last_seq from the column. On PostgreSQL a group
+commit made only of deltas (many streams at once) goes further: one locking SELECT of
+its sessions in id order, one UPDATE of all their last_seq, each fence, and one INSERT
+(`_append_deltas_together`), instead of two or three statements per append.
+
+A connection error (PostgreSQL restarted) is JournalUnavailable to the async callers:
+not the invocation's failure; the runtime stops and the worker lets the run be
+recovered. The first such error has the process's pools test their idle connections.
 
 Sync methods (`append_sync`, `load_sync`, `load_since_compaction_sync`, `state_sync`)
 are for code that already runs in a thread, such as actions inside their own
@@ -34,23 +41,33 @@ around the work like channels' database_sync_to_async, and publish after the com
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
+import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 from asgiref.sync import sync_to_async
-from django.db import DEFAULT_DB_ALIAS, close_old_connections, connections, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Q
 from django.utils import timezone
 
-from sectr.errors import LeaseLost, NotFound, SteerArrived
+from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.state import SessionState, apply_envelope
@@ -61,6 +78,8 @@ from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import apublish, publish_on_commit
 from sessions_app.ops.metrics import count_appended
 from sessions_app.ops.tracing import observe_decisions_on_commit
+
+logger = logging.getLogger("sectr.journal")
 
 #: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
 ASK_INDEX_TYPES = frozenset(
@@ -115,13 +134,37 @@ def _keep_sqlite_connections() -> None:
             connection.close_at = deadline
 
 
+def check_connection_pools() -> None:
+    """Test the idle connections of this process's PostgreSQL pools, replacing the dead.
+
+    psycopg's pool hands out a connection without testing it (a test per checkout would
+    cost a round trip on every query), so after PostgreSQL restarts every idle one is
+    dead and each would fail its next user in turn. Called on the first connection error
+    instead: one failure, then the pool is whole again. Nothing on SQLite.
+    """
+    for connection in connections.all(initialized_only=True):
+        pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
+        if pool is None:
+            continue
+        try:
+            pool.check()
+        except Exception:  # still down: the next error checks again
+            logger.warning("checking the %s connection pool failed", connection.alias, exc_info=True)
+
+
 def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
+    broken = False
     try:
         return func(*args, **kwargs)
+    except (OperationalError, InterfaceError):
+        broken = True
+        raise
     finally:
         _keep_sqlite_connections()
-        close_old_connections()
+        close_old_connections()  # a connection that broke goes back to its pool, which drops it
+        if broken:
+            check_connection_pools()
 
 
 _db_thread_call: Callable[..., Awaitable[Any]] | None = None
@@ -200,16 +243,20 @@ class DatabaseJournal:
         group = self._group.get(loop)
         if group is None:
             group = self._group[loop] = _GroupCommit(self)
-        return await group.append(session_id, list(events), fence)
+        with _unavailable_as_journal_error():
+            return await group.append(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
-        return await run_in_db_thread(self.load_sync, session_id, after_seq)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.load_sync, session_id, after_seq)
 
     async def load_since_compaction(self, session_id: str) -> list[Envelope]:
-        return await run_in_db_thread(self.load_since_compaction_sync, session_id)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.load_since_compaction_sync, session_id)
 
     async def state(self, session_id: str) -> SessionState:
-        return await run_in_db_thread(self.state_sync, session_id)
+        with _unavailable_as_journal_error():
+            return await run_in_db_thread(self.state_sync, session_id)
 
     # ---- sync twins ----
 
@@ -296,16 +343,107 @@ class DatabaseJournal:
         if len(items) > 1:
             try:
                 with transaction.atomic(using=self.using):
+                    if self._deltas_only(items):
+                        return list(self._append_deltas_together(items))
                     return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
+            except (OperationalError, InterfaceError) as exc:
+                if self._connection_broken():
+                    # The connection broke (PostgreSQL restarted), perhaps during the
+                    # COMMIT: the group may have landed, and a retry could write it twice.
+                    # Every append of it fails instead (JournalUnavailable: its run is
+                    # recovered from what the journal holds, whichever way it went).
+                    self._reset_connections()
+                    return [exc for _ in items]
+                # The server refused it (a deadlock, say): rolled back; each is retried alone.
             except Exception:  # noqa: S110 - each is retried alone below, and raises there
                 pass
         results: list[list[Envelope] | Exception] = []
         for item in items:
             try:
                 results.append(self._append_in_own_transaction(item.session_id, item.events, item.fence))
+            except (OperationalError, InterfaceError) as exc:
+                results.append(exc)
+                if self._connection_broken():
+                    self._reset_connections()  # the next append gets a live connection
             except Exception as exc:
                 results.append(exc)
         return results
+
+    def _deltas_only(self, items: list[_PendingAppend]) -> bool:
+        """Whether a group can take the streaming fast path of _append_deltas_together."""
+        if connections[self.using].vendor != "postgresql":
+            return False  # SQLite has one writer and no round trips to save
+        return all(
+            item.events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in item.events)
+            for item in items
+        )
+
+    def _append_deltas_together(self, items: list[_PendingAppend]) -> list[list[Envelope]]:
+        """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
+        number of statements instead of two or three per append: lock the sessions' rows
+        (in id order, like every group), bump each last_seq by its appends' count in one
+        UPDATE, check each fence (its Run row, after the sessions), one INSERT for all.
+
+        The same result as `_append_locked` item by item (seqs gapless, in order per
+        session; a refusal raises, and the caller retries each alone). Under 100 streams
+        the two round trips per append inside the group's transaction, not the COMMIT,
+        were the cost (bench/journal.py).
+        """
+        connection = connections[self.using]
+        now = timezone.now()
+        prepared = [_prepare(item.events) for item in items]
+        counts: dict[str, int] = {}
+        for item, events in zip(items, prepared, strict=True):
+            counts[item.session_id] = counts.get(item.session_id, 0) + len(events)
+        ids = sorted(counts)
+        table = _qn(connection, models.Session._meta.db_table)
+        pk = _qn(connection, "id")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
+                [ids],
+            )
+            if len(cursor.fetchall()) != len(ids):
+                raise NotFound("a session of the group does not exist")
+            cursor.execute(
+                f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
+                f" FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE s.{pk} = v.id RETURNING s.{pk}, s.last_seq",
+                [connection.ops.adapt_datetimefield_value(now), ids, [counts[i] for i in ids]],
+            )
+            last_seq = {session_id: int(seq) for session_id, seq in cursor.fetchall()}
+        next_seq = {session_id: last_seq[session_id] - counts[session_id] for session_id in ids}
+        results: list[list[Envelope]] = []
+        for item, events in zip(items, prepared, strict=True):
+            if item.fence is not None:
+                self._check_fence(item.session_id, item.fence)
+            first = next_seq[item.session_id]
+            results.append(
+                [
+                    Envelope(item.session_id, first + i, invocation_id, event_type, payload, now)
+                    for i, (event_type, payload, invocation_id) in enumerate(events, start=1)
+                ]
+            )
+            next_seq[item.session_id] = first + len(events)
+        self._insert(connection, [envelope for envelopes in results for envelope in envelopes])
+        return results
+
+    def _connection_broken(self) -> bool:
+        """After a database error: whether the connection itself is gone (not merely the
+        statement refused by the server, which rolls the transaction back for sure)."""
+        connection = connections[self.using]
+        if connection.connection is None:
+            return True
+        try:
+            return not connection.is_usable()
+        except Exception:
+            return True
+
+    def _reset_connections(self) -> None:
+        """After a connection error: give the broken connection back (its pool drops it)
+        and have the pools test their idle ones (a restart killed them all)."""
+        with contextlib.suppress(Exception):
+            connections[self.using].close()
+        check_connection_pools()
 
     def _append_locked(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
         """The append proper; the caller holds a transaction open around it."""
@@ -453,6 +591,16 @@ class DatabaseJournal:
             Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
             for seq, invocation_id, event_type, payload, created_at in rows
         ]
+
+
+@contextmanager
+def _unavailable_as_journal_error() -> Iterator[None]:
+    """The database went away (a restart, a lost connection): JournalUnavailable, which
+    is not the invocation's failure (the runtime stops it and its run is recovered)."""
+    try:
+        yield
+    except (OperationalError, InterfaceError) as exc:
+        raise JournalUnavailable(f"the journal's database is unavailable: {exc}") from exc
 
 
 @functools.cache

@@ -3,9 +3,14 @@
 A session's retention, in days, is its team's (`Team.retention_days`) or else the
 default, SECTR_RETENTION_DAYS; 0 (the default) keeps sessions for ever. "Idle" counts
 from the session's last journal entry (`Session.updated_at`). `manage.py
-sectr_retention [--dry-run]` applies it (run it daily, from cron or a scheduler); each
+sectr_retention [--dry-run]` applies it by hand (the workers apply it on their own, below); each
 deletion goes through the delete action (`do_delete_expired`: the session, its
 journal, runs, search rows and media, under the session's lock) and is logged.
+
+The workers also run the sweep themselves, every SECTR_RETENTION_INTERVAL_S seconds
+(3600; 0 turns it off), one worker at a time: `sweep_if_due`, which does it only when
+its conditional update of the `retention` PeriodicJob row wins (`claim_periodic_job`),
+so however many workers run, the fleet sweeps once an interval.
 
 Kept until released, whatever their age (`retention_holds`): sessions waiting on an
 approval decision, sessions in a review queue (not yet done there) and sessions with a
@@ -15,16 +20,18 @@ live share link (not revoked, not expired).
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app.actions import DeletedSession, do_delete_expired
-from sessions_app.models import ReviewQueueItem, Session, ShareLink, Team
+from sessions_app.models import PeriodicJob, ReviewQueueItem, Session, ShareLink, Team
 
 log = logging.getLogger("sectr.retention")
 
@@ -150,4 +157,61 @@ def apply_retention(*, dry_run: bool = False, now: datetime | None = None) -> Re
             deleted.media_blobs,
             extra={"session_id": deleted.session_id},
         )
+    return report
+
+
+# ---- the workers' periodic sweep ----
+
+RETENTION_JOB = "retention"
+
+
+def retention_interval() -> float:
+    """Seconds between two sweeps by the workers (SECTR_RETENTION_INTERVAL_S, 3600; 0: off)."""
+    raw = os.environ.get("SECTR_RETENTION_INTERVAL_S", "").strip() or "3600"
+    try:
+        interval = float(raw)
+    except ValueError:
+        raise ImproperlyConfigured(f"SECTR_RETENTION_INTERVAL_S must be a number of seconds, not {raw!r}") from None
+    if interval < 0:
+        raise ImproperlyConfigured(f"SECTR_RETENTION_INTERVAL_S must be 0 (off) or more, not {raw!r}")
+    return interval
+
+
+def claim_periodic_job(name: str, interval: float, holder: str, now: datetime | None = None) -> bool:
+    """Whether `holder` does job `name` now: True for exactly one caller per interval.
+
+    One conditional UPDATE (`due_at <= now` moves to now + interval): on PostgreSQL
+    concurrent callers queue on the row's lock and re-check the condition after the
+    winner commits; on SQLite writers are serialised. A holder that dies mid-job leaves
+    the next run to whoever comes after `due_at`.
+    """
+    now = now or timezone.now()
+    PeriodicJob.objects.get_or_create(name=name, defaults={"due_at": now})
+    won = PeriodicJob.objects.filter(name=name, due_at__lte=now).update(
+        due_at=now + timedelta(seconds=interval), holder=holder, started_at=now, finished_at=None
+    )
+    return won == 1
+
+
+def sweep_if_due(holder: str, interval: float, now: datetime | None = None) -> RetentionReport | None:
+    """The worker's periodic retention sweep: apply_retention when this worker's claim of
+    the interval wins (None otherwise); what it removed is logged (`sectr.retention`)."""
+    if not claim_periodic_job(RETENTION_JOB, interval, holder, now):
+        return None
+    report = apply_retention(now=now)
+    summary = {
+        "deleted": [deleted.session_id for deleted in report.deleted],
+        "kept": len(report.kept),
+        "envelopes": sum(deleted.envelopes for deleted in report.deleted),
+        "media_blobs": sum(deleted.media_blobs for deleted in report.deleted),
+    }
+    PeriodicJob.objects.filter(name=RETENTION_JOB, holder=holder).update(finished_at=timezone.now(), summary=summary)
+    log.info(
+        "retention sweep by %s: deleted %d session(s) (%d envelopes, %d media blobs), kept %d",
+        holder,
+        len(report.deleted),
+        summary["envelopes"],
+        summary["media_blobs"],
+        len(report.kept),
+    )
     return report

@@ -19,13 +19,14 @@ from collections.abc import Awaitable, Callable
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, connections
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 import sectr
+from sessions_app.journal.database import check_connection_pools
 from sessions_app.ops.scrape import database_registry
 
 #: How long each readiness check may take before it counts as failed.
@@ -39,9 +40,17 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 def check_database() -> None:
-    with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
+    try:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except (OperationalError, InterfaceError):
+        # PostgreSQL restarted: this connection, and the pool's idle ones, are dead. The
+        # broken one goes back to its pool (which drops it); the rest are tested now, so
+        # the next probe (and the next request) gets a live one.
+        connections[DEFAULT_DB_ALIAS].close()
+        check_connection_pools()
+        raise
 
 
 def check_migrations() -> None:

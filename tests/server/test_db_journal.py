@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
-from django.db import connection, transaction
+from django.db import OperationalError, connection, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -30,6 +30,7 @@ from sectr.events import (
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
 from sessions_app.journal import DatabaseJournal, publish
+from sessions_app.journal.database import _PendingAppend
 from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads
@@ -271,6 +272,74 @@ async def test_a_refused_append_in_a_group_does_not_undo_the_others(make_session
     assert isinstance(results[1], LeaseLost)
     assert await sync_to_async(seqs)(good.id) == [1, 2, 3, 4]
     assert await sync_to_async(seqs)(fenced.id) == [1]
+
+
+def _group_items(*appends: tuple[str, str]) -> list[_PendingAppend]:
+    return [_PendingAppend(session_id, [delta(text)], None, None) for session_id, text in appends]  # type: ignore[arg-type]
+
+
+def _refusing(journal: DatabaseJournal, refused: str, times: int) -> None:
+    """The first `times` writes of envelopes of session `refused` fail as the database
+    refusing them (whether the group goes append by append or all together)."""
+    real, left = journal._insert, [times]
+
+    def insert(connection: Any, envelopes: list[Envelope]) -> None:
+        if left[0] and any(envelope.session_id == refused for envelope in envelopes):
+            left[0] -= 1
+            raise OperationalError("deadlock detected")
+        real(connection, envelopes)
+
+    journal._insert = insert  # type: ignore[method-assign]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_the_server_refused_is_retried_append_by_append(make_session: Any) -> None:
+    first, second = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+    _refusing(journal, second.id, times=1)  # a deadlock: rolled back for sure, the connection lives
+    results = journal._append_group(_group_items((first.id, "a"), (second.id, "b"), (first.id, "c")))
+    assert all(isinstance(result, list) for result in results), results
+    assert seqs(first.id) == [1, 2, 3] and seqs(second.id) == [1, 2]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(make_session: Any) -> None:
+    sessions = [make_session() for _ in range(4)]
+    run = Run.objects.create(session=sessions[0], status=Run.RUNNING, lease_token="tok")
+    journal = DatabaseJournal(publish=False)
+    items = _group_items(*((s.id, f"{s.id}:{i}") for i in range(3) for s in sessions))
+    items[0].fence = (run.id, "tok")
+    items.sort(key=lambda item: item.session_id)  # as the group commit does
+    with CaptureQueriesContext(connection) as queries:
+        results = journal._append_group(items)
+    for s in sessions:
+        assert seqs(s.id) == [1, 2, 3, 4]
+        mine = [e for result in results for e in result if e.session_id == s.id]  # type: ignore[union-attr]
+        assert [(e.seq, e.payload["text"]) for e in mine] == [(2 + i, f"{s.id}:{i}") for i in range(3)]
+    if connection.vendor == "postgresql":  # lock, bump, one fence, insert (+ the transaction's own)
+        assert len(queries) <= 6, [q["sql"][:60] for q in queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: Any) -> None:
+    live = make_session()
+    journal = DatabaseJournal(publish=False)
+    results = journal._append_group(_group_items((live.id, "a"), ("ses_gone", "b"), (live.id, "c")))
+    assert isinstance(results[1], NotFound)
+    assert seqs(live.id) == [1, 2, 3]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_whose_connection_broke_is_not_retried(make_session: Any, monkeypatch: Any) -> None:
+    first, second = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+    _refusing(journal, second.id, times=1)
+    # The connection went away (maybe during the COMMIT: the group may have landed), so a
+    # retry could write it twice: every append of it fails, for its run to be recovered.
+    monkeypatch.setattr(journal, "_connection_broken", lambda: True)
+    results = journal._append_group(_group_items((first.id, "a"), (second.id, "b")))
+    assert [type(result) for result in results] == [OperationalError, OperationalError]
+    assert seqs(first.id) == [1] and seqs(second.id) == [1]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -25,6 +25,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -107,7 +109,7 @@ def log_in(base_url: str, username: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def topology() -> Iterator[Topology]:
     env = {"SECTR_DEMO_SLOW_MS": str(TICK_MS), "SECTR_LEASE_SECONDS": str(LEASE)}
-    with Cluster(daphnes=2, workers=0, env=env, private_redis=True) as cluster:
+    with Cluster(daphnes=2, workers=0, env=env, private_redis=True, name_backends=True) as cluster:
         # One `manage.py shell` for the user and the token (each start of Django takes seconds).
         out = cluster.manage(
             "shell", "-c",
@@ -363,6 +365,101 @@ def test_sigterm_of_the_streaming_worker_drains_its_run(topo: Topology) -> None:
     assert "SESSION_ERROR" not in [e["type"] for e in driver.envelopes(session_id)]
     logs = "".join(path.read_text(errors="replace") for path in cluster.tmp.glob("worker-*.log"))
     assert "draining 1 runs" in logs
+
+
+def postgres_cluster() -> tuple[str, str]:
+    """(version, name) of the machine's PostgreSQL cluster on DATABASE_URL's port."""
+    port = str(urlsplit(os.environ["DATABASE_URL"]).port or 5432)
+    listed = subprocess.run(["pg_lsclusters", "-h"], capture_output=True, text=True, check=True).stdout
+    for line in listed.splitlines():
+        version, name, cluster_port, *_ = line.split()
+        if cluster_port == port:
+            return version, name
+    raise AssertionError(f"no PostgreSQL cluster of this machine listens on port {port}:\n{listed}")
+
+
+def postgres_online(version: str, name: str) -> bool:
+    found = subprocess.run(["pg_ctlcluster", version, name, "status"], capture_output=True, text=True)
+    return found.returncode == 0
+
+
+def liveness_locks_held(driver: LiveDriver, worker_ids: list[str]) -> bool:
+    rows = driver._rows(
+        "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+        " WHERE l.locktype = 'advisory' AND l.granted AND d.datname = current_database()"
+        " AND l.classid = %s AND l.objsubid = 2 AND l.objid = ANY(SELECT hashtext(w)::oid FROM unnest(%s::text[]) w)",
+        (0x5EC7, worker_ids),
+    )
+    return bool(rows[0][0] == len(worker_ids))
+
+
+# Beside the Redis restart, before it: it restarts the machine's PostgreSQL (which other
+# test runs share), once, for as short a time as a restart takes.
+@pytest.mark.skipif(shutil.which("pg_ctlcluster") is None, reason="needs the machine's own PostgreSQL (pg_ctlcluster)")
+def test_a_postgres_restart_mid_stream_is_survived_with_a_gapless_journal(topo: Topology) -> None:
+    cluster, driver = topo.cluster, topo.driver
+    version, name = postgres_cluster()
+    ticks = 40
+    session_id, run_id = topo.post_run(f"!slow {ticks}")
+    wait_for(lambda: len(streamed_ticks(driver.envelopes(session_id))) >= 8, 60, "ticks before the restart", 0.1)
+    assert driver.run(run_id)["status"] == "running", "the restart must land mid-stream"
+    driver.close()  # its connection dies with the server
+    try:
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart", "-m", "fast"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    finally:  # whatever happened, the machine's PostgreSQL is up again
+        if not postgres_online(version, name):
+            subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "start"], timeout=60)
+    assert postgres_online(version, name)
+
+    # The run continues (recovered from what the journal holds) or fails retryably; then
+    # a Retry works.
+    run = wait_for(
+        lambda: (found := driver.run(run_id))["status"] not in ("queued", "running") and found, 60, "the run's end"
+    )
+    print("after the PostgreSQL restart:", run)  # which way it went (pytest -s)
+    if run["status"] == "failed":
+        last_error = driver.session_state(session_id).get("last_error") or {}
+        assert last_error.get("retryable"), last_error
+        with topo.api() as http:
+            retried = http.post(f"/sessions/{session_id}/retry")
+        assert retried.status_code == 202, retried.text
+        retry_id = retried.json()["run_id"]
+        again = wait_for(lambda: (f := driver.run(retry_id))["status"] not in ("queued", "running") and f, 60, "retry")
+        assert again["status"] == "completed", again
+    else:
+        assert run["status"] == "completed", run
+        assert reply_ticks(driver.envelopes(session_id)) == list(range(1, ticks + 1))
+    journal = driver.envelopes(session_id)
+    seqs = [e["seq"] for e in journal]
+    assert seqs == list(range(1, len(journal) + 1)), "gapless, no seq twice"
+    assert journal[-1]["type"] == "INVOCATION_COMPLETED"
+
+    # Every process reconnected: each Daphne is ready again, the workers hold their
+    # liveness locks again (taken anew: the restart ended their connections), and a new
+    # run streams through the balancer in one attempt.
+    for port in cluster.daphne_ports:
+        wait_for(lambda p=port: httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=10).status_code == 200, 30, "readyz")
+    assert all(proc.poll() is None for proc in topo.workers.values()), "a worker died with the database"
+    wait_for(lambda: liveness_locks_held(driver, list(topo.workers)), 15, "the workers' liveness locks again", 0.2)
+    logs = "".join(path.read_text(errors="replace") for path in cluster.tmp.glob("worker-*.log"))
+    assert "liveness lock taken again" in logs
+    session_id, run_id = topo.post_run("!slow 5")
+    with (
+        topo.api() as http,
+        http.stream("GET", f"/runs/{run_id}/events", timeout=httpx.Timeout(30, read=20)) as response,
+    ):
+        events = []
+        for event in sse_events(response):
+            events.append(event)
+            if event.kind == "result":
+                break
+    assert event_ticks(events) == [1, 2, 3, 4, 5]
+    assert_once_in_order(events)
+    after = wait_for(lambda: (found := driver.run(run_id))["status"] != "running" and found, 10, "the new run's end")
+    assert (after["status"], after["attempts"]) == ("completed", 1)
 
 
 # Last: the other tests share this cluster, and a restarted Redis leaves its Daphnes'

@@ -7,13 +7,21 @@ claims it, lease or not. SQLite has no such locks (its workers wait for the leas
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from sectr.providers import DemoProvider
+from sectr.runtime import Runtime
 from sessions_app import actions, runs
+from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Run
+from sessions_app.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,6 +51,85 @@ def test_a_run_is_recovered_at_once_when_its_workers_lock_is_free(owner: Any) ->
     assert recovered.token != claim.token  # the dead worker's late writes are fenced off
     run = Run.objects.get(pk=posted.pk)
     assert run.lease_owner == "other-worker" and run.attempts == 2
+
+
+def _holders(worker_id: str) -> list[int]:
+    """The pids of the backends holding `worker_id`'s liveness lock."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND classid = %s"
+            " AND objsubid = 2 AND objid = hashtext(%s)::oid"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+            [runs.LIVENESS_LOCK_CLASS, worker_id],
+        )
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _terminate(lock: runs.LivenessLock) -> int:
+    """What a PostgreSQL restart does to the lock's connection (the worker lives on)."""
+    pid = int(lock.connection.info.backend_pid)
+    assert _holders(lock.worker_id) == [pid]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s, 5000)", [pid])
+    deadline = time.monotonic() + 10
+    while pid in _holders(lock.worker_id):
+        assert time.monotonic() < deadline, "the terminated backend still holds the lock"
+        time.sleep(0.02)
+    return pid
+
+
+def test_a_lock_whose_connection_died_is_taken_again_and_its_runs_are_safe_again(owner: Any) -> None:
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    lock = runs.LivenessLock("living-worker")
+    lock.acquire()
+    try:
+        assert lock.ensure() and lock.reacquired == 0  # held: nothing to do
+        claim = runs.claim_next_run("living-worker", 60.0)
+        assert claim is not None and claim.run_id == posted.pk
+        _terminate(lock)
+        # The lock is gone: the run looks abandoned to every claimer.
+        assert Run.objects.filter(runs._runnable(timezone.now()), pk=posted.pk).exists()
+        assert lock.ensure() and lock.reacquired == 1
+        assert len(_holders("living-worker")) == 1
+        assert runs.claim_next_run("other-worker", 60.0) is None  # its worker lives again
+        assert Run.objects.get(pk=posted.pk).lease_owner == "living-worker"
+    finally:
+        lock.release()
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_takes_its_lost_lock_again_and_keeps_its_runs(owner: Any) -> None:
+    session = await run_in_db_thread(actions.do_create_session, owner)
+    runtime = Runtime(DatabaseJournal(), provider=DemoProvider(slow_delay=0.1))
+    worker = Worker(concurrency=2, poll_interval=0.1, lease=30.0, runtime=runtime)
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    try:
+        posted = await run_in_db_thread(actions.do_post_message, owner, session.pk, "!slow 30")
+
+        def running() -> bool:
+            return Run.objects.get(pk=posted.pk).status == Run.RUNNING
+
+        await _wait(running)
+        dead = await run_in_db_thread(_terminate, worker.liveness)
+        # Within a second or so (its watcher), long before the 30 s lease would matter.
+        await _wait(lambda: len(pids := _holders(worker.worker_id)) == 1 and dead not in pids, timeout=10)
+        assert worker.liveness.reacquired == 1
+        # Nobody may take its run now: its lock says it lives.
+        assert await run_in_db_thread(runs.claim_next_run, "other-worker", 60.0) is None
+        await _wait(lambda: Run.objects.get(pk=posted.pk).status == Run.COMPLETED, timeout=30)
+        run = await run_in_db_thread(Run.objects.get, pk=posted.pk)
+        assert (run.attempts, run.lease_owner) == (1, worker.worker_id)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+
+
+async def _wait(check: Callable[[], Any], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await run_in_db_thread(check):
+        assert time.monotonic() < deadline, f"timed out waiting for {check}"
+        await asyncio.sleep(0.05)
 
 
 def test_a_claim_skips_a_session_someone_holds_and_takes_the_next(owner: Any) -> None:

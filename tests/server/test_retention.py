@@ -6,20 +6,29 @@ nothing. Through `manage.py sectr_retention`, the real database and real media f
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
+from django.db import connection
 from django.utils import timezone
 
+from sectr.runtime import Runtime
 from sessions_app import actions
-from sessions_app.models import Envelope, MediaBlob, Run, Session, SessionMedia, Team
+from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.models import Envelope, MediaBlob, PeriodicJob, Run, Session, SessionMedia, Team
 from sessions_app.ops import retention
+from sessions_app.worker import Worker
 from tests.server.test_media import PNG, image_part
 
 pytestmark = [pytest.mark.django_db]
@@ -180,3 +189,101 @@ def test_review_queues_and_live_share_links_keep_a_session_until_released(make_s
     review_actions.do_revoke_share(owner, link.pk)
     run_command()
     assert not Session.objects.exists()
+
+
+# ---- the workers' periodic sweep ----
+
+
+def finished_sweep() -> PeriodicJob | None:
+    return PeriodicJob.objects.filter(name="retention", finished_at__isnull=False).first()
+
+
+def test_one_claim_of_a_periodic_job_wins_per_interval() -> None:
+    now = timezone.now()
+    assert retention.claim_periodic_job("job", 60, "worker-a", now)
+    assert not retention.claim_periodic_job("job", 60, "worker-b", now + timedelta(seconds=30))
+    assert not retention.claim_periodic_job("job", 60, "worker-a", now + timedelta(seconds=59))
+    assert retention.claim_periodic_job("job", 60, "worker-b", now + timedelta(seconds=61))
+    job = PeriodicJob.objects.get(name="job")
+    assert job.holder == "worker-b" and job.due_at == now + timedelta(seconds=121)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_workers_claiming_a_sweep_at_once_get_one_winner() -> None:
+    now = timezone.now()
+    barrier = threading.Barrier(6)
+
+    def claim(index: int) -> bool:
+        barrier.wait(10)
+        try:
+            return retention.claim_periodic_job("sweep", 3600, f"worker-{index}", now)
+        finally:
+            connection.close()  # this thread's
+
+    with ThreadPoolExecutor(6) as pool:
+        won = list(pool.map(claim, range(6)))
+    assert won.count(True) == 1, won
+    assert PeriodicJob.objects.get(name="sweep").holder == f"worker-{won.index(True)}"
+
+
+def test_the_sweep_interval_is_read_from_the_environment(monkeypatch: Any) -> None:
+    monkeypatch.delenv("SECTR_RETENTION_INTERVAL_S", raising=False)
+    assert retention.retention_interval() == 3600
+    monkeypatch.setenv("SECTR_RETENTION_INTERVAL_S", "0")
+    assert retention.retention_interval() == 0
+    assert Worker(runtime=Runtime(DatabaseJournal())).retention_interval == 0
+    for bad in ("hourly", "-5"):
+        monkeypatch.setenv("SECTR_RETENTION_INTERVAL_S", bad)
+        with pytest.raises(ImproperlyConfigured, match="SECTR_RETENTION_INTERVAL_S"):
+            retention.retention_interval()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+async def test_the_workers_sweep_retention_one_at_a_time_and_log_what_they_removed(
+    make_session: Any, caplog: Any
+) -> None:
+    old = await run_in_db_thread(make_session, title="old")
+    recent = await run_in_db_thread(make_session, title="recent")
+    await run_in_db_thread(idle_for, old, 31)
+    workers = [
+        Worker(worker_id=f"sweeper-{i}", retention_interval=3600, poll_interval=0.1, runtime=Runtime(DatabaseJournal()))
+        for i in range(3)
+    ]
+    with caplog.at_level(logging.INFO, logger="sectr.retention"):
+        tasks = [asyncio.ensure_future(worker.run(drain_timeout=1)) for worker in workers]
+        try:
+            deadline = time.monotonic() + 30
+            while await run_in_db_thread(Session.objects.filter(pk=old.pk).exists):
+                assert time.monotonic() < deadline, "no worker swept"
+                await asyncio.sleep(0.05)
+            job = await run_in_db_thread(finished_sweep)
+            deadline = time.monotonic() + 10
+            while job is None:
+                assert time.monotonic() < deadline, "the sweep did not record its end"
+                await asyncio.sleep(0.05)
+                job = await run_in_db_thread(finished_sweep)
+            await asyncio.sleep(0.5)  # the others have looked too by now (each looks at start)
+        finally:
+            for worker in workers:
+                worker.stop()
+            await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    assert await run_in_db_thread(Session.objects.filter(pk=recent.pk).exists)
+    assert job.holder in {w.worker_id for w in workers} and job.summary["deleted"] == [old.pk]
+    sweeps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("retention sweep by")]
+    assert sweeps == [f"retention sweep by {job.holder}: deleted 1 session(s) (1 envelopes, 0 media blobs), kept 0"]
+    assert any(f"deleted session {old.pk}" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.timeout(60)
+async def test_a_worker_with_the_sweep_off_deletes_nothing(make_session: Any) -> None:
+    old = await run_in_db_thread(make_session, title="old")
+    await run_in_db_thread(idle_for, old, 31)
+    worker = Worker(retention_interval=0, poll_interval=0.1, runtime=Runtime(DatabaseJournal()))
+    task = asyncio.ensure_future(worker.run(drain_timeout=1))
+    await asyncio.sleep(1.0)
+    worker.stop()
+    await asyncio.wait_for(task, 20)
+    assert await run_in_db_thread(Session.objects.filter(pk=old.pk).exists)
+    assert not await run_in_db_thread(PeriodicJob.objects.filter(name="retention").exists)

@@ -13,7 +13,7 @@ class Command(BaseCommand):
     help = (
         "Deletes sessions idle longer than their team's retention_days or SECTR_RETENTION_DAYS "
         "(with their journal, runs, search rows and media); sessions held (awaiting a decision, "
-        "under review, shared) are kept. Run it daily."
+        "under review, shared) are kept. The workers also sweep every SECTR_RETENTION_INTERVAL_S seconds."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
