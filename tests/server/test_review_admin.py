@@ -24,7 +24,9 @@ def admin_client_(db: None) -> Client:
 
 def test_session_change_page_shows_snapshot_usage_transcript_and_links(admin_client_: Client, session: Session) -> None:
     append(session, [started("hello admin"), *reply("You said: hello admin"), completed()], publish=False)
-    page = admin_client_.get(f"/admin/sessions_app/session/{session.pk}/change/").content.decode()
+    response = admin_client_.get(f"/admin/sessions_app/session/{session.pk}/change/")
+    assert response.status_code == 200, (response.status_code, response.get("Location"))
+    page = response.content.decode()
     assert "Snapshot" in page and "Context window" in page
     assert "Usage by model" in page and "<td>demo</td>" in page
     assert "hello admin" in page and 'data-role="assistant"' in page
