@@ -177,6 +177,26 @@ def delta_ticks(live: LiveSectr, session_ids: list[str]) -> dict[tuple[str, int]
     return {(sid, seq): [int(t) for t in TICK_RE.findall(text)] for sid, seq, text in json.loads(output)}
 
 
+def recoveries(live: LiveSectr, session_ids: list[str]) -> int:
+    """How many invocations of these sessions were recoveries (a lease lost or taken over)."""
+    code = (
+        "from sessions_app.models import Envelope; "
+        f"ids = {session_ids!r}; "
+        "rows = Envelope.objects.filter(session_id__in=ids, type='INVOCATION_STARTED')"
+        ".values_list('payload', flat=True); "
+        "print(sum(1 for p in rows if (p.get('reason') or {}).get('kind') == 'recover'))"
+    )
+    return int(live.manage("shell", "-c", code).strip().splitlines()[-1])
+
+
+def duplicate_ticks(carried: dict[tuple[str, int], list[int]]) -> int:
+    """Ticks journaled more than once in a session (must be 0)."""
+    per_session: dict[str, list[int]] = {}
+    for (session_id, _seq), ticks in carried.items():
+        per_session.setdefault(session_id, []).extend(ticks)
+    return sum(len(ticks) - len(set(ticks)) for ticks in per_session.values())
+
+
 def read_stamps(path: Path) -> dict[tuple[str, int], float]:
     """(session, tick) -> when the demo model produced it (the last time, after a recovery)."""
     stamps: dict[tuple[str, int], float] = {}
@@ -310,6 +330,7 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         if bare_pool is not None:
             bare_pool.shutdown()
         carried = delta_ticks(live, [c.session_id for c in clients])
+        recovered = recoveries(live, [c.session_id for c in clients])
         backend = ("postgresql" if live.postgres else "sqlite") + (
             " + redis" if live.env.get("REDIS_URL") else " + in-memory layer"
         )
@@ -358,6 +379,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         "max": max(lags, default=float("nan")) * 1000,
         "admit_p50": percentile(admissions, 0.50) * 1000,
         "admit_p99": percentile(admissions, 0.99) * 1000,
+        "recovered": recovered,
+        "journal_duplicate_ticks": duplicate_ticks(carried),
         "answer_p50": percentile(answers, 0.50) * 1000,
         "answer_p99": percentile(answers, 0.99) * 1000,
         "first_tick_p50": percentile(first_ticks, 0.50) * 1000,
@@ -382,7 +405,8 @@ def format_row(result: dict[str, Any]) -> str:
     if "answer_p50" in result:  # where admission goes: the POST's answer, then the claim and start
         where += (
             f"; POST answered p50 {result['answer_p50']:.0f} p99 {result['answer_p99']:.0f},"
-            f" tick 1 produced p50 {result['first_tick_p50']:.0f} p99 {result['first_tick_p99']:.0f}"
+            f" tick 1 produced p50 {result['first_tick_p50']:.0f} p99 {result['first_tick_p99']:.0f};"
+            f" runs recovered {result['recovered']}, ticks journaled twice {result['journal_duplicate_ticks']}"
         )
     if result.get("bare_p50") == result.get("bare_p50"):  # not NaN: --bare ran
         where += f"; bare group_send p50 {result['bare_p50']:.1f} p99 {result['bare_p99']:.1f}"
