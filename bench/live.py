@@ -197,6 +197,21 @@ def duplicate_ticks(carried: dict[tuple[str, int], list[int]]) -> int:
     return sum(len(ticks) - len(set(ticks)) for ticks in per_session.values())
 
 
+def dump_duplicated_session(live: LiveSectr, carried: dict[tuple[str, int], list[int]], out: Path) -> None:
+    """Write the journal of one session with a tick journaled twice (to see how)."""
+    per_session: dict[str, list[int]] = {}
+    for (session_id, _seq), ticks in carried.items():
+        per_session.setdefault(session_id, []).extend(ticks)
+    session_id = next(sid for sid, ticks in per_session.items() if len(ticks) != len(set(ticks)))
+    code = (
+        "from sessions_app.models import Envelope; "
+        f"rows = Envelope.objects.filter(session_id={session_id!r}).order_by('seq')"
+        ".values_list('seq', 'type', 'invocation_id', 'payload', 'created_at'); "
+        "[print(q, t, i, c.isoformat(), str(p)[:160]) for q, t, i, p, c in rows]"
+    )
+    out.write_text(live.manage("shell", "-c", code))
+
+
 def read_stamps(path: Path) -> dict[tuple[str, int], float]:
     """(session, tick) -> when the demo model produced it (the last time, after a recovery)."""
     stamps: dict[tuple[str, int], float] = {}
@@ -331,6 +346,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
             bare_pool.shutdown()
         carried = delta_ticks(live, [c.session_id for c in clients])
         recovered = recoveries(live, [c.session_id for c in clients])
+        if os.environ.get("SECTR_BENCH_DUMP_DUPLICATES") and duplicate_ticks(carried):
+            dump_duplicated_session(live, carried, Path(os.environ["SECTR_BENCH_DUMP_DUPLICATES"]))
         backend = ("postgresql" if live.postgres else "sqlite") + (
             " + redis" if live.env.get("REDIS_URL") else " + in-memory layer"
         )

@@ -29,6 +29,19 @@ async def answer_open_tool_calls(ctx: SessionContext) -> None:
             continue  # the denial is journaled as an error result; the model goes on
 
 
+def answered_before_the_crash(ctx: SessionContext) -> bool:
+    """Whether this recovery has nothing left to do: the lost invocation had given its
+    final answer (its worker died, or lost its lease, between the reply's MESSAGE_END and
+    the terminal event). Its message is complete, so the fold does not stitch a "please
+    continue" after it; calling the model again would answer the same message twice
+    (bench/live.py at N=500, where starved workers lost leases, journaled whole replies
+    twice)."""
+    if ctx.reason.get("kind") != "recover":
+        return False
+    messages = ctx.messages
+    return bool(messages) and messages[-1].get("role") == "assistant" and not messages[-1].get("tool_calls")
+
+
 async def default_handler(ctx: SessionContext) -> None:
     """Call the model, run the tools it asks for, repeat until it answers in text.
 
@@ -37,6 +50,8 @@ async def default_handler(ctx: SessionContext) -> None:
     """
     await answer_open_tool_calls(ctx)
     await ctx.step_boundary()
+    if answered_before_the_crash(ctx):
+        return
     while True:
         limit = ctx.limit_reached()
         if limit is not None:

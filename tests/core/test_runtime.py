@@ -1137,3 +1137,44 @@ async def test_an_invocation_that_cannot_start_fails_instead_of_hanging() -> Non
     assert outcome.type is EventType.INVOCATION_FAILED
     assert outcome.payload == {"error": "KeyError: 'demo'", "retryable": False}
     assert (await rt.state(sid)).status == "failed"
+
+
+async def test_recover_after_the_final_answer_does_not_answer_again(demo: DemoProvider) -> None:
+    """The worker died (or lost its lease) after the reply's MESSAGE_END and before the
+    terminal event: the recovered run completes without calling the model again."""
+    journal = MemoryJournal()
+
+    async def answer_then_hang(ctx: SessionContext) -> None:
+        await default_handler(ctx)
+        await asyncio.sleep(3600)  # the terminal event is never written
+
+    rt = LocalRuntime(handler=answer_then_hang, provider=demo, journal=journal)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, "!slow 3"))
+    await wait_for(lambda: bool(of_type(journal.read(sid), EventType.MESSAGE_END)))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    rt2 = LocalRuntime(provider=demo, journal=journal)  # another worker, the default handler
+    outcome = await rt2.recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert len(of_type(journal.read(sid), EventType.MESSAGE_START)) == 1
+    messages = messages_of(rt2, sid)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert ticks(messages[1]["content"]) == [1, 2, 3]
+    assert_one_terminal_per_invocation(journal.read(sid))
+
+
+async def test_recover_after_a_tool_result_still_calls_the_model(demo: DemoProvider) -> None:
+    """Only a final answer ends a recovery at once: after a tool result the model goes on."""
+    journal = MemoryJournal()
+    rt = LocalRuntime(provider=demo, journal=journal, tools=TOOLS)
+    sid = await rt.create_session()
+    task = asyncio.create_task(rt.send(sid, '!tool nap {"seconds": 30}'))
+    await wait_for(lambda: bool(of_type(journal.read(sid), EventType.TOOL_CALL)))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    outcome = await LocalRuntime(provider=demo, journal=journal, tools=[ping]).recover(sid)
+    assert outcome.type is EventType.INVOCATION_COMPLETED
+    assert len(of_type(journal.read(sid), EventType.MESSAGE_START)) == 2
