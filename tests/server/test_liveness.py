@@ -176,3 +176,28 @@ def test_a_claim_skips_a_session_someone_holds_and_takes_the_next(owner: Any) ->
         assert [c.run_id for c in later] == [held_run.pk]
     finally:
         alive.release()
+
+
+def test_a_live_owners_expired_lease_is_waited_for_a_while(owner: Any) -> None:
+    """An owner that holds its lock is alive, only late (starved): its run is taken over
+    after LIVE_OWNER_GRACE_LEASES leases past the expiry, not at once."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    alive = runs.LivenessLock("late-worker")
+    alive.acquire()
+    try:
+        claim = runs.claim_next_run("late-worker", 60.0)
+        assert claim is not None and claim.run_id == posted.pk
+        lease = runs.lease_seconds()
+        Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+        assert runs.claim_next_run("other-worker", 60.0) is None  # late, but alive
+        long_ago = timezone.now() - timedelta(seconds=lease * (runs.LIVE_OWNER_GRACE_LEASES + 1))
+        Run.objects.filter(pk=posted.pk).update(lease_expires_at=long_ago)
+        taken = runs.claim_next_run("other-worker", 60.0)
+        assert taken is not None and taken.run_id == posted.pk and taken.recovered
+    finally:
+        alive.release()
