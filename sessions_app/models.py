@@ -310,6 +310,9 @@ class Run(models.Model):
     pending_steer = models.TextField(blank=True, default="")
     steer_author = models.CharField(max_length=150, blank=True, default="")
     start_seq = models.PositiveIntegerField(null=True, blank=True)  # seq of its INVOCATION_STARTED
+    # The session's last seq when the current attempt was claimed: a lost attempt that
+    # journaled nothing since made no progress (runs.fail_exhausted counts only those).
+    claimed_seq = models.PositiveBigIntegerField(null=True, blank=True)
     # The ApiToken id it was started through (0: the web UI), for the usage rollup.
     api_token_key = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=timezone.now)

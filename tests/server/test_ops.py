@@ -278,3 +278,35 @@ def test_multiprocess_mode_adds_up_the_processes_of_a_machine(tmp_path: Any) -> 
     }
     assert values[("sectr_journal_envelopes_total", ())] == 7 + 7 + 5
     assert values[("sectr_websocket_clients", (("consumer", "chat"),))] == 4
+
+
+def test_a_run_that_keeps_streaming_is_recovered_however_often_its_workers_die(
+    make_session: Any, owner: Any
+) -> None:
+    """max_attempts stops a poison run (lost again with nothing journaled), not one whose
+    workers keep dying while it makes progress (bench/chaos.py)."""
+    from sessions_app.journal import get_journal
+    from sessions_app.models import Run
+
+    session = make_session()
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    claim = runs.claim_next_run("w-1", 30.0)
+    assert claim is not None
+    Run.objects.filter(pk=posted.pk).update(attempts=3)  # lost often already
+    message = {"message_id": "msg_1", "role": "assistant"}
+    get_journal().append_sync(
+        session.pk,
+        [
+            NewEvent(EventType.MESSAGE_START, message, claim.invocation_id),
+            NewEvent(EventType.MESSAGE_DELTA, {"message_id": "msg_1", "text": "tick 1 "}, claim.invocation_id),
+        ],
+        fence=claim.fence,
+    )
+    Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    again = runs.claim_next_run("w-2", 30.0)
+    assert again is not None and again.recovered  # it had moved on: recovered, not failed
+    # Lost once more, this time with nothing journaled since its claim: it fails.
+    Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert runs.claim_next_run("w-3", 30.0) is None
+    failed = Run.objects.get(pk=posted.pk)
+    assert (failed.status, failed.attempts) == (Run.FAILED, 4)
