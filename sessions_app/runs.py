@@ -446,6 +446,7 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
             return None
         recovered = run.status == Run.RUNNING
         token = uuid.uuid4().hex
+        appended: list[Envelope] = []  # the recovery's own events
         if recovered:
             if run.cancel_requested:
                 _cancel_lost_run(run, state)
@@ -469,9 +470,8 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
             appended = get_journal().append_sync(session.pk, events)
             run.invocation_id = invocation_id
             run.invocation_ids = [*run.invocation_ids, invocation_id]
-            run.claimed_seq = appended[-1].seq if appended else session.last_seq
-        else:
-            run.claimed_seq = session.last_seq
+        # Where this attempt starts: whatever is journaled after it is its progress.
+        run.claimed_seq = appended[-1].seq if appended else session.last_seq
         run.status = Run.RUNNING
         run.attempts += 1
         run.lease_owner = worker_id

@@ -67,11 +67,6 @@ def current_login(scope: dict[str, Any]) -> Any | None:
     return current if current.is_authenticated and current.pk == user.pk else None
 
 
-def login_is_current(scope: dict[str, Any]) -> bool:
-    """Whether the Django session the socket was opened with still logs in its user."""
-    return current_login(scope) is not None
-
-
 class RecheckedConsumer(AsyncWebsocketConsumer):
     """A websocket consumer whose access is re-checked while it is open."""
 

@@ -307,9 +307,7 @@ def publish_on_commit_messages(messages: list[tuple[str, dict[str, Any]]], *, us
 
 def publish_on_commit(envelopes: Sequence[Envelope], *, using: str | None = None) -> None:
     """Publish `envelopes` once the current transaction commits (now, outside one)."""
-    messages = envelope_messages(envelopes)
-    if messages:
-        transaction.on_commit(lambda: _send_sync(messages), using=using)
+    publish_on_commit_messages(envelope_messages(envelopes), using=using)
 
 
 async def awake_workers() -> None:
