@@ -8,7 +8,7 @@ for the cases the demo model cannot express (loops, failures, tiny context windo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -139,6 +139,16 @@ async def wait_for(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
         if loop.time() > deadline:
             raise AssertionError("condition not reached in time")
         await asyncio.sleep(0.002)
+
+
+async def crash_when(work: Awaitable[Any], predicate: Callable[[], bool]) -> None:
+    """Run `work` until `predicate()` holds, then kill it as a dying worker would: the
+    task is cancelled and no terminal event is journaled."""
+    task = asyncio.ensure_future(work)
+    await wait_for(predicate)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
 
 
 def text_so_far(journal: MemoryJournal, session_id: str) -> str:

@@ -35,6 +35,7 @@ from .conftest import (
     assert_one_terminal_per_invocation,
     assert_tool_calls_answered_in_order,
     call,
+    crash_when,
     final_text,
     invocation_envelopes,
     messages_of,
@@ -433,11 +434,7 @@ async def test_recover_continues_a_run_whose_worker_died(demo: DemoProvider) -> 
 
     rt = LocalRuntime(handler=handler, provider=demo)
     sid = await rt.create_session()
-    task = asyncio.create_task(rt.send(sid, "!slow 8"))
-    await wait_for(lambda: "tick 3" in text_so_far(rt.journal, sid))
-    task.cancel()  # the worker dies: no terminal event is journaled
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await crash_when(rt.send(sid, "!slow 8"), lambda: "tick 3" in text_so_far(rt.journal, sid))
     crashed = (await rt.state(sid)).current_invocation_id
     assert (await rt.state(sid)).status == "running"
     before = len(rt.journal.read(sid))
@@ -473,11 +470,9 @@ async def test_recover_after_a_crash_between_steps(demo: DemoProvider) -> None:
     journal = MemoryJournal()
     rt = LocalRuntime(provider=demo, journal=journal, tools=TOOLS)
     sid = await rt.create_session()
-    task = asyncio.create_task(rt.send(sid, '!tool nap {"seconds": 30}'))
-    await wait_for(lambda: bool(of_type(journal.read(sid), EventType.TOOL_CALL)))
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await crash_when(
+        rt.send(sid, '!tool nap {"seconds": 30}'), lambda: bool(of_type(journal.read(sid), EventType.TOOL_CALL))
+    )
     rt2 = LocalRuntime(provider=demo, journal=journal, tools=[ping])  # another worker, no slow nap
     outcome = await rt2.recover(sid)
     assert outcome.type is EventType.INVOCATION_COMPLETED
@@ -824,11 +819,7 @@ async def _crash_inside_tool(
     tools = effects.tools(journal, sid_box)
     rt = LocalRuntime(provider=demo, tools=tools, journal=journal)
     sid_box.append(await rt.create_session())
-    task = asyncio.create_task(rt.send(sid_box[0], prompt))
-    await wait_for(lambda: len(effects.runs) == 1)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await crash_when(rt.send(sid_box[0], prompt), lambda: len(effects.runs) == 1)
     assert of_type(journal.read(sid_box[0]), EventType.TOOL_RESULT) == []
     return journal, sid_box[0], effects, tools
 
@@ -1150,11 +1141,7 @@ async def test_recover_after_the_final_answer_does_not_answer_again(demo: DemoPr
 
     rt = LocalRuntime(handler=answer_then_hang, provider=demo, journal=journal)
     sid = await rt.create_session()
-    task = asyncio.create_task(rt.send(sid, "!slow 3"))
-    await wait_for(lambda: bool(of_type(journal.read(sid), EventType.MESSAGE_END)))
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await crash_when(rt.send(sid, "!slow 3"), lambda: bool(of_type(journal.read(sid), EventType.MESSAGE_END)))
     rt2 = LocalRuntime(provider=demo, journal=journal)  # another worker, the default handler
     outcome = await rt2.recover(sid)
     assert outcome.type is EventType.INVOCATION_COMPLETED
@@ -1170,11 +1157,9 @@ async def test_recover_after_a_tool_result_still_calls_the_model(demo: DemoProvi
     journal = MemoryJournal()
     rt = LocalRuntime(provider=demo, journal=journal, tools=TOOLS)
     sid = await rt.create_session()
-    task = asyncio.create_task(rt.send(sid, '!tool nap {"seconds": 30}'))
-    await wait_for(lambda: bool(of_type(journal.read(sid), EventType.TOOL_CALL)))
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
+    await crash_when(
+        rt.send(sid, '!tool nap {"seconds": 30}'), lambda: bool(of_type(journal.read(sid), EventType.TOOL_CALL))
+    )
     outcome = await LocalRuntime(provider=demo, journal=journal, tools=[ping]).recover(sid)
     assert outcome.type is EventType.INVOCATION_COMPLETED
     assert len(of_type(journal.read(sid), EventType.MESSAGE_START)) == 2
