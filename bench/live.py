@@ -189,20 +189,16 @@ def recoveries(live: LiveSectr, session_ids: list[str]) -> int:
     return int(live.manage("shell", "-c", code).strip().splitlines()[-1])
 
 
-def duplicate_ticks(carried: dict[tuple[str, int], list[int]]) -> int:
-    """Ticks journaled more than once in a session (must be 0)."""
+def doubled_ticks(carried: dict[tuple[str, int], list[int]]) -> dict[str, int]:
+    """Per session, how many ticks its journal holds more than once (must be 0 each)."""
     per_session: dict[str, list[int]] = {}
     for (session_id, _seq), ticks in carried.items():
         per_session.setdefault(session_id, []).extend(ticks)
-    return sum(len(ticks) - len(set(ticks)) for ticks in per_session.values())
+    return {session_id: len(ticks) - len(set(ticks)) for session_id, ticks in per_session.items()}
 
 
-def dump_duplicated_session(live: LiveSectr, carried: dict[tuple[str, int], list[int]], out: Path) -> None:
+def dump_duplicated_session(live: LiveSectr, session_id: str, out: Path) -> None:
     """Write the journal of one session with a tick journaled twice (to see how)."""
-    per_session: dict[str, list[int]] = {}
-    for (session_id, _seq), ticks in carried.items():
-        per_session.setdefault(session_id, []).extend(ticks)
-    session_id = next(sid for sid, ticks in per_session.items() if len(ticks) != len(set(ticks)))
     code = (
         "from sessions_app.models import Envelope; "
         f"rows = Envelope.objects.filter(session_id={session_id!r}).order_by('seq')"
@@ -346,8 +342,10 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
             bare_pool.shutdown()
         carried = delta_ticks(live, [c.session_id for c in clients])
         recovered = recoveries(live, [c.session_id for c in clients])
-        if os.environ.get("SECTR_BENCH_DUMP_DUPLICATES") and duplicate_ticks(carried):
-            dump_duplicated_session(live, carried, Path(os.environ["SECTR_BENCH_DUMP_DUPLICATES"]))
+        doubled = doubled_ticks(carried)
+        if os.environ.get("SECTR_BENCH_DUMP_DUPLICATES") and any(doubled.values()):
+            doubled_session = next(session_id for session_id, count in doubled.items() if count)
+            dump_duplicated_session(live, doubled_session, Path(os.environ["SECTR_BENCH_DUMP_DUPLICATES"]))
         backend = ("postgresql" if live.postgres else "sqlite") + (
             " + redis" if live.env.get("REDIS_URL") else " + in-memory layer"
         )
@@ -397,7 +395,7 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         "admit_p50": percentile(admissions, 0.50) * 1000,
         "admit_p99": percentile(admissions, 0.99) * 1000,
         "recovered": recovered,
-        "journal_duplicate_ticks": duplicate_ticks(carried),
+        "journal_duplicate_ticks": sum(doubled.values()),
         "answer_p50": percentile(answers, 0.50) * 1000,
         "answer_p99": percentile(answers, 0.99) * 1000,
         "first_tick_p50": percentile(first_ticks, 0.50) * 1000,
