@@ -8,19 +8,21 @@ claims it, lease or not. SQLite has no such locks (its workers wait for the leas
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions, runs
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
-from sessions_app.models import Run
+from sessions_app.models import Run, Session
 from sessions_app.worker import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -135,12 +137,6 @@ async def _wait(check: Callable[[], Any], timeout: float = 10.0) -> None:
 def test_a_claim_skips_a_session_someone_holds_and_takes_the_next(owner: Any) -> None:
     """Workers look at the oldest candidates first; a session locked by another claim or
     an action is skipped at once (SKIP LOCKED), not waited for in lock-step."""
-    import threading
-    import time
-
-    from django.db import transaction
-
-    from sessions_app.models import Session
 
     held_session = actions.do_create_session(owner)
     free_session = actions.do_create_session(owner)
@@ -181,9 +177,6 @@ def test_a_claim_skips_a_session_someone_holds_and_takes_the_next(owner: Any) ->
 def test_a_live_owners_expired_lease_is_waited_for_a_while(owner: Any) -> None:
     """An owner that holds its lock is alive, only late (starved): its run is taken over
     after LIVE_OWNER_GRACE_LEASES leases past the expiry, not at once."""
-    from datetime import timedelta
-
-    from django.utils import timezone
 
     session = actions.do_create_session(owner)
     posted = actions.do_post_message(owner, session.pk, "!slow 50")
