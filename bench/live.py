@@ -26,6 +26,8 @@ from the client's log, and reports per chunk:
 
 - lag: frame arrival - production stamp (covers the writer's coalescing wait, the
   append's transaction, the publication, the consumer's render and the socket);
+- lag once all runs started: the same, for chunks produced after every run's first
+  (the burst of N POSTs and N run starts is over): what a stream sees in steady state;
 - admission: per run, first chunk's frame arrival - the moment its POST was sent;
 - drift: how far the model's production fell behind its own 100 ms schedule (a worker
   whose event loop is starved produces late; that does not show in lag, so it is here);
@@ -33,7 +35,9 @@ from the client's log, and reports per chunk:
   before the POSTs to the last chunk), in ms per chunk delivered.
 
 Server and client share this machine's clock. All clients run in this one asyncio
-process; on a small machine they are part of the load at N = 500.
+process; on a small machine they are part of the load. The POSTs go through the lean
+client of bench/lean_http.py (httpx cost ~10 ms of CPU a POST here: 1 s of the
+machine's two cores for N=100, which delayed the very admissions it timed).
 
 Aims (the issue): at N = 100, p50 < 20 ms and p99 < 100 ms; admission p99 < 200 ms.
 """
@@ -59,8 +63,10 @@ import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 
 from autobahn.asyncio.websocket import WebSocketClientFactory, WebSocketClientProtocol  # noqa: E402
+from lean_http import LeanClient, Response  # noqa: E402
 
 from tests.cluster import Cluster  # noqa: E402
 from tests.liveserver import LiveSectr  # noqa: E402
@@ -164,17 +170,21 @@ def create_sessions(live: LiveSectr, n: int) -> list[tuple[str, int]]:
     return [(session_id, int(seq)) for session_id, seq in found]
 
 
-def delta_ticks(live: LiveSectr, session_ids: list[str]) -> dict[tuple[str, int], list[int]]:
-    """(session, seq) -> the ticks that MESSAGE_DELTA envelope carries."""
+def delta_ticks(
+    live: LiveSectr, session_ids: list[str]
+) -> tuple[dict[tuple[str, int], list[int]], dict[tuple[str, int], float]]:
+    """(session, seq) -> the ticks that MESSAGE_DELTA envelope carries, and -> its
+    created_at (unix time: stamped in the append's transaction, before its commit)."""
     code = (
         "import json; from sessions_app.models import Envelope; "
         f"ids = {session_ids!r}; "
         "rows = Envelope.objects.filter(session_id__in=ids, type='MESSAGE_DELTA')"
-        ".values_list('session_id', 'seq', 'payload'); "
-        "print(json.dumps([[s, q, p.get('text', '')] for s, q, p in rows]))"
+        ".values_list('session_id', 'seq', 'payload', 'created_at'); "
+        "print(json.dumps([[s, q, p.get('text', ''), c.timestamp()] for s, q, p, c in rows]))"
     )
-    output = live.manage("shell", "-c", code).strip().splitlines()[-1]
-    return {(sid, seq): [int(t) for t in TICK_RE.findall(text)] for sid, seq, text in json.loads(output)}
+    rows = json.loads(live.manage("shell", "-c", code).strip().splitlines()[-1])
+    carried = {(sid, seq): [int(t) for t in TICK_RE.findall(text)] for sid, seq, text, _at in rows}
+    return carried, {(sid, seq): at for sid, seq, _text, at in rows}
 
 
 def recoveries(live: LiveSectr, session_ids: list[str]) -> int:
@@ -314,12 +324,14 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
             )
         headers = {"X-CSRFToken": csrftoken, "Cookie": cookie, "HX-Request": "true"}
         pids = server_pids(live)
-        limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
-        async with httpx.AsyncClient(base_url=live.base_url, headers=headers, timeout=60, limits=limits) as http:
+        # The lean client (bench/lean_http.py): httpx spent ~10 ms of this machine's CPU
+        # per POST, more than the servers it timed.
+        http = LeanClient(live.base_url, headers=headers, connections=n)
+        try:
             # One connection per client, opened before the clock starts (a browser tab has one).
             await asyncio.gather(*(http.get("/healthz") for _ in range(n)))
 
-            async def post(client: Client) -> httpx.Response:
+            async def post(client: Client) -> Response:
                 client.posted = time.time()
                 url = f"/sessions/{client.session_id}/messages"
                 response = await http.post(url, data={"content": f"!slow {ticks}"})
@@ -337,10 +349,12 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
                     unfinished = sum(not c.done.is_set() for c in clients)
                     raise RuntimeError(f"{unfinished} of {n} runs did not finish:\n{live.log()}") from None
                 wall = time.monotonic() - started
+        finally:
+            await http.aclose()
         bare_latencies = await bare_future if bare_future is not None else []
         if bare_pool is not None:
             bare_pool.shutdown()
-        carried = delta_ticks(live, [c.session_id for c in clients])
+        carried, appended_at = delta_ticks(live, [c.session_id for c in clients])
         recovered = recoveries(live, [c.session_id for c in clients])
         doubled = doubled_ticks(carried)
         if os.environ.get("SECTR_BENCH_DUMP_DUPLICATES") and any(doubled.values()):
@@ -353,6 +367,12 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
     stamp_file.unlink(missing_ok=True)
 
     lags: list[float] = []
+    # Chunks produced once every run had produced its first (the admission burst over).
+    settled_at = max((stamps[(c.session_id, 1)] for c in clients if (c.session_id, 1) in stamps), default=0.0)
+    settled_lags: list[float] = []
+    timeline: list[tuple[str, int, float, float | None, float]] = []  # SECTR_BENCH_DUMP_CHUNKS
+    to_append: list[float] = []  # production -> its envelope's created_at (in the worker)
+    after_append: list[float] = []  # created_at -> frame (commit, publish, Daphne, socket)
     admissions: list[float] = []
     answers: list[float] = []  # POST sent -> its response (the view's queue and work)
     first_ticks: list[float] = []  # POST sent -> the model produced tick 1 (claim and start)
@@ -368,6 +388,12 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
                         continue
                     chunks += 1
                     lags.append(arrived - produced)
+                    if (at := appended_at.get((client.session_id, seq))) is not None:
+                        to_append.append(at - produced)
+                        after_append.append(arrived - at)
+                    timeline.append((client.session_id, tick, produced, at, arrived))
+                    if produced > settled_at:
+                        settled_lags.append(arrived - produced)
                     if first_arrival is None:
                         first_arrival = arrived
         if first_arrival is not None:
@@ -379,6 +405,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
             for tick in range(2, ticks + 1):
                 if (produced := stamps.get((client.session_id, tick))) is not None:
                     drifts.append(produced - start - (tick - 1) * tick_ms / 1000)
+    if os.environ.get("SECTR_BENCH_DUMP_CHUNKS"):  # every chunk: session, tick, produced, appended, arrived
+        Path(os.environ["SECTR_BENCH_DUMP_CHUNKS"]).write_text("\n".join(json.dumps(row) for row in timeline))
     total_cpu = sum(cpu.values())
     return {
         "system": "sectr",
@@ -392,6 +420,13 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
         "p50": percentile(lags, 0.50) * 1000,
         "p99": percentile(lags, 0.99) * 1000,
         "max": max(lags, default=float("nan")) * 1000,
+        "settled_p50": percentile(settled_lags, 0.50) * 1000,
+        "settled_p99": percentile(settled_lags, 0.99) * 1000,
+        "settled_chunks": len(settled_lags),
+        "to_append_p50": percentile(to_append, 0.50) * 1000,
+        "to_append_p99": percentile(to_append, 0.99) * 1000,
+        "after_append_p50": percentile(after_append, 0.50) * 1000,
+        "after_append_p99": percentile(after_append, 0.99) * 1000,
         "admit_p50": percentile(admissions, 0.50) * 1000,
         "admit_p99": percentile(admissions, 0.99) * 1000,
         "recovered": recovered,
@@ -421,7 +456,11 @@ def format_row(result: dict[str, Any]) -> str:
         where += (
             f"; POST answered p50 {result['answer_p50']:.0f} p99 {result['answer_p99']:.0f},"
             f" tick 1 produced p50 {result['first_tick_p50']:.0f} p99 {result['first_tick_p99']:.0f};"
-            f" runs recovered {result['recovered']}, ticks journaled twice {result['journal_duplicate_ticks']}"
+            f" runs recovered {result['recovered']}, ticks journaled twice {result['journal_duplicate_ticks']};"
+            f" lag once all runs started ({result['settled_chunks']} chunks) p50 {result['settled_p50']:.1f}"
+            f" p99 {result['settled_p99']:.1f}; produced to appended p50 {result['to_append_p50']:.1f}"
+            f" p99 {result['to_append_p99']:.1f}, appended to frame p50 {result['after_append_p50']:.1f}"
+            f" p99 {result['after_append_p99']:.1f}"
         )
     if result.get("bare_p50") == result.get("bare_p50"):  # not NaN: --bare ran
         where += f"; bare group_send p50 {result['bare_p50']:.1f} p99 {result['bare_p99']:.1f}"

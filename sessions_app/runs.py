@@ -571,9 +571,19 @@ def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dic
     if renew:
         now = timezone.now()
         owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
-        Run.objects.filter(owned, status=Run.RUNNING).update(
-            lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now
-        )
+        beating = Run.objects.filter(owned, status=Run.RUNNING)
+        if connection.vendor == "postgresql":
+            # Only the rows nobody holds right now. A plain UPDATE of many rows locks them
+            # in its scan order, while this worker's group commit holds some of them (its
+            # fence checks) and waits for others: a deadlock, which PostgreSQL broke only
+            # after deadlock_timeout (1 s), stalling every stream of the worker meanwhile
+            # (bench/live.py: produced-to-appended p99 1 s). A row skipped now is renewed
+            # at the next beat, lease/3 later; its lease still has two beats to go.
+            free = beating.order_by("pk").select_for_update(no_key=True, skip_locked=True).values("pk")
+            with transaction.atomic():
+                Run.objects.filter(pk__in=free).update(lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now)
+        else:
+            beating.update(lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now)
     rows = {
         pk: (token, status, cancel_requested, cancel_by)
         for pk, token, status, cancel_requested, cancel_by in Run.objects.filter(

@@ -194,3 +194,48 @@ def test_a_live_owners_expired_lease_is_waited_for_a_while(owner: Any) -> None:
         assert taken is not None and taken.run_id == posted.pk and taken.recovered
     finally:
         alive.release()
+
+
+def test_a_heartbeat_skips_a_run_row_a_journal_write_holds(owner: Any) -> None:
+    """The heartbeat renews the rows nobody holds and leaves a held one for its next
+    beat. A plain UPDATE of all the worker's rows waited for the row a group commit held
+    (its fence check) while holding the next one that group wanted: a deadlock, which
+    PostgreSQL broke after deadlock_timeout (1 s) with every stream of the worker stalled."""
+
+    sessions = [actions.do_create_session(owner) for _ in range(2)]
+    posted = [actions.do_post_message(owner, s.pk, "!slow 50") for s in sessions]
+    alive = runs.LivenessLock("w-beat")
+    alive.acquire()
+    locked, release = threading.Event(), threading.Event()
+    try:
+        claims = runs.claim_next_runs("w-beat", 60.0, 2)
+        assert sorted(c.run_id for c in claims) == sorted(r.pk for r in posted)
+        held, free = claims
+        before = dict(Run.objects.values_list("pk", "lease_expires_at"))
+
+        def write() -> None:  # what a group commit's fence check does to its run's row
+            try:
+                with transaction.atomic():
+                    list(Run.objects.select_for_update(no_key=True).filter(pk=held.run_id))
+                    locked.set()
+                    release.wait(30)
+            finally:
+                connection.close()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert locked.wait(10)
+        started = time.monotonic()
+        beats = runs.heartbeat_runs(claims, 60.0, renew=True)
+        assert time.monotonic() - started < 0.5  # not behind the writer's transaction
+        assert beats == {held.run_id: (True, None), free.run_id: (True, None)}
+        after = dict(Run.objects.values_list("pk", "lease_expires_at"))
+        assert after[held.run_id] == before[held.run_id]  # left for the next beat
+        assert after[free.run_id] > before[free.run_id]
+        release.set()
+        writer.join(10)
+        runs.heartbeat_runs(claims, 60.0, renew=True)
+        assert Run.objects.get(pk=held.run_id).lease_expires_at > before[held.run_id]
+    finally:
+        release.set()
+        alive.release()
