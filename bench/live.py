@@ -406,7 +406,8 @@ async def measure(n: int, ticks: int, tick_ms: int, topology: str = "embedded", 
                 if (produced := stamps.get((client.session_id, tick))) is not None:
                     drifts.append(produced - start - (tick - 1) * tick_ms / 1000)
     if os.environ.get("SECTR_BENCH_DUMP_CHUNKS"):  # every chunk: session, tick, produced, appended, arrived
-        Path(os.environ["SECTR_BENCH_DUMP_CHUNKS"]).write_text("\n".join(json.dumps(row) for row in timeline))
+        dump = Path(os.environ["SECTR_BENCH_DUMP_CHUNKS"])
+        await asyncio.to_thread(dump.write_text, "\n".join(json.dumps(row) for row in timeline))
     total_cpu = sum(cpu.values())
     return {
         "system": "sectr",

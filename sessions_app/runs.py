@@ -570,6 +570,7 @@ def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dic
         return {}
     if renew:
         now = timezone.now()
+        renewed = {"lease_expires_at": now + timedelta(seconds=lease), "heartbeat_at": now}
         owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
         beating = Run.objects.filter(owned, status=Run.RUNNING)
         if connection.vendor == "postgresql":
@@ -581,9 +582,9 @@ def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dic
             # at the next beat, lease/3 later; its lease still has two beats to go.
             free = beating.order_by("pk").select_for_update(no_key=True, skip_locked=True).values("pk")
             with transaction.atomic():
-                Run.objects.filter(pk__in=free).update(lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now)
+                Run.objects.filter(pk__in=free).update(**renewed)
         else:
-            beating.update(lease_expires_at=now + timedelta(seconds=lease), heartbeat_at=now)
+            beating.update(**renewed)
     rows = {
         pk: (token, status, cancel_requested, cancel_by)
         for pk, token, status, cancel_requested, cancel_by in Run.objects.filter(
