@@ -6,9 +6,9 @@ seq it has rendered and, on a gap (or after a reconnect), reads the missing enve
 from the journal (`DatabaseJournal.load(session_id, after_seq=...)`). Publication
 failures are retried (a burst, a Redis restart: up to PUBLISH_BUDGET), then logged,
 counted (`publish_drops()`, and ops' `sectr_publish_drops`) and swallowed: an append
-that committed has happened. The async path (`apublish`, the worker's appends) queues
-its messages on the event loop's ordered publisher and returns at once, so a slow layer
-never holds a journal writer.
+that committed has happened. The async path (`queue_publication`, the worker's appends)
+queues its messages on the event loop's ordered publisher and returns at once, so a slow
+layer never holds a journal writer.
 
 Messages are plain JSON (they cross Redis), sent only after the append's transaction
 commits:
@@ -35,8 +35,9 @@ commits:
   `wake_workers` / `awake_workers` / `wake_workers_on_commit`, sent when a run was
   queued. It carries no data: a woken worker claims from the Run table.
 
-Entry points: `apublish(envelopes)` (async, publish now: the async journal path calls it
-after its transaction committed in the worker thread) and `publish_on_commit(envelopes)`
+Entry points: `queue_publication(envelopes)` (on an event loop, after the transaction
+committed: the async journal path calls it for every append of a group commit; its
+awaitable twin is `apublish`) and `publish_on_commit(envelopes)`
 (sync, inside or outside `transaction.atomic()`: sends when the outermost block commits,
 never if it rolls back). The sync path reaches the channel layer through `async_to_sync`;
 from a thread started by `sync_to_async` (Django's sync views under ASGI, consumers'
@@ -143,7 +144,8 @@ async def _send_one(layer: Any, group: str, message: dict[str, Any], deadline: f
     pause = 0.05
     while True:
         try:
-            await asyncio.wait_for(layer.group_send(group, message), PUBLISH_TIMEOUT)
+            async with asyncio.timeout(PUBLISH_TIMEOUT):  # no task per send, unlike wait_for
+                await layer.group_send(group, message)
             return True
         except asyncio.CancelledError:
             raise
@@ -286,12 +288,17 @@ def _publisher() -> _OrderedPublisher:
     return found
 
 
-async def apublish(envelopes: Sequence[Envelope]) -> None:
-    """Queue committed envelopes for publication (in order, retried; see _OrderedPublisher).
-    Returns at once; never raises."""
+def queue_publication(envelopes: Sequence[Envelope]) -> None:
+    """Queue committed envelopes on the running loop's ordered publisher (in order,
+    retried; see _OrderedPublisher). Never waits, never raises."""
     messages = envelope_messages(envelopes)
     if messages:
         _publisher().put(messages)
+
+
+async def apublish(envelopes: Sequence[Envelope]) -> None:
+    """`queue_publication` for async callers: returns at once."""
+    queue_publication(envelopes)
 
 
 async def aflush_publications() -> None:
