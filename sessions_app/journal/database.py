@@ -599,6 +599,27 @@ class DatabaseJournal:
             _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
         )
         created_at = connection.ops.adapt_datetimefield_value(envelopes[0].created_at)
+        if connection.vendor == "postgresql" and len(envelopes) > 1:
+            # One array per column: the same SQL text for any number of rows, so psycopg
+            # converts it once (a VALUES list of 6 x N placeholders was converted anew for
+            # every group: a tenth of a journal thread's time under 100 streams). One row
+            # keeps VALUES, whose text is the same every time too.
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    f"INSERT INTO {table} ({columns}) SELECT u.s, u.q, u.i, u.t, u.p::jsonb, %s"  # noqa: S608 - quoted names
+                    " FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[]) AS u(s, q, i, t, p)",
+                    [
+                        created_at,
+                        [envelope.session_id for envelope in envelopes],
+                        [envelope.seq for envelope in envelopes],
+                        [envelope.invocation_id for envelope in envelopes],
+                        [envelope.type.value for envelope in envelopes],
+                        # The JSON text as the payload field would write it (it has no
+                        # encoder of its own), cast in SQL: no adapter object per row.
+                        [json.dumps(envelope.payload, allow_nan=False) for envelope in envelopes],
+                    ],
+                )
+            return
         params: list[Any] = []
         for envelope in envelopes:
             params += [

@@ -321,6 +321,23 @@ def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(ma
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_group_of_deltas_reads_back_the_text_it_wrote(make_session: Any) -> None:
+    """The grouped INSERT (PostgreSQL: one array per column, the payloads as JSON text
+    cast in SQL) stores exactly what `load` returns and what the append returned."""
+    texts = ['quote " back\\slash', "é ✓ 🙂 \u2028 tab\t", "<b>&amp;</b>", "nul-free \x7f", "{\"json\": [1]}"]
+    sessions = [make_session() for _ in range(2)]
+    items = _group_items(*((s.id, text) for text in texts for s in sessions))
+    items.sort(key=lambda item: item.session_id)
+    results = DatabaseJournal(publish=False)._append_group(items)
+    for s in sessions:
+        loaded = DatabaseJournal().load_sync(s.id, 1)
+        assert [e.payload["text"] for e in loaded] == texts
+        returned = [e for result in results for e in result if e.session_id == s.id]  # type: ignore[union-attr]
+        assert [e.payload for e in returned] == [e.payload for e in loaded]
+        assert [e.seq for e in loaded] == [2, 3, 4, 5, 6]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: Any) -> None:
     live = make_session()
     journal = DatabaseJournal(publish=False)
