@@ -21,10 +21,12 @@ finished.
 Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
 updated_at, so a batch made only of deltas bumps those two columns with one
 ``UPDATE ... RETURNING last_seq`` (which is also the row lock) and leaves the state JSON
-alone; `Session.projection()` takes last_seq from the column. On PostgreSQL a group
-commit made only of deltas (many streams at once) goes further: one locking SELECT of
-its sessions in id order, one UPDATE of all their last_seq, each fence, and one INSERT
-(`_append_deltas_together`), instead of two or three statements per append.
+alone; `Session.projection()` takes last_seq from the column. On PostgreSQL the deltas
+of a group commit (many streams at once) go further: one locking SELECT of their
+sessions in id order, one UPDATE of all their last_seq, one locking SELECT of their
+fences' Run rows, and one INSERT (`_append_deltas_together`), instead of two or three
+statements per append; the group's other sessions (a run starting or ending) go append
+by append in the same transaction, every session locked first in id order.
 
 A connection error (PostgreSQL restarted) is JournalUnavailable to the async callers:
 not the invocation's failure; the runtime stops and the worker lets the run be
@@ -356,9 +358,7 @@ class DatabaseJournal:
         if len(items) > 1:
             try:
                 with transaction.atomic(using=self.using):
-                    if self._deltas_only(items):
-                        return list(self._append_deltas_together(items))
-                    return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
+                    return self._append_together(items)
             except (OperationalError, InterfaceError) as exc:
                 if self._connection_broken():
                     # The connection broke (PostgreSQL restarted), perhaps during the
@@ -382,14 +382,44 @@ class DatabaseJournal:
                 results.append(exc)
         return results
 
-    def _deltas_only(self, items: list[_PendingAppend]) -> bool:
-        """Whether a group can take the streaming fast path of _append_deltas_together."""
-        if connections[self.using].vendor != "postgresql":
-            return False  # SQLite has one writer and no round trips to save
-        return all(
-            item.events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in item.events)
-            for item in items
-        )
+    def _append_together(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
+        """A group's appends inside its transaction. On PostgreSQL the sessions whose
+        appends in this group are all deltas take the streaming fast path together
+        (`_append_deltas_together`), the others go append by append; every session of the
+        group is locked first, in id order, so the group still takes its locks in one order.
+        (One MESSAGE_START among fifty streams' deltas sent the whole group append by
+        append: three statements each, while runs started or ended.)"""
+        if connections[self.using].vendor != "postgresql":  # one writer, no round trips to save
+            return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
+        streaming: dict[str, bool] = {}
+        for item in items:
+            deltas = bool(item.events) and all(EventType(e.type) is EventType.MESSAGE_DELTA for e in item.events)
+            streaming[item.session_id] = streaming.get(item.session_id, True) and deltas
+        fast = [index for index, item in enumerate(items) if streaming[item.session_id]]
+        if len(fast) == len(items):
+            return list(self._append_deltas_together(items))
+        if fast:
+            self._lock_sessions(sorted(streaming))
+        results: list[list[Envelope] | Exception] = [[] for _ in items]
+        for index, envelopes in zip(fast, self._append_deltas_together([items[i] for i in fast]), strict=True):
+            results[index] = envelopes
+        for index, item in enumerate(items):
+            if not streaming[item.session_id]:
+                results[index] = self._append_locked(item.session_id, item.events, item.fence)
+        return results
+
+    def _lock_sessions(self, session_ids: list[str]) -> None:
+        """Lock the Session rows (in the given order: id order); NotFound when one is gone."""
+        connection = connections[self.using]
+        table = _qn(connection, models.Session._meta.db_table)
+        pk = _qn(connection, "id")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
+                [session_ids],
+            )
+            if len(cursor.fetchall()) != len(session_ids):
+                raise NotFound("a session of the group does not exist")
 
     def _append_deltas_together(self, items: list[_PendingAppend]) -> list[list[Envelope]]:
         """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
@@ -411,13 +441,8 @@ class DatabaseJournal:
         ids = sorted(counts)
         table = _qn(connection, models.Session._meta.db_table)
         pk = _qn(connection, "id")
+        self._lock_sessions(ids)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
-                [ids],
-            )
-            if len(cursor.fetchall()) != len(ids):
-                raise NotFound("a session of the group does not exist")
             cursor.execute(
                 f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
                 f" FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE s.{pk} = v.id RETURNING s.{pk}, s.last_seq",

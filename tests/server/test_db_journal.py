@@ -321,6 +321,28 @@ def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(ma
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_group_with_one_other_event_keeps_the_others_deltas_together(make_session: Any) -> None:
+    """A run that starts (its MESSAGE_START) among streaming ones: on PostgreSQL the
+    streams' deltas still go in one INSERT, the starting session's append on its own."""
+    starting, *streaming = [make_session() for _ in range(3)]
+    start = NewEvent(E.MESSAGE_START, {"message_id": "msg_2", "role": "assistant"}, "inv_1")
+    items = _group_items(*((s.id, f"{s.id}:{i}") for i in range(2) for s in streaming))
+    items.append(_PendingAppend(starting.id, [start], None, None))  # type: ignore[arg-type]
+    items.append(_PendingAppend(starting.id, [delta("first", "msg_2")], None, None))  # type: ignore[arg-type]
+    items.sort(key=lambda item: item.session_id)
+    with CaptureQueriesContext(connection) as queries:
+        results = DatabaseJournal(publish=False)._append_group(items)
+    assert all(isinstance(result, list) for result in results), results
+    for s in streaming:
+        assert seqs(s.id) == [1, 2, 3]
+    assert seqs(starting.id) == [1, 2, 3]
+    assert [e.type for e in DatabaseJournal().load_sync(starting.id, 1)] == [E.MESSAGE_START, E.MESSAGE_DELTA]
+    inserts = [q for q in queries if q["sql"].startswith('INSERT INTO "sessions_app_envelope"')]
+    if connection.vendor == "postgresql":  # the streams' four deltas together, the other session's two
+        assert len(inserts) == 3, [q["sql"][:80] for q in inserts]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_group_of_deltas_reads_back_the_text_it_wrote(make_session: Any) -> None:
     """The grouped INSERT (PostgreSQL: one array per column, the payloads as JSON text
     cast in SQL) stores exactly what `load` returns and what the append returned."""
