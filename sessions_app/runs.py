@@ -174,8 +174,11 @@ def poke_run_on_commit(run_id: str) -> None:
 
 
 def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> Run:
-    """Journal the events that start an invocation and queue its Run (under the session lock)."""
-    envelopes = get_journal().append_sync(session.pk, events)
+    """Journal the events that start an invocation and queue its Run.
+
+    Precondition: `session` is the row as the caller locked it in the current
+    transaction (actions' `_locked`); the append reuses it (no second lock and read)."""
+    envelopes = get_journal().append_sync(session.pk, events, locked=session)
     start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
     run = Run.objects.create(
         session=session,

@@ -49,17 +49,25 @@ log = logging.getLogger("sectr.actions")
 
 
 @contextmanager
-def _locked(session_id: str) -> Iterator[tuple[Session, SessionState]]:
+def _locked(
+    session_id: str, actor: Any = None, need: access.Need | None = None
+) -> Iterator[tuple[Session, SessionState]]:
     """A transaction holding the session's row lock, with its current projection.
 
     On PostgreSQL the row lock serialises writers of one session; on SQLite the
-    IMMEDIATE transaction already serialises every writer.
+    IMMEDIATE transaction already serialises every writer. With `need`, `actor`'s
+    access is checked on the locked row (NotFound / Forbidden, nothing written): one
+    read of the row for both, where a check before the lock read it twice.
     """
+    if need is not None and (not isinstance(session_id, str) or len(session_id) > 40):
+        raise NotFound("no such session")
     with transaction.atomic():
         try:
             session = Session.objects.select_for_update().get(pk=session_id)
         except Session.DoesNotExist:
             raise NotFound("no such session") from None
+        if need is not None:
+            check_access(actor, session, need)
         yield session, session.projection()
 
 
@@ -130,9 +138,8 @@ def do_post_message(actor: Any, session_id: str, content: str | list[dict[str, A
     A queued message waits as a `pending` Run (nothing journaled) and starts when the
     active run ends. A pending run (a queued prompt or retry) is never overtaken.
     """
-    session = get_session_for_user(actor, session_id, "write")
     check_content(content)
-    with _locked(session.pk) as (session, state):
+    with _locked(session_id, actor, "write") as (session, state):
         if state.status == "awaiting":
             operations.check_can_start(state)  # 409 awaiting_approval: decide the ask first
         if state.is_active or runs.has_pending_run(session):

@@ -275,10 +275,21 @@ class DatabaseJournal:
 
     # ---- sync twins ----
 
-    def append_sync(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
-        """Append inside the caller's transaction, if any; publish when it commits."""
+    def append_sync(
+        self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None, locked: models.Session | None = None
+    ) -> list[Envelope]:
+        """Append inside the caller's transaction, if any; publish when it commits.
+
+        `locked`: the session's row as the caller locked it in this same transaction
+        (actions' `_locked`): the append uses it instead of locking and reading the row
+        again, and leaves it updated (last_seq, state and the other cached columns), so
+        a second append with the same object is right too."""
+        if locked is not None and (
+            locked.pk != session_id or not transaction.get_connection(self.using).in_atomic_block
+        ):
+            raise ValueError("`locked` must be the session's row, locked in the current transaction")
         with transaction.atomic(using=self.using):
-            envelopes = self._append_locked(session_id, list(events), fence)
+            envelopes = self._append_locked(session_id, list(events), fence, locked=locked)
             if envelopes:
                 transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
             if self.publish and envelopes:
@@ -482,13 +493,17 @@ class DatabaseJournal:
             connections[self.using].close()
         check_connection_pools()
 
-    def _append_locked(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+    def _append_locked(
+        self, session_id: str, events: list[NewEvent], fence: Any, *, locked: models.Session | None = None
+    ) -> list[Envelope]:
         """The append proper; the caller holds a transaction open around it."""
         prepared = _prepare(events)
         connection = connections[self.using]
         now = timezone.now()
         session: models.Session | None = None
-        if prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
+        if locked is not None:
+            session, last_seq = locked, locked.last_seq
+        elif prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
             last_seq = self._bump_last_seq(connection, session_id, len(prepared), now) - len(prepared)
         else:
             session = (
@@ -521,6 +536,8 @@ class DatabaseJournal:
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
             models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+            for name, value in columns.items():  # the caller's locked row stays the row
+                setattr(session, name, value)
             # The audit (and notification outbox) of asks and decisions, in this transaction.
             record_moderation(session, envelopes, state, using=self.using)
         return envelopes

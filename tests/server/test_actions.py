@@ -19,6 +19,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AnonymousUser
 from django.core.files.base import ContentFile
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 
 from sectr.errors import (
     AskNotPending,
@@ -227,6 +229,40 @@ def test_it_queues_a_run_for_a_message(owner: Any, session: Session) -> None:
     assert started.payload["reason"] == {"kind": "user_message", "input": {"content": "hello"}, "author": "owner"}
     assert run.reason == started.payload["reason"]
     assert state_of(session).status == "running"
+
+
+@pytest.mark.django_db
+def test_posting_a_message_reads_the_session_row_once(owner: Any, session: Session) -> None:
+    """The access check runs on the row the action locks, and the append reuses that
+    row: one read of the Session (with its state JSON) for a message, where it was three."""
+    with CaptureQueriesContext(connection) as queries:
+        actions.do_post_message(owner, session.pk, "hello")
+    session_reads = [q["sql"] for q in queries if q["sql"].startswith('SELECT "sessions_app_session"."id"')]
+    assert len(session_reads) == 1, session_reads
+
+
+@pytest.mark.django_db
+def test_appends_with_the_same_locked_row_stay_gapless(owner: Any, session: Session) -> None:
+    """An append given the caller's locked row leaves that object as the row is now, so
+    a second append with it is right too (and another session's row is refused)."""
+    journal = DatabaseJournal()
+    error = NewEvent(E.SESSION_ERROR, {"error": "x", "retryable": False}, None)
+    with transaction.atomic():
+        locked = Session.objects.select_for_update().get(pk=session.pk)
+        journal.append_sync(session.pk, [error], locked=locked)
+        journal.append_sync(session.pk, [error, error], locked=locked)
+        assert locked.last_seq == 4
+    assert [e.seq for e in journal_of(session)] == [1, 2, 3, 4]
+    assert Session.objects.get(pk=session.pk).last_seq == 4
+    with pytest.raises(ValueError, match="locked"):
+        journal.append_sync("ses_another", [error], locked=locked)  # not that session's row
+
+
+@pytest.mark.django_db
+def test_a_stranger_is_refused_before_anything_is_written(owner: Any, session: Session) -> None:
+    stranger = get_user_model().objects.create_user(username="stranger")
+    with writes_nothing(), pytest.raises(NotFound):
+        actions.do_post_message(stranger, session.pk, "hello")
 
 
 @pytest.mark.django_db
