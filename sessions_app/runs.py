@@ -275,6 +275,13 @@ def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
     claims: list[Claim] = []
     claimed: set[str] = set()
     try:
+        if connection.vendor == "postgresql":
+            for _ in range(3):
+                claims, busy = _claim_batch(worker_id, lease, limit, tidied)
+                if claims or not busy:
+                    return claims
+                time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
+            return claims
         for _ in range(3):
             now = timezone.now()
             candidates = list(
@@ -440,50 +447,103 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
         run = runnable.first()
         if run is None:
             return None  # another worker claimed it (or it ended) since we looked
-        state = session.projection()
-        if state.current_invocation_id != run.invocation_id or not state.is_active:
-            # Its invocation already ended in the journal (the worker died after the
-            # terminal append, or it was cancelled before any worker took it).
-            _finish_run_from_state(run, state)
-            tidied.append(session_id)
-            return None
-        recovered = run.status == Run.RUNNING
-        token = uuid.uuid4().hex
-        appended: list[Envelope] = []  # the recovery's own events
-        if recovered:
-            if run.cancel_requested:
-                _cancel_lost_run(run, state)
-                tidied.append(session_id)
-                _count_lease_expiry("cancelled")
-                return None
-            progressed = run.claimed_seq is not None and session.last_seq > run.claimed_seq
-            if run.attempts >= run.max_attempts and not progressed:
-                # Lost again without journaling anything: a poison run (one that takes
-                # its worker down) is not retried for ever. One that keeps moving is
-                # recovered however often its workers die (bench/chaos.py kills one
-                # every 3 s: 8 of 901 runs failed while they were streaming fine).
-                _fail_exhausted(run, state)
-                tidied.append(session_id)
-                _count_lease_expiry("failed")
-                return None
-            _count_lease_expiry("recovered")
-            invocation_id, events = operations.recover_events(
-                state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
+        return _take(run, session, worker_id, lease, tidied, now)
+
+
+def _claim_batch(worker_id: str, lease: float, limit: int, tidied: list[str]) -> tuple[list[Claim], bool]:
+    """PostgreSQL: up to `limit` claims in one transaction, and whether a candidate was
+    skipped because someone held its session.
+
+    The oldest runnable Run rows are locked with SKIP LOCKED (rows another worker is
+    claiming right now are not even seen), then their sessions, SKIP LOCKED too. This
+    transaction never waits for a lock, so taking the Run rows before the Session rows
+    (the journal's order is the other way) cannot deadlock: whoever holds a session and
+    waits for one of these runs (a cancel, a steer) goes on when this commits. Where
+    both workers looked at the same oldest candidates and each tried them one by one
+    in a transaction of their own, half the tries found the run taken (bench/live.py's
+    100 runs posted at once: claims were 40% of a worker's CPU while they started).
+    """
+    claims: list[Claim] = []
+    with transaction.atomic():
+        now = timezone.now()
+        candidates = list(
+            Run.objects.filter(_runnable(now)).order_by("created_at", "id").select_for_update(skip_locked=True)[:limit]
+        )
+        if not candidates:
+            return claims, False
+        sessions = {
+            session.pk: session
+            for session in Session.objects.filter(pk__in={run.session_id for run in candidates}).select_for_update(
+                skip_locked=True
             )
-            appended = get_journal().append_sync(session.pk, events)
-            run.invocation_id = invocation_id
-            run.invocation_ids = [*run.invocation_ids, invocation_id]
-        # Where this attempt starts: whatever is journaled after it is its progress.
-        run.claimed_seq = appended[-1].seq if appended else session.last_seq
-        run.status = Run.RUNNING
-        run.attempts += 1
-        run.lease_owner = worker_id
-        run.lease_token = token
-        run.lease_expires_at = now + timedelta(seconds=lease)
-        run.heartbeat_at = now
-        run.started_at = run.started_at or now
-        run.save()
-        return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
+        }
+        busy = False
+        for run in candidates:
+            session = sessions.get(run.session_id)
+            if session is None:
+                busy = True  # an action holds it (a run's row cannot outlive its session's)
+                continue
+            if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
+                try:
+                    with transaction.atomic():
+                        claim = _take(run, session, worker_id, lease, tidied, now)
+                except Exception:
+                    log.exception("recovering run %s failed", run.pk)
+                    continue
+            else:
+                claim = _take(run, session, worker_id, lease, tidied, now)
+            if isinstance(claim, Claim):
+                claims.append(claim)
+    return claims, busy
+
+
+def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any) -> Claim | None:
+    """Claim `run` (its row and its session's locked by the caller), or None when its
+    journal ended it already (or it was lost too often, or cancelled while lost)."""
+    state = session.projection()
+    if state.current_invocation_id != run.invocation_id or not state.is_active:
+        # Its invocation already ended in the journal (the worker died after the
+        # terminal append, or it was cancelled before any worker took it).
+        _finish_run_from_state(run, state)
+        tidied.append(session.pk)
+        return None
+    recovered = run.status == Run.RUNNING
+    token = uuid.uuid4().hex
+    appended: list[Envelope] = []  # the recovery's own events
+    if recovered:
+        if run.cancel_requested:
+            _cancel_lost_run(run, state)
+            tidied.append(session.pk)
+            _count_lease_expiry("cancelled")
+            return None
+        progressed = run.claimed_seq is not None and session.last_seq > run.claimed_seq
+        if run.attempts >= run.max_attempts and not progressed:
+            # Lost again without journaling anything: a poison run (one that takes
+            # its worker down) is not retried for ever. One that keeps moving is
+            # recovered however often its workers die (bench/chaos.py kills one
+            # every 3 s: 8 of 901 runs failed while they were streaming fine).
+            _fail_exhausted(run, state)
+            tidied.append(session.pk)
+            _count_lease_expiry("failed")
+            return None
+        _count_lease_expiry("recovered")
+        invocation_id, events = operations.recover_events(
+            state, run.invocation_id or "", error=f"worker {run.lease_owner} stopped answering"
+        )
+        appended = get_journal().append_sync(session.pk, events)
+        run.invocation_id = invocation_id
+        run.invocation_ids = [*run.invocation_ids, invocation_id]
+    # Where this attempt starts: whatever is journaled after it is its progress.
+    run.claimed_seq = appended[-1].seq if appended else session.last_seq
+    run.status = Run.RUNNING
+    run.attempts += 1
+    run.lease_owner = worker_id
+    run.lease_token = token
+    run.lease_expires_at = now + timedelta(seconds=lease)
+    run.heartbeat_at = now
+    run.started_at = run.started_at or now
+    run.save()
+    return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
 
 
 def _count_lease_expiry(outcome: str) -> None:
