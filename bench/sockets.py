@@ -29,6 +29,16 @@ from live import PASSWORD, create_sessions, log_in  # noqa: E402
 from tests.liveserver import LiveSectr  # noqa: E402
 
 
+#: Production settings (DEBUG on keeps every query of every connection), plain http on loopback.
+SERVER_ENV = {
+    "LOG_LEVEL": "ERROR",
+    "SECTR_LOG_LEVEL": "WARNING",
+    "DEBUG": "0",
+    "SECRET_KEY": "bench-not-secret-" + "x" * 40,
+    "SECURE_SSL_REDIRECT": "0",
+}
+
+
 def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -75,7 +85,7 @@ async def open_sockets(live: LiveSectr, sessions: list[tuple[str, int]], count: 
 
 
 async def measure(count: int, session_count: int) -> None:
-    with LiveSectr(env={"LOG_LEVEL": "ERROR", "SECTR_LOG_LEVEL": "WARNING"}, embedded_worker=False) as live:
+    with LiveSectr(env=SERVER_ENV, embedded_worker=False) as live:
         live.create_user("bench", password=PASSWORD)
         sessions = create_sessions(live, session_count)
         sessionid, csrftoken = log_in(live.base_url, "bench")

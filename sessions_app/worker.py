@@ -29,7 +29,7 @@ import uuid
 
 from channels.layers import get_channel_layer
 from django.conf import settings
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection
 
 from sectr.control import RunControl
 from sectr.errors import JournalUnavailable, LeaseLost
@@ -428,15 +428,26 @@ _embedded_task: asyncio.Task[None] | None = None  # held: the loop keeps only we
 
 
 def embedded_worker_enabled() -> bool:
-    default = connection.vendor == "sqlite"
     raw = os.environ.get("SECTR_EMBEDDED_WORKER")
-    return default if raw in (None, "") else raw.lower() in {"1", "true", "yes", "on"}
+    if raw not in (None, ""):
+        return raw.lower() in {"1", "true", "yes", "on"}
+    # From the settings, not `connection.vendor`: the ASGI application asks on every
+    # connection, and touching `connection` on the event loop made a DatabaseWrapper
+    # in that connection's context, kept as long as its socket (2.4 KiB each, 5,000
+    # idle sockets: bench/sockets.py).
+    return "sqlite" in settings.DATABASES[DEFAULT_DB_ALIAS]["ENGINE"]
+
+
+#: Whether this process runs an embedded worker, once the first connection asked.
+_embedded_enabled: bool | None = None
 
 
 def start_embedded_worker() -> Worker | None:
     """Start a worker on the running event loop (the server's), once per process."""
-    global _embedded, _embedded_task
-    if _embedded is not None or not embedded_worker_enabled():
+    global _embedded, _embedded_task, _embedded_enabled
+    if _embedded_enabled is None:
+        _embedded_enabled = embedded_worker_enabled()
+    if _embedded is not None or not _embedded_enabled:
         return _embedded
     loop = asyncio.get_running_loop()  # first: outside a running loop, record nothing
     # No channel-layer listener: this process's actions wake and poke it directly, and
