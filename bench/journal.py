@@ -61,7 +61,7 @@ def configure(sqlite_path: Path, pg_url: str | None) -> None:
         DATABASES=databases,
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
         INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "channels", "sessions_app"],
-        CHANNEL_LAYERS={"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}},
+        CHANNEL_LAYERS={"default": {"BACKEND": "sectr_web.channel_layer.InMemoryChannelLayer"}},
         MEDIA_ROOT=str(sqlite_path.parent / "media"),
     )
     django.setup()

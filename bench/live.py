@@ -234,7 +234,7 @@ def channel_layer() -> Any:
         from channels_redis.pubsub import RedisPubSubChannelLayer  # as sectr_web.settings
 
         return RedisPubSubChannelLayer(hosts=[redis_url], prefix=f"bench{os.getpid()}")
-    from channels.layers import InMemoryChannelLayer
+    from sectr_web.channel_layer import InMemoryChannelLayer  # as sectr_web.settings
 
     return InMemoryChannelLayer()
 

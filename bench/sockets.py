@@ -28,7 +28,6 @@ from live import PASSWORD, create_sessions, log_in  # noqa: E402
 
 from tests.liveserver import LiveSectr  # noqa: E402
 
-
 #: Production settings (DEBUG on keeps every query of every connection), plain http on loopback.
 SERVER_ENV = {
     "LOG_LEVEL": "ERROR",

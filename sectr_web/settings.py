@@ -131,7 +131,8 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    # Channels' in-memory layer with its expiry sweep at most once a second (sectr_web.channel_layer).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "sectr_web.channel_layer.InMemoryChannelLayer"}}
 
 # The cache: shared through Redis when there is one, else per process.
 CACHES: dict[str, dict[str, Any]] = {
