@@ -34,6 +34,11 @@ from the client's log, and reports per chunk:
 - server CPU: user+system CPU of every server process (/proc/<pid>/stat, from just
   before the POSTs to the last chunk), in ms per chunk delivered.
 
+Diagnostics (the bench's own environment): SECTR_BENCH_DUMP_CHUNKS=path writes every
+chunk as a JSON line [session, tick, produced, appended, arrived] (unix times; appended
+is its envelope's created_at), SECTR_BENCH_DUMP_DUPLICATES=path the journal of a session
+with a tick journaled twice, if any.
+
 Server and client share this machine's clock. All clients run in this one asyncio
 process; on a small machine they are part of the load. The POSTs go through the lean
 client of bench/lean_http.py (httpx cost ~10 ms of CPU a POST here: 1 s of the
