@@ -242,3 +242,39 @@ def test_a_heartbeat_skips_a_run_row_a_journal_write_holds(owner: Any) -> None:
     finally:
         release.set()
         alive.release()
+
+
+def test_two_workers_claiming_at_once_share_the_runs_without_overlap(owner: Any) -> None:
+    """Batch claims lock the oldest Run rows SKIP LOCKED, then their sessions: two
+    workers claiming side by side get disjoint sets that together are every run."""
+
+    posted = {actions.do_post_message(owner, actions.do_create_session(owner).pk, "!slow 5").pk for _ in range(24)}
+    locks = [runs.LivenessLock(f"w-pair-{i}") for i in range(2)]
+    for lock in locks:
+        lock.acquire()
+    claimed: dict[str, list[str]] = {lock.worker_id: [] for lock in locks}
+    start = threading.Barrier(2)
+
+    def claim_all(worker_id: str) -> None:
+        try:
+            start.wait(10)
+            while batch := runs.claim_next_runs(worker_id, 60.0, 4):
+                claimed[worker_id] += [c.run_id for c in batch]
+        finally:
+            connection.close()
+
+    try:
+        threads = [threading.Thread(target=claim_all, args=(lock.worker_id,)) for lock in locks]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        first, second = claimed.values()
+        assert not set(first) & set(second)
+        assert set(first) | set(second) == posted
+        assert first and second  # both got some: neither waited behind the other
+        owners = dict(Run.objects.filter(pk__in=posted).values_list("pk", "lease_owner"))
+        assert all(owners[run_id] == worker for worker, ids in claimed.items() for run_id in ids)
+    finally:
+        for lock in locks:
+            lock.release()
