@@ -43,7 +43,15 @@ def cancelled_at(driver: LiveDriver, session_id: str) -> float | None:
 
 
 def bench(reps: int, streams: int) -> None:
-    env = {"SECTR_DEMO_SLOW_MS": "100", "LOG_LEVEL": "ERROR", "SECTR_LOG_LEVEL": "WARNING"}
+    # No API rate limit nor new-session budget: the bench makes a session a rep, and
+    # polls and posts far more than 600 requests a minute.
+    env = {
+        "SECTR_DEMO_SLOW_MS": "100",
+        "LOG_LEVEL": "ERROR",
+        "SECTR_LOG_LEVEL": "WARNING",
+        "SECTR_API_RATE_LIMIT": "0/60",
+        "SECTR_SESSION_CREATE_LIMIT": "0/60",
+    }
     with Cluster(daphnes=2, workers=2, env=env) as cluster:
         cluster.create_user("bench")
         token = cluster.token_for("bench")
@@ -52,7 +60,10 @@ def bench(reps: int, streams: int) -> None:
                             timeout=30)  # fmt: skip
 
         def start() -> tuple[str, str]:
-            session = http.post("/sessions", json={"title": "stop"}).json()["id"]
+            created = http.post("/sessions", json={"title": "stop"})
+            if created.status_code != 201:
+                raise RuntimeError(f"could not create a session: {created.status_code} {created.text[:300]}")
+            session = created.json()["id"]
             run = http.post(f"/sessions/{session}/runs", json={"content": "!slow 600"}).json()["run_id"]
             return str(session), str(run)
 
