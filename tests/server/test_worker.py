@@ -589,3 +589,37 @@ async def test_a_steer_parked_while_the_run_ends_is_answered_not_lost(
     assert steer.payload == {"text": "turn left", "author": "owner"}
     assert last_assistant_text(fold_messages(journal)) == "Steer received: turn left"
     assert (await db(Run.objects.get, pk=run.pk)).pending_steer == ""
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_starts_at_most_its_start_window_of_runs_at_once(owner: Any, monkeypatch: Any) -> None:
+    """Runs claimed but not at their first step yet count against START_WINDOW: the
+    worker claims no more until one gets there (then the rest, as the window frees)."""
+    from sessions_app import worker as worker_module
+
+    monkeypatch.setattr(worker_module, "START_WINDOW", 3)
+    monkeypatch.setattr(worker_module, "START_SECONDS", 60.0)
+    release = asyncio.Event()
+    runtime = make_runtime()
+    real_run_invocation = runtime.run_invocation
+
+    async def held_start(*args: Any, **kwargs: Any) -> Any:
+        await release.wait()  # a context that takes long to load: no step boundary yet
+        return await real_run_invocation(*args, **kwargs)
+
+    monkeypatch.setattr(runtime, "run_invocation", held_start)
+    posted = [await post(owner, await new_session(owner), "hi") for _ in range(6)]
+    worker = Worker(concurrency=10, poll_interval=0.1, lease=30.0, runtime=runtime)
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    try:
+        await wait_until(lambda: len(worker.tasks) == 3 or None, timeout=10)
+        await asyncio.sleep(0.5)  # several polls: still three
+        assert len(worker.tasks) == 3 and len(worker.starting) == 3
+        release.set()  # they reach their first step; the window frees and the rest start
+        for run in posted:
+            assert (await wait_until(finished(run.pk), timeout=15)).status == Run.COMPLETED
+    finally:
+        release.set()
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+    assert not worker.starting
