@@ -219,9 +219,7 @@ class Worker:
                 alive = False
             if not alive:
                 return claimed
-        while (
-            len(self.tasks) < self.concurrency and len(self.starting) < START_WINDOW and not self._stopping.is_set()
-        ):
+        while len(self.tasks) < self.concurrency and len(self.starting) < START_WINDOW and not self._stopping.is_set():
             # A few at a time: one thread hop and one candidate query for several runs,
             # while the first of a burst still starts without waiting for many claims.
             free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, START_WINDOW - len(self.starting))
