@@ -15,9 +15,7 @@ other 4xx answers are permanent.
 
 from __future__ import annotations
 
-import asyncio
 import secrets
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +29,7 @@ from openai.types.completion_usage import CompletionUsage
 
 from sectr.errors import ProviderError
 from sectr.events import usage_dict
+from sectr.loops import PerLoop
 from sectr.providers.base import (
     CompletionRequest,
     Finish,
@@ -189,26 +188,20 @@ class OpenAIProvider:
         self.timeout = timeout
         # One client per event loop: an httpx connection pool must not outlive or
         # cross the loop it was made in (tests run a loop each, workers one for all).
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, openai.AsyncOpenAI] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._clients: PerLoop[openai.AsyncOpenAI] = PerLoop(self._new_client)
 
     def model_info(self, model: str) -> ModelInfo:
         return lookup_model(model or self.default_model, self.provider_id)
 
+    def _new_client(self) -> openai.AsyncOpenAI:
+        return openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout)
+
     def _client(self) -> openai.AsyncOpenAI:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            client = openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=self.api_key, max_retries=0, timeout=self.timeout
-            )
-            self._clients[loop] = client
-        return client
+        return self._clients.get()
 
     async def aclose(self) -> None:
         """Close the current event loop's HTTP client (others close with their loop)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
+        client = self._clients.pop()
         if client is not None:
             await client.close()
 

@@ -45,6 +45,7 @@ from channels.db import database_sync_to_async
 
 from sectr.errors import Forbidden, NotFound
 from sectr.events import Envelope
+from sectr.loops import PerLoop
 from sessions_app import access
 from sessions_app.chat.render import chat_context, render_changes
 from sessions_app.chat.view_model import ChatViewModel
@@ -139,15 +140,8 @@ class _Resyncer:
                 asyncio.ensure_future(consumer.resync())  # reads (or closes: deleted) itself
 
 
-_resyncers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Resyncer] = weakref.WeakKeyDictionary()
-
-
-def resyncer() -> _Resyncer:
-    loop = asyncio.get_running_loop()
-    found = _resyncers.get(loop)
-    if found is None:
-        found = _resyncers[loop] = _Resyncer()
-    return found
+#: The running loop's _Resyncer.
+resyncer = PerLoop(_Resyncer).get
 
 
 def parse_after(scope: dict[str, Any]) -> int:

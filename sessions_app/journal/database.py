@@ -72,6 +72,7 @@ from django.utils import timezone
 from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
+from sectr.loops import PerLoop
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
 from sessions_app.journal.ask_index import update_ask_index
@@ -247,19 +248,15 @@ class DatabaseJournal:
     def __init__(self, *, publish: bool = True, using: str = DEFAULT_DB_ALIAS) -> None:
         self.publish = publish
         self.using = using
-        self._group: dict[asyncio.AbstractEventLoop, _GroupCommit] = {}
+        self._group: PerLoop[_GroupCommit] = PerLoop(lambda: _GroupCommit(self))
 
     # ---- the protocol (async) ----
 
     async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         """Append through this event loop's group commit (see _GroupCommit): appends that
         arrive while a transaction is in flight share the next one."""
-        loop = asyncio.get_running_loop()
-        group = self._group.get(loop)
-        if group is None:
-            group = self._group[loop] = _GroupCommit(self)
         with _unavailable_as_journal_error():
-            return await group.append(session_id, list(events), fence)
+            return await self._group.get().append(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
         with _unavailable_as_journal_error():

@@ -51,7 +51,6 @@ import collections
 import hashlib
 import logging
 import re
-import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -60,6 +59,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sectr.events import Envelope, EventType
+from sectr.loops import PerLoop
 from sessions_app.ops.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
@@ -277,15 +277,8 @@ class _OrderedPublisher:
             await self.idle.wait()
 
 
-_publishers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _OrderedPublisher] = weakref.WeakKeyDictionary()
-
-
-def _publisher() -> _OrderedPublisher:
-    loop = asyncio.get_running_loop()
-    found = _publishers.get(loop)
-    if found is None:
-        found = _publishers[loop] = _OrderedPublisher()
-    return found
+_publishers: PerLoop[_OrderedPublisher] = PerLoop(_OrderedPublisher)
+_publisher = _publishers.get
 
 
 def queue_publication(envelopes: Sequence[Envelope]) -> None:
