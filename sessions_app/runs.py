@@ -262,26 +262,23 @@ def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
     expired lease (or, on PostgreSQL, a dead owner), in one thread hop.
 
     A run whose lease expired is recovered here, under the session lock, in the same
-    transaction as its claim. Locks are taken in the journal's order, Session row then
-    Run row, like every action: the other order deadlocks against a cancel or a steer
-    (which hold the session and wait for the run). On PostgreSQL both rows are taken
-    with SKIP LOCKED: two workers that picked the same candidates (every worker looks
-    at the oldest first) never queue behind each other's claim transaction, nor behind
-    an action holding the session for a moment; each moves on to the next candidate.
-    (Waiting on the Session row made the workers claim in lock-step: at 100 runs posted
-    at once, bench/live.py's cluster spent most of its claim time there.)
+    transaction as its claim. On PostgreSQL a batch is claimed in one transaction that
+    never waits for a lock (`_claim_batch`); a batch that found every candidate's
+    session held by someone looks again after a moment. On SQLite, which has one writer,
+    the candidates are claimed one by one (`_claim_candidate`), Session row then Run row
+    like every action.
     """
     tidied: list[str] = _stranded_pending_sessions()
-    claims: list[Claim] = []
-    claimed: set[str] = set()
     try:
         if connection.vendor == "postgresql":
             for _ in range(3):
-                claims, busy = _claim_batch(worker_id, lease, limit, tidied)
-                if claims or not busy:
-                    return claims
+                batch, busy = _claim_batch(worker_id, lease, limit, tidied)
+                if batch or not busy:
+                    return batch
                 time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
-            return claims
+            return batch
+        claims: list[Claim] = []
+        claimed: set[str] = set()
         for _ in range(3):
             now = timezone.now()
             candidates = list(
@@ -292,20 +289,15 @@ def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
             )
             if not candidates:
                 break
-            busy = False
             for run_id, session_id in candidates:
                 claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
-                if claim is _SESSION_BUSY:
-                    busy = True
-                elif isinstance(claim, Claim):
+                if claim is not None:
                     claims.append(claim)
                     claimed.add(claim.run_id)
                     if len(claims) >= limit:
                         return claims
             if claims:
                 break  # the rest were taken by others; the caller comes back for more
-            if busy:
-                time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
         return claims
     finally:
         # Runs ended here (their journal had ended them already, or they were lost too
@@ -427,24 +419,15 @@ class LivenessLock:
             self.connection = None
 
 
-#: `_claim_candidate`'s answer when the candidate's session is locked by someone else.
-_SESSION_BUSY: Any = object()
-
-
-def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Any:
-    """The Claim of one candidate, None (not runnable any more), or _SESSION_BUSY."""
-    skip = connection.vendor == "postgresql"
+def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
+    """SQLite: the Claim of one candidate, or None (deleted, claimed by another worker
+    or ended since it was listed). The IMMEDIATE transaction is the lock."""
     with transaction.atomic():
-        session = Session.objects.select_for_update(skip_locked=skip).filter(pk=session_id).first()
+        session = Session.objects.filter(pk=session_id).first()
         if session is None:
-            if skip and Session.objects.filter(pk=session_id).exists():
-                return _SESSION_BUSY  # an action or another worker holds it right now
             return None  # deleted meanwhile
         now = timezone.now()
-        runnable = Run.objects.filter(_runnable(now), pk=run_id)
-        if connection.vendor == "postgresql":
-            runnable = runnable.select_for_update(skip_locked=True)
-        run = runnable.first()
+        run = Run.objects.filter(_runnable(now), pk=run_id).first()
         if run is None:
             return None  # another worker claimed it (or it ended) since we looked
         return _take(run, session, worker_id, lease, tidied, now)
