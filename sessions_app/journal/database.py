@@ -155,6 +155,14 @@ def check_connection_pools() -> None:
             logger.warning("checking the %s connection pool failed", connection.alias, exc_info=True)
 
 
+def reset_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
+    """After a connection error: give the broken connection back (its pool drops it)
+    and have the pools test their idle ones (a restart killed them all)."""
+    with contextlib.suppress(Exception):
+        connections[alias].close()
+    check_connection_pools()
+
+
 def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
     broken = False
@@ -406,11 +414,12 @@ class DatabaseJournal:
         fast = [index for index, item in enumerate(items) if streaming[item.session_id]]
         if len(fast) == len(items):
             return list(self._append_deltas_together(items))
+        results: list[list[Envelope] | Exception] = [[] for _ in items]
         if fast:
             self._lock_sessions(sorted(streaming))
-        results: list[list[Envelope] | Exception] = [[] for _ in items]
-        for index, envelopes in zip(fast, self._append_deltas_together([items[i] for i in fast]), strict=True):
-            results[index] = envelopes
+            together = self._append_deltas_together([items[i] for i in fast], sessions_locked=True)
+            for index, envelopes in zip(fast, together, strict=True):
+                results[index] = envelopes
         for index, item in enumerate(items):
             if not streaming[item.session_id]:
                 results[index] = self._append_locked(item.session_id, item.events, item.fence)
@@ -429,11 +438,14 @@ class DatabaseJournal:
             if len(cursor.fetchall()) != len(session_ids):
                 raise NotFound("a session of the group does not exist")
 
-    def _append_deltas_together(self, items: list[_PendingAppend]) -> list[list[Envelope]]:
+    def _append_deltas_together(
+        self, items: list[_PendingAppend], *, sessions_locked: bool = False
+    ) -> list[list[Envelope]]:
         """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
         number of statements instead of two or three per append: lock the sessions' rows
-        (in id order, like every group), bump each last_seq by its appends' count in one
-        UPDATE, check each fence (its Run row, after the sessions), one INSERT for all.
+        (in id order, like every group; not again when the caller has, `sessions_locked`),
+        bump each last_seq by its appends' count in one UPDATE, lock and check every fence
+        in one SELECT of their Run rows (after the sessions), one INSERT for all.
 
         The same result as `_append_locked` item by item (seqs gapless, in order per
         session; a refusal raises, and the caller retries each alone). Under 100 streams
@@ -449,7 +461,8 @@ class DatabaseJournal:
         ids = sorted(counts)
         table = _qn(connection, models.Session._meta.db_table)
         pk = _qn(connection, "id")
-        self._lock_sessions(ids)
+        if not sessions_locked:
+            self._lock_sessions(ids)
         with connection.cursor() as cursor:
             cursor.execute(
                 f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
@@ -484,11 +497,7 @@ class DatabaseJournal:
             return True
 
     def _reset_connections(self) -> None:
-        """After a connection error: give the broken connection back (its pool drops it)
-        and have the pools test their idle ones (a restart killed them all)."""
-        with contextlib.suppress(Exception):
-            connections[self.using].close()
-        check_connection_pools()
+        reset_connection(self.using)
 
     def _append_locked(
         self, session_id: str, events: list[NewEvent], fence: Any, *, locked: models.Session | None = None
@@ -760,7 +769,7 @@ class _GroupCommit:
                 if not isinstance(result, Exception):
                     count_appended(result)  # committed: one batch per append
             if journal.publish:
-                self._publish(group, results)
+                self._publish(results)
             for item, result in zip(group, results, strict=True):
                 if item.future.done():
                     continue
@@ -770,7 +779,7 @@ class _GroupCommit:
                     item.future.set_result(result)
 
     @staticmethod
-    def _publish(group: list[_PendingAppend], results: list[list[Envelope] | Exception]) -> None:
+    def _publish(results: list[list[Envelope] | Exception]) -> None:
         """Queue each committed append for publication, in the group's order (each
         session's in seq order). Queuing never waits (publish.queue_publication): no
         task per session here (a gather of them was a third of the event loop's time

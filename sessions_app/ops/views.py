@@ -26,7 +26,7 @@ from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 import sectr
-from sessions_app.journal.database import check_connection_pools
+from sessions_app.journal.database import reset_connection
 from sessions_app.ops.scrape import database_registry
 
 #: How long each readiness check may take before it counts as failed.
@@ -48,8 +48,7 @@ def check_database() -> None:
         # PostgreSQL restarted: this connection, and the pool's idle ones, are dead. The
         # broken one goes back to its pool (which drops it); the rest are tested now, so
         # the next probe (and the next request) gets a live one.
-        connections[DEFAULT_DB_ALIAS].close()
-        check_connection_pools()
+        reset_connection(DEFAULT_DB_ALIAS)
         raise
 
 
