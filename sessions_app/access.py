@@ -112,10 +112,15 @@ def check_access(user: Any, session: Session, need: Need) -> Session:
     return session
 
 
-def get_session_for_user(user: Any, session_id: str, need: Need = "read") -> Session:
-    """The session if `user` may `need` it; NotFound / Forbidden otherwise."""
+def check_session_id(session_id: Any) -> None:
+    """NotFound for what cannot be a session id (not a string, or longer than the column)."""
     if not isinstance(session_id, str) or len(session_id) > 40:
         raise NotFound("no such session")
+
+
+def get_session_for_user(user: Any, session_id: str, need: Need = "read") -> Session:
+    """The session if `user` may `need` it; NotFound / Forbidden otherwise."""
+    check_session_id(session_id)
     try:
         session = Session.objects.get(pk=session_id)
     except Session.DoesNotExist:

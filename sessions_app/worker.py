@@ -462,16 +462,10 @@ def embedded_worker_enabled() -> bool:
     return "sqlite" in settings.DATABASES[DEFAULT_DB_ALIAS]["ENGINE"]
 
 
-#: Whether this process runs an embedded worker, once the first connection asked.
-_embedded_enabled: bool | None = None
-
-
 def start_embedded_worker() -> Worker | None:
     """Start a worker on the running event loop (the server's), once per process."""
-    global _embedded, _embedded_task, _embedded_enabled
-    if _embedded_enabled is None:
-        _embedded_enabled = embedded_worker_enabled()
-    if _embedded is not None or not _embedded_enabled:
+    global _embedded, _embedded_task
+    if _embedded is not None or not embedded_worker_enabled():
         return _embedded
     loop = asyncio.get_running_loop()  # first: outside a running loop, record nothing
     # No channel-layer listener: this process's actions wake and poke it directly, and

@@ -37,7 +37,7 @@ from sectr.journal import NewEvent
 from sectr.providers import default_model_from_env
 from sectr.state import SessionState
 from sessions_app import access, media, runs
-from sessions_app.access import check_access, get_session_for_user
+from sessions_app.access import check_access, check_session_id, get_session_for_user
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
@@ -59,8 +59,8 @@ def _locked(
     access is checked on the locked row (NotFound / Forbidden, nothing written): one
     read of the row for both, where a check before the lock read it twice.
     """
-    if need is not None and (not isinstance(session_id, str) or len(session_id) > 40):
-        raise NotFound("no such session")
+    if need is not None:
+        check_session_id(session_id)
     with transaction.atomic():
         try:
             session = Session.objects.select_for_update().get(pk=session_id)

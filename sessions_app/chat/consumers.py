@@ -137,7 +137,7 @@ class _Resyncer:
                 await consumer.channel_layer.group_add(consumer.group, consumer.channel_name)
             seq = newest.get(consumer.session_id)
             if seq is None or seq > consumer.last_seq:
-                asyncio.ensure_future(consumer.resync())  # reads (or closes: deleted) itself
+                asyncio.ensure_future(consumer.resync_to(seq))  # reads (or closes: deleted)
 
 
 #: The running loop's _Resyncer.
@@ -252,9 +252,19 @@ class ChatConsumer(RecheckedConsumer):
 
     async def resync(self) -> None:
         async with self.lock:
-            newest = await journal_last_seq(self.session_id)
-            if newest is None:
-                await self.revoke(CLOSE_NOT_FOUND)  # the session was deleted
-                return
-            if newest > self.last_seq:
-                await self.send_envelopes(await load_journal(self.session_id, self.last_seq))
+            await self._catch_up_to(await journal_last_seq(self.session_id))
+
+    async def resync_to(self, newest: int | None) -> None:
+        """`resync` with the journal's last seq already read (by _Resyncer, for all its
+        sockets in one query): a socket that is behind reads only the missing envelopes."""
+        async with self.lock:
+            await self._catch_up_to(newest)
+
+    async def _catch_up_to(self, newest: int | None) -> None:
+        """Under the lock: send what the journal has after the socket's last seq, when
+        `newest` says there is some (None: the session was deleted, close)."""
+        if newest is None:
+            await self.revoke(CLOSE_NOT_FOUND)
+            return
+        if newest > self.last_seq:
+            await self.send_envelopes(await load_journal(self.session_id, self.last_seq))
