@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import pytest
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
@@ -24,7 +25,7 @@ def admin_client_(db: None) -> Client:
 
 def test_session_change_page_shows_snapshot_usage_transcript_and_links(admin_client_: Client, session: Session) -> None:
     append(session, [started("hello admin"), *reply("You said: hello admin"), completed()], publish=False)
-    response = admin_client_.get(f"/admin/sessions_app/session/{session.pk}/change/")
+    response = admin_client_.get(f"/admin/sessions_app/session/{quote(session.pk)}/change/")
     assert response.status_code == 200, (response.status_code, response.get("Location"))
     page = response.content.decode()
     assert "Snapshot" in page and "Context window" in page
@@ -36,7 +37,7 @@ def test_session_change_page_shows_snapshot_usage_transcript_and_links(admin_cli
 
 def test_the_admin_refuses_to_add_change_or_delete_envelopes(admin_client_: Client, session: Session) -> None:
     envelope = Envelope.objects.get(session=session, seq=1)
-    base = f"/admin/sessions_app/envelope/{envelope.pk}"
+    base = f"/admin/sessions_app/envelope/{quote(envelope.pk)}"
     assert admin_client_.get("/admin/sessions_app/envelope/add/").status_code == 403
     assert admin_client_.post(f"{base}/change/", {"type": "SESSION_ERROR", "payload": "{}"}).status_code == 403
     assert admin_client_.post(f"{base}/delete/", {"post": "yes"}).status_code == 403
@@ -45,7 +46,8 @@ def test_the_admin_refuses_to_add_change_or_delete_envelopes(admin_client_: Clie
     )
     assert response.status_code in (200, 302)
     # Nor by deleting the session from the admin (the cascade would take the journal).
-    assert admin_client_.post(f"/admin/sessions_app/session/{session.pk}/delete/", {"post": "yes"}).status_code == 403
+    delete_url = f"/admin/sessions_app/session/{quote(session.pk)}/delete/"
+    assert admin_client_.post(delete_url, {"post": "yes"}).status_code == 403
     admin_client_.post(
         "/admin/sessions_app/session/", {"action": "delete_selected", "_selected_action": [session.pk], "post": "yes"}
     )
