@@ -480,6 +480,13 @@ def _claim_batch(worker_id: str, lease: float, limit: int, tidied: list[str]) ->
     return claims, busy
 
 
+#: The Run columns a claim (`_take`) sets.
+_CLAIM_FIELDS = (
+    "invocation_id", "invocation_ids", "claimed_seq", "status", "attempts", "lease_owner", "lease_token",
+    "lease_expires_at", "heartbeat_at", "started_at",
+)  # fmt: skip
+
+
 def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any) -> Claim | None:
     """Claim `run` (its row and its session's locked by the caller), or None when its
     journal ended it already (or it was lost too often, or cancelled while lost)."""
@@ -525,7 +532,7 @@ def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list
     run.lease_expires_at = now + timedelta(seconds=lease)
     run.heartbeat_at = now
     run.started_at = run.started_at or now
-    run.save()
+    run.save(update_fields=_CLAIM_FIELDS)  # the row is locked: only what a claim sets
     return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
 
 
@@ -540,6 +547,10 @@ def _count_lease_expiry(outcome: str) -> None:
     transaction.on_commit(count)
 
 
+#: The Run columns `_end` writes (a cancel sets cancel_requested just before it).
+_END_FIELDS = ("status", "stop_reason", "error", "lease_token", "lease_expires_at", "finished_at", "cancel_requested")
+
+
 def _end(run: Run, status: str, stop_reason: str, *, error: str | None = None) -> None:
     """A finished row holds no lease (a late finish_run or fenced append is refused)."""
     run.status, run.stop_reason = status, stop_reason
@@ -547,7 +558,7 @@ def _end(run: Run, status: str, stop_reason: str, *, error: str | None = None) -
         run.error = error
     run.lease_token, run.lease_expires_at = None, None
     run.finished_at = run.finished_at or timezone.now()
-    run.save()
+    run.save(update_fields=_END_FIELDS)
 
 
 def _finish_run_from_state(run: Run, state: SessionState) -> None:

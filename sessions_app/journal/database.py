@@ -66,7 +66,7 @@ from django.db import (
     transaction,
 )
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Q
+from django.db.models import Field, Q
 from django.utils import timezone
 
 from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
@@ -232,6 +232,15 @@ def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any]
 
 def _qn(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+@functools.cache
+def _locked_fields() -> tuple[Any, ...]:
+    """The Session fields an append reads from the row it locks (DatabaseJournal.
+    _lock_session_row): its projection, and the owner and team of its review rows."""
+    names = {"id", "owner_id", "team_id", "state", "last_seq", "updated_at"}
+    # In the model's order: Model.from_db matches the values to the fields in that order.
+    return tuple(field for field in models.Session._meta.concrete_fields if field.attname in names)
 
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
@@ -512,11 +521,7 @@ class DatabaseJournal:
         elif prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
             last_seq = self._bump_last_seq(connection, session_id, len(prepared), now) - len(prepared)
         else:
-            session = (
-                models.Session.objects.using(self.using).select_for_update(no_key=True).filter(pk=session_id).first()
-            )
-            if session is None:
-                raise NotFound(f"no session {session_id}")
+            session = self._lock_session_row(connection, session_id)
             last_seq = session.last_seq
         if fence is not None:
             completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
@@ -541,12 +546,56 @@ class DatabaseJournal:
                 observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)
             columns["updated_at"] = now
-            models.Session.objects.using(self.using).filter(pk=session_id).update(**columns)
+            self._update_session_row(connection, session_id, columns)
             for name, value in columns.items():  # the caller's locked row stays the row
                 setattr(session, name, value)
             # The audit (and notification outbox) of asks and decisions, in this transaction.
             record_moderation(session, envelopes, state, using=self.using)
         return envelopes
+
+    def _lock_session_row(self, connection: BaseDatabaseWrapper, session_id: str) -> models.Session:
+        """The Session row, locked like select_for_update(no_key=True), with only the
+        columns an append reads (`_locked_fields`; the others are deferred): NotFound
+        when it is gone.
+
+        Plain SQL: every append of an event other than a delta (a message's start and
+        end, a tool call, a run's end) runs it, and the queryset's compilation and full
+        model instance were most of such an append's CPU (a burst of run starts).
+        """
+        table = _qn(connection, models.Session._meta.db_table)
+        fields = _locked_fields()
+        columns = ", ".join(_qn(connection, field.column) for field in fields)
+        sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+        if connection.features.has_select_for_update:
+            sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [session_id])
+            row = cursor.fetchone()
+        if row is None:
+            raise NotFound(f"no session {session_id}")
+        values = []
+        for field, value in zip(fields, row, strict=True):
+            column = field.get_col(models.Session._meta.db_table)  # the expression converters expect
+            for converter in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
+                value = converter(value, column, connection)
+            values.append(value)
+        return models.Session.from_db(self.using, [field.attname for field in fields], values)
+
+    def _update_session_row(self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]) -> None:
+        """UPDATE the Session row's `columns` (field names: values), through each field's
+        own adapter, in plain SQL for the reason `_lock_session_row` gives."""
+        meta = models.Session._meta
+        names, params = [], []
+        for name, value in columns.items():
+            field = cast(Field, meta.get_field(name))  # a concrete column of the model
+            names.append(f"{_qn(connection, field.column)} = %s")
+            params.append(field.get_db_prep_save(value, connection))
+        table = _qn(connection, meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET {', '.join(names)} WHERE {_qn(connection, 'id')} = %s",  # noqa: S608 - quoted names
+                [*params, session_id],
+            )
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
         """Add `count` to the session's last_seq (locking its row); the new last_seq."""
