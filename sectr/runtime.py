@@ -91,11 +91,14 @@ class Runtime:
         fence: Any = None,
     ) -> SessionContext:
         """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
-        transcript = await self.journal.load_since_compaction(session_id)
+        # Three independent reads, at once: a database journal answers each from a thread,
+        # and one after the other they were three round trips before the first token.
+        transcript, journal_state, policy = await asyncio.gather(
+            self.journal.load_since_compaction(session_id), self.journal.state(session_id), self.policy_for(session_id)
+        )
         # A private copy: the context applies its own appends to it (SessionContext._extend),
         # whatever the journal's `state()` returns (a live object, a fresh row...).
-        state = (await self.journal.state(session_id)).copy()
-        policy = await self.policy_for(session_id)
+        state = journal_state.copy()
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:

@@ -8,9 +8,8 @@ from the journal at any time.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any
 
@@ -73,10 +72,15 @@ class SessionState:
         return total
 
     def copy(self) -> SessionState:
-        return copy.deepcopy(self)
+        # The fields hold JSON-like values and datetimes only: copying the containers is
+        # a deep copy, at a fraction of copy.deepcopy's cost (a worker copies the state
+        # of every run it starts).
+        return SessionState(**{name: _plain_copy(getattr(self, name)) for name in _FIELD_NAMES})
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
+        # What dataclasses.asdict would return, without its deepcopy of every leaf: every
+        # append other than a delta stores this (Session.cached_columns).
+        data = {name: _plain_copy(getattr(self, name)) for name in _FIELD_NAMES}
         for key in ("created_at", "updated_at"):
             value = data[key]
             data[key] = value.isoformat() if value else None
@@ -90,6 +94,18 @@ class SessionState:
                 data[key] = datetime.fromisoformat(data[key])
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in data.items() if k in known})
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(SessionState))
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of JSON-like data (dicts and lists of immutable leaves)."""
+    if isinstance(value, dict):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(item) for item in value]
+    return value
 
 
 def clamp_title(text: str) -> str:

@@ -291,13 +291,14 @@ def chat(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @refusals_as_messages
 def post_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
     content = _message_content(request)
     # The composer queues behind an active run rather than refusing (the API's 409 is
-    # for programs); a queued message starts when the current run ends.
-    run = actions.do_post_message_with_media(request.user, session.pk, content, queue=True)
+    # for programs); a queued message starts when the current run ends. The action
+    # checks the user's access on the row it locks (404 / 403 before anything is
+    # written): no read of the session before it.
+    run = actions.do_post_message_with_media(request.user, session_id, content, queue=True)
     note = "Queued: your message is sent when the current run ends." if run.status == Run.PENDING else None
-    return _done(request, session.pk, note, event="sectr:sent")
+    return _done(request, run.session_id, note, event="sectr:sent")
 
 
 @login_required

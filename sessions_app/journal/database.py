@@ -234,10 +234,25 @@ def _qn(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
 
 
+def _converter(connection: BaseDatabaseWrapper, model: type[Any], name: str) -> Callable[[Any], Any]:
+    """What turns a value of `model.name` as a plain cursor returns it into what the ORM
+    would return (a JSON field's text into its value, SQLite's naive datetimes into aware
+    ones...): the backend's and the field's converters, in the ORM's order."""
+    column = model._meta.get_field(name).get_col(model._meta.db_table)
+    converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
+
+    def convert(value: Any) -> Any:
+        for converter in converters:
+            value = converter(value, column, connection)
+        return value
+
+    return convert
+
+
 @functools.cache
-def _locked_fields() -> tuple[Any, ...]:
-    """The Session fields an append reads from the row it locks (DatabaseJournal.
-    _lock_session_row): its projection, and the owner and team of its review rows."""
+def _row_fields() -> tuple[Any, ...]:
+    """The Session fields DatabaseJournal._session_row reads: the projection, and the
+    owner and team an append's review rows need."""
     names = {"id", "owner_id", "team_id", "state", "last_seq", "updated_at"}
     # In the model's order: Model.from_db matches the values to the fields in that order.
     return tuple(field for field in models.Session._meta.concrete_fields if field.attname in names)
@@ -311,7 +326,7 @@ class DatabaseJournal:
         return envelopes
 
     def load_sync(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
-        rows = self._envelope_rows(session_id, seq__gt=after_seq)
+        rows = self._envelope_rows(session_id, after=after_seq)
         if not rows and not models.Session.objects.using(self.using).filter(pk=session_id).exists():
             raise NotFound(f"no session {session_id}")
         return rows
@@ -320,15 +335,17 @@ class DatabaseJournal:
         # Session.compaction_seq is the newest TRANSCRIPT_COMPACTED: the read starts there
         # on the (session, seq) index and never visits older rows. A compaction committed
         # between the two reads only makes the result start earlier, which folds the same.
-        compaction_seq = (
-            models.Session.objects.using(self.using)
-            .filter(pk=session_id)
-            .values_list("compaction_seq", flat=True)
-            .first()
-        )
-        if compaction_seq is None:
+        connection = connections[self.using]
+        table = _qn(connection, models.Session._meta.db_table)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_qn(connection, 'compaction_seq')} FROM {table} WHERE {_qn(connection, 'id')} = %s",  # noqa: S608 - quoted names
+                [session_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
             raise NotFound(f"no session {session_id}")
-        return self._envelope_rows(session_id, seq__gte=max(compaction_seq, 1))
+        return self._envelope_rows(session_id, after=max(int(row[0]), 1) - 1)
 
     def load_ranges_sync(self, ranges: Sequence[tuple[str, int, int]]) -> dict[str, list[Envelope]]:
         """The envelopes of several sessions at once: for each (session id, from seq,
@@ -354,10 +371,7 @@ class DatabaseJournal:
         return found
 
     def state_sync(self, session_id: str) -> SessionState:
-        session = models.Session.objects.using(self.using).filter(pk=session_id).first()
-        if session is None:
-            raise NotFound(f"no session {session_id}")
-        return session.projection()
+        return self._session_row(connections[self.using], session_id, lock=False).projection()
 
     def rebuild_projection_sync(self, session_id: str) -> SessionState:
         """Recompute the Session row's cached projection from the journal alone."""
@@ -521,7 +535,7 @@ class DatabaseJournal:
         elif prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
             last_seq = self._bump_last_seq(connection, session_id, len(prepared), now) - len(prepared)
         else:
-            session = self._lock_session_row(connection, session_id)
+            session = self._session_row(connection, session_id, lock=True)
             last_seq = session.last_seq
         if fence is not None:
             completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
@@ -553,37 +567,34 @@ class DatabaseJournal:
             record_moderation(session, envelopes, state, using=self.using)
         return envelopes
 
-    def _lock_session_row(self, connection: BaseDatabaseWrapper, session_id: str) -> models.Session:
-        """The Session row, locked like select_for_update(no_key=True), with only the
-        columns an append reads (`_locked_fields`; the others are deferred): NotFound
-        when it is gone.
+    def _session_row(self, connection: BaseDatabaseWrapper, session_id: str, *, lock: bool) -> models.Session:
+        """The Session row (`lock`: locked like select_for_update(no_key=True)) with only
+        the columns an append or a projection reads (`_row_fields`; the others are
+        deferred): NotFound when it is gone.
 
         Plain SQL: every append of an event other than a delta (a message's start and
-        end, a tool call, a run's end) runs it, and the queryset's compilation and full
-        model instance were most of such an append's CPU (a burst of run starts).
+        end, a tool call, a run's end) and every run start runs it, and the queryset's
+        compilation and full model instance were most of their CPU (a burst of starts).
         """
         table = _qn(connection, models.Session._meta.db_table)
-        fields = _locked_fields()
+        fields = _row_fields()
         columns = ", ".join(_qn(connection, field.column) for field in fields)
         sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
-        if connection.features.has_select_for_update:
+        if lock and connection.features.has_select_for_update:
             sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
         with connection.cursor() as cursor:
             cursor.execute(sql, [session_id])
             row = cursor.fetchone()
         if row is None:
             raise NotFound(f"no session {session_id}")
-        values = []
-        for field, value in zip(fields, row, strict=True):
-            column = field.get_col(models.Session._meta.db_table)  # the expression converters expect
-            for converter in connection.ops.get_db_converters(column) + column.get_db_converters(connection):
-                value = converter(value, column, connection)
-            values.append(value)
+        values = [
+            _converter(connection, models.Session, field.name)(value) for field, value in zip(fields, row, strict=True)
+        ]
         return models.Session.from_db(self.using, [field.attname for field in fields], values)
 
     def _update_session_row(self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]) -> None:
         """UPDATE the Session row's `columns` (field names: values), through each field's
-        own adapter, in plain SQL for the reason `_lock_session_row` gives."""
+        own adapter, in plain SQL for the reason `_session_row` gives."""
         meta = models.Session._meta
         names, params = [], []
         for name, value in columns.items():
@@ -733,16 +744,28 @@ class DatabaseJournal:
 
     # ---- reads ----
 
-    def _envelope_rows(self, session_id: str, **seq_filter: int) -> list[Envelope]:
-        rows = (
-            models.Envelope.objects.using(self.using)
-            .filter(session_id=session_id, **seq_filter)
-            .order_by("seq")
-            .values_list("seq", "invocation_id", "type", "payload", "created_at")
-        )
+    def _envelope_rows(self, session_id: str, *, after: int) -> list[Envelope]:
+        """The session's envelopes with seq > `after`, in seq order.
+
+        Plain SQL, the values converted by the fields' own converters: every run start
+        and every socket that catches up reads here, and the queryset's compilation cost
+        more than reading a short journal.
+        """
+        connection = connections[self.using]
+        table = _qn(connection, models.Envelope._meta.db_table)
+        columns = ", ".join(_qn(connection, name) for name in ("seq", "invocation_id", "type", "payload", "created_at"))
+        seq, session = _qn(connection, "seq"), _qn(connection, "session_id")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM {table} WHERE {session} = %s AND {seq} > %s ORDER BY {seq}",  # noqa: S608 - quoted names
+                [session_id, after],
+            )
+            rows = cursor.fetchall()
+        payload_of = _converter(connection, models.Envelope, "payload")
+        created_at_of = _converter(connection, models.Envelope, "created_at")
         return [
-            Envelope(session_id, seq, invocation_id, EventType(event_type), payload, created_at)
-            for seq, invocation_id, event_type, payload, created_at in rows
+            Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
+            for seq, invocation_id, event_type, payload, created in rows
         ]
 
 
