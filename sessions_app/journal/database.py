@@ -699,8 +699,8 @@ class DatabaseJournal:
         return tuple(row) if row is not None else None
 
     def _insert(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> None:
-        # One multi-row INSERT through the fields' own adapters (jsonb on PostgreSQL,
-        # text on SQLite): the ORM's bulk_create costs more than the write on SQLite.
+        # Plain SQL through the fields' own adapters (jsonb on PostgreSQL, text on
+        # SQLite): the ORM's bulk_create costs more than the write on SQLite.
         payload_field = models.Envelope._meta.get_field("payload")
         table = _qn(connection, models.Envelope._meta.db_table)
         columns = ", ".join(
@@ -728,19 +728,26 @@ class DatabaseJournal:
                     ],
                 )
             return
-        params: list[Any] = []
-        for envelope in envelopes:
-            params += [
+        rows = [
+            (
                 envelope.session_id,
                 envelope.seq,
                 envelope.invocation_id,
                 envelope.type.value,
                 payload_field.get_db_prep_save(envelope.payload, connection),
                 created_at,
-            ]
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(envelopes))
+            )
+            for envelope in envelopes
+        ]
+        sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)"  # noqa: S608 - quoted names
         with connection.cursor() as cursor:
-            cursor.execute(f"INSERT INTO {table} ({columns}) VALUES {values}", params)  # noqa: S608 - quoted names
+            if len(rows) == 1:
+                cursor.execute(sql, rows[0])
+            else:
+                # SQLite: one statement bound once per row (executemany reuses it in C).
+                # A VALUES list of 6 x N placeholders was rewritten to SQLite's "?" style
+                # by a regex over its whole text for every group (py-spy, embedded server).
+                cursor.executemany(sql, rows)
 
     # ---- reads ----
 

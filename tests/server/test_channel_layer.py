@@ -56,3 +56,30 @@ def test_an_expired_message_is_still_dropped(monkeypatch: Any) -> None:
 
     left = asyncio.run(expire())
     assert left == {"channels": {}, "group": {}}  # dropped, and its channel left the group
+
+
+def test_each_member_gets_its_own_copy_and_a_full_one_is_skipped() -> None:
+    async def send() -> tuple[list[Any], dict[str, Any]]:
+        layer = InMemoryChannelLayer(capacity=1)
+        full, first, second = [await layer.new_channel() for _ in range(3)]
+        for name in (full, first, second):
+            await layer.group_add("g", name)
+        await layer.send(full, {"type": "filler"})
+        message = {"type": "m", "envelopes": [{"seq": 1, "payload": {"text": "a"}}], "raw": b"x", "pair": (1, [2])}
+        await layer.group_send("g", message)  # `full` has no room: skipped, the others still get it
+        got = [await layer.receive(name) for name in (first, second)]
+        got[0]["envelopes"][0]["payload"]["text"] = "changed"
+        got[0]["pair"][1].append(3)
+        return [await layer.receive(full), *got], message
+
+    (filler, first, second), sent = asyncio.run(send())
+    assert filler == {"type": "filler"}
+    assert second == {"type": "m", "envelopes": [{"seq": 1, "payload": {"text": "a"}}], "raw": b"x", "pair": (1, [2])}
+    assert sent["envelopes"][0]["payload"]["text"] == "a" and sent["pair"] == (1, [2])  # the sender's is untouched
+    assert first["pair"] == (1, [2, 3])
+
+
+def test_copy_message_deep_copies_what_it_does_not_know() -> None:
+    marker = {1, 2}
+    copied = channel_layer.copy_message({"set": marker})
+    assert copied == {"set": {1, 2}} and copied["set"] is not marker
