@@ -51,9 +51,7 @@ worker that holds the run.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import operator
 import os
 import threading
 import time
@@ -628,8 +626,13 @@ def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dic
     if renew:
         now = timezone.now()
         renewed = {"lease_expires_at": now + timedelta(seconds=lease), "heartbeat_at": now}
-        owned = functools.reduce(operator.or_, (Q(pk=c.run_id, lease_token=c.token) for c in claims))
-        beating = Run.objects.filter(owned, status=Run.RUNNING)
+        # Each claim's token is its own (a uuid4 per claim), so "id among ours and token
+        # among ours" is "the row still holds its claim's token": two IN lists, where an
+        # OR of a (id, token) pair per run cost more to compile than to run (a hundred
+        # runs: 6% of the embedded server's CPU, py-spy).
+        beating = Run.objects.filter(
+            pk__in=[c.run_id for c in claims], lease_token__in=[c.token for c in claims], status=Run.RUNNING
+        )
         if connection.vendor == "postgresql":
             # Only the rows nobody holds right now. A plain UPDATE of many rows locks them
             # in its scan order, while this worker's group commit holds some of them (its

@@ -623,3 +623,24 @@ async def test_it_starts_at_most_its_start_window_of_runs_at_once(owner: Any, mo
         worker.stop()
         await asyncio.wait_for(task, 15)
     assert not worker.starting
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_heartbeat_renews_only_the_leases_it_still_holds(owner: Any) -> None:
+    sessions = [actions.do_create_session(owner) for _ in range(3)]
+    for session in sessions:
+        actions.do_post_message(owner, session.pk, "!slow 50")
+    claims = runs_module.claim_next_runs("beating-worker", 60.0, 3)
+    assert len(claims) == 3
+    taken, kept = claims[0], claims[1:]
+    Run.objects.filter(pk=taken.run_id).update(lease_token="another-workers-token", lease_expires_at=None)
+    Run.objects.filter(pk=kept[1].run_id).update(cancel_requested=True, cancel_requested_by="alice")
+    before = timezone.now()
+
+    beats = runs_module.heartbeat_runs(claims, 120.0, renew=True)
+
+    assert beats == {taken.run_id: (False, None), kept[0].run_id: (True, None), kept[1].run_id: (True, "alice")}
+    assert Run.objects.get(pk=taken.run_id).lease_expires_at is None  # not renewed: not ours any more
+    for claim in kept:
+        renewed = Run.objects.get(pk=claim.run_id).lease_expires_at
+        assert renewed is not None and renewed > before + timedelta(seconds=100)
