@@ -210,6 +210,13 @@ def has_active_run(session: Session) -> bool:
 
 def promote_pending_run(session_id: str) -> Run | None:
     """Start the oldest pending run of an idle session (called when a run ends)."""
+    # Nearly every run ends with nothing queued behind it: one unlocked look settles that
+    # instead of a transaction that locks the session. No race: a message is queued as
+    # a pending run only while a run is active (do_post_message, under the session's
+    # lock), so one queued before the caller's run ended is seen here, and one posted
+    # after it starts at once.
+    if not Run.objects.filter(session_id=session_id, status=Run.PENDING).exists():
+        return None
     with transaction.atomic():
         session = Session.objects.select_for_update().filter(pk=session_id).first()
         if session is None:
