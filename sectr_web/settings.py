@@ -122,7 +122,8 @@ if REDIS_URL:
     # already handle (a gap in seq, or the periodic resync, reads the journal).
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+            # channels_redis' pub/sub layer with a batched send (sectr_web.channel_layer).
+            "BACKEND": "sectr_web.channel_layer.RedisPubSubChannelLayer",
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 # Distinct prefixes keep separate deployments (and test servers) apart on one Redis.

@@ -259,11 +259,33 @@ class _OrderedPublisher:
             self.queue.clear()
             if layer is None:
                 continue
+            if await self._send_together(layer, batch):
+                continue
             by_group: dict[str, list[tuple[float, dict[str, Any]]]] = {}
             for queued, group, message in batch:
                 by_group.setdefault(group, []).append((queued, message))
 
             await asyncio.gather(*(self._send_group(layer, group, items) for group, items in by_group.items()))
+
+    @staticmethod
+    async def _send_together(layer: Any, batch: list[tuple[float, str, dict[str, Any]]]) -> bool:
+        """Send the whole batch in one go where the layer can (the Redis layer's
+        group_send_many: a pipeline, in queue order, so each group's order holds); False
+        when it cannot or failed, and the batch goes group by group with retries (what
+        the failed pipeline sent already is then sent again: readers drop a seq they
+        have)."""
+        send_many = getattr(layer, "group_send_many", None)
+        if send_many is None or len(batch) < 2:
+            return False
+        try:
+            async with asyncio.timeout(PUBLISH_TIMEOUT):
+                await send_many([(group, message) for _queued, group, message in batch])
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.info("a batched publish failed; sending its %d message(s) one by one", len(batch), exc_info=True)
+            return False
 
     @staticmethod
     async def _send_group(layer: Any, group: str, items: list[tuple[float, dict[str, Any]]]) -> None:

@@ -4,6 +4,7 @@ layer whose expiry sweep runs at most once a second instead of on every message.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from typing import Any
 
@@ -11,13 +12,14 @@ from channels.layers import InMemoryChannelLayer as ChannelsLayer
 from django.conf import settings
 
 from sectr_web import channel_layer
-from sectr_web.channel_layer import InMemoryChannelLayer
+from sectr_web.channel_layer import InMemoryChannelLayer, RedisPubSubChannelLayer
+from tests.cluster import PrivateRedis
 
 
 def test_it_is_the_layer_without_redis() -> None:
     with_redis = bool(os.environ.get("REDIS_URL"))
     expected = (
-        "channels_redis.pubsub.RedisPubSubChannelLayer"
+        "sectr_web.channel_layer.RedisPubSubChannelLayer"
         if with_redis
         else "sectr_web.channel_layer.InMemoryChannelLayer"
     )
@@ -83,3 +85,35 @@ def test_copy_message_deep_copies_what_it_does_not_know() -> None:
     marker = {1, 2}
     copied = channel_layer.copy_message({"set": marker})
     assert copied == {"set": {1, 2}} and copied["set"] is not marker
+
+
+def test_group_send_many_is_what_group_send_would_send_in_order(tmp_path: Any) -> None:
+    """Against a real Redis (a private redis-server), received by the layer's own
+    subscribers: every message, each group's in order, none to a group not named, and
+    what a plain group_send sends beside it arrives as well."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> dict[str, list[Any]]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="many")
+            names = {group: await layer.new_channel() for group in ("a", "b", "quiet")}
+            for group, name in names.items():
+                await layer.group_add(group, name)
+            batch = [(group, {"type": "m", "n": n, "blob": b"\x00\xff"}) for n in range(30) for group in ("a", "b")]
+            await layer.group_send_many(batch)
+            await layer.group_send("a", {"type": "m", "n": "plain"})
+            got = {group: [await asyncio.wait_for(layer.receive(names[group]), 5) for _ in range(count)]
+                   for group, count in (("a", 31), ("b", 30))}  # fmt: skip
+            with contextlib.suppress(TimeoutError):
+                got["quiet"] = [await asyncio.wait_for(layer.receive(names["quiet"]), 0.3)]
+            await layer.flush()
+            return got
+
+        got = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert [m["n"] for m in got["a"]] == [*range(30), "plain"]
+    assert [m["n"] for m in got["b"]] == list(range(30))
+    assert all(m["blob"] == b"\x00\xff" for m in got["a"][:30])
+    assert "quiet" not in got

@@ -34,7 +34,7 @@ from tests.server.test_consumers import connect, frames_until_ready
 
 BROKEN_REDIS = {
     "default": {
-        "BACKEND": "channels_redis.pubsub.RedisPubSubChannelLayer",
+        "BACKEND": "sectr_web.channel_layer.RedisPubSubChannelLayer",
         "CONFIG": {"hosts": ["redis://127.0.0.1:1/0"], "prefix": "ops11-broken"},
     }
 }

@@ -131,3 +131,46 @@ def test_sync_publishers_queue_on_the_server_loop_without_waiting(monkeypatch: p
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+class BatchLayer(FlakyLayer):
+    """The real layer with a group_send_many (as the Redis layer has), whose first
+    `batch_failures` calls send half their batch and then raise."""
+
+    def __init__(self, layer: Any, batch_failures: int) -> None:
+        super().__init__(layer, failures=0)
+        self.batch_failures = batch_failures
+        self.batches: list[int] = []
+
+    async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        self.batches.append(len(messages))
+        if self.batch_failures > 0:
+            self.batch_failures -= 1
+            for group, message in messages[: len(messages) // 2]:
+                await self.layer.group_send(group, message)
+            raise ConnectionError("the pipeline broke halfway")
+        for group, message in messages:
+            await self.layer.group_send(group, message)
+
+
+@pytest.mark.parametrize("batch_failures", [0, 1])
+async def test_a_batch_goes_out_together_and_one_by_one_when_that_fails(
+    monkeypatch: pytest.MonkeyPatch, batch_failures: int
+) -> None:
+    layer = get_channel_layer()
+    batching = BatchLayer(layer, batch_failures)
+    monkeypatch.setattr(publish, "get_channel_layer", lambda: batching)
+    session_id = f"ses_{uuid.uuid4().hex}"
+    channel = await layer.new_channel()
+    await layer.group_add(publish.session_group(session_id), channel)
+    drops = publish.publish_drops()
+    sent = 40 if batch_failures == 0 else 40 + 20  # a broken batch's first half is sent twice
+    receiver = asyncio.ensure_future(receive_seqs(layer, channel, session_id, sent))
+    for seq in range(1, 41):  # forty appends queued before the publisher runs: one batch
+        publish.queue_publication([envelope(session_id, seq)])
+    await publish.aflush_publications()
+    seqs = await receiver
+    assert batching.batches == [40]  # tried together once
+    assert sorted(set(seqs)) == list(range(1, 41)) and seqs[-40:] == list(range(1, 41))
+    assert publish.publish_drops() == drops
+    await layer.group_discard(publish.session_group(session_id), channel)
