@@ -466,8 +466,8 @@ class DatabaseJournal:
     ) -> list[list[Envelope]]:
         """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
         number of statements instead of two or three per append: lock the sessions' rows
-        (in id order, like every group; not again when the caller has, `sessions_locked`),
-        bump each last_seq by its appends' count in one UPDATE, lock and check every fence
+        (in id order, like every group; not again when the caller has, `sessions_locked`,
+        nor for one session, which the UPDATE locks), bump each last_seq by its appends' count in one UPDATE, lock and check every fence
         in one SELECT of their Run rows (after the sessions), one INSERT for all.
 
         The same result as `_append_locked` item by item (seqs gapless, in order per
@@ -484,7 +484,9 @@ class DatabaseJournal:
         ids = sorted(counts)
         table = _qn(connection, models.Session._meta.db_table)
         pk = _qn(connection, "id")
-        if not sessions_locked:
+        if not sessions_locked and len(ids) > 1:
+            # Several rows: locked in id order first (the UPDATE below locks in no set
+            # order). One row needs no order: the UPDATE's own lock is the session lock.
             self._lock_sessions(ids)
         with connection.cursor() as cursor:
             cursor.execute(
@@ -493,6 +495,8 @@ class DatabaseJournal:
                 [connection.ops.adapt_datetimefield_value(now), ids, [counts[i] for i in ids]],
             )
             last_seq = {session_id: int(seq) for session_id, seq in cursor.fetchall()}
+        if len(last_seq) != len(ids):
+            raise NotFound("a session of the group does not exist")
         next_seq = {session_id: last_seq[session_id] - counts[session_id] for session_id in ids}
         self._check_fences_together(items)
         results: list[list[Envelope]] = []

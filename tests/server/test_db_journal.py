@@ -369,6 +369,14 @@ def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: A
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_group_of_one_deleted_session_refuses_its_appends() -> None:
+    # One session: the fast path takes no ordering lock first, the UPDATE finding no row says it.
+    results = DatabaseJournal(publish=False)._append_group(_group_items(("ses_gone", "a"), ("ses_gone", "b")))
+    assert [type(result) for result in results] == [NotFound, NotFound]
+    assert not EnvelopeRow.objects.filter(session_id="ses_gone").exists()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_group_whose_connection_broke_is_not_retried(make_session: Any, monkeypatch: Any) -> None:
     first, second = make_session(), make_session()
     journal = DatabaseJournal(publish=False)
