@@ -467,8 +467,9 @@ class DatabaseJournal:
         """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
         number of statements instead of two or three per append: lock the sessions' rows
         (in id order, like every group; not again when the caller has, `sessions_locked`,
-        nor for one session, which the UPDATE locks), bump each last_seq by its appends' count in one UPDATE, lock and check every fence
-        in one SELECT of their Run rows (after the sessions), one INSERT for all.
+        nor for one session, which the UPDATE locks), bump each last_seq by its appends'
+        count in one UPDATE, lock and check every fence in one SELECT of their Run rows
+        (after the sessions), one INSERT for all.
 
         The same result as `_append_locked` item by item (seqs gapless, in order per
         session; a refusal raises, and the caller retries each alone). Under 100 streams
