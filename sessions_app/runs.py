@@ -56,7 +56,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -262,9 +262,13 @@ def claim_next_run(worker_id: str, lease: float) -> Claim | None:
 _BUSY_PAUSE = 0.01
 
 
-def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
+def claim_next_runs(worker_id: str, lease: float, limit: int, executing: Collection[str] = ()) -> list[Claim]:
     """Claim up to `limit` of the oldest runnable runs: queued, or running with an
-    expired lease (or, on PostgreSQL, a dead owner), in one thread hop.
+    expired lease (or, on PostgreSQL, a dead owner), in one thread hop. Never one of
+    `executing`, the runs the caller is executing itself: one that looks abandoned (its
+    lease ran out while the worker was starved, or its liveness lock's connection died
+    an instant before this claim) is still the caller's, and claiming it again would
+    run it twice in one worker.
 
     A run whose lease expired is recovered here, under the session lock, in the same
     transaction as its claim. On PostgreSQL a batch is claimed in one transaction that
@@ -277,7 +281,7 @@ def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
     try:
         if connection.vendor == "postgresql":
             for _ in range(3):
-                batch, busy = _claim_batch(worker_id, lease, limit, tidied)
+                batch, busy = _claim_batch(worker_id, lease, limit, tidied, executing)
                 if batch or not busy:
                     return batch
                 time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
@@ -288,7 +292,7 @@ def claim_next_runs(worker_id: str, lease: float, limit: int) -> list[Claim]:
             now = timezone.now()
             candidates = list(
                 Run.objects.filter(_runnable(now))
-                .exclude(pk__in=claimed)
+                .exclude(pk__in=[*claimed, *executing])
                 .order_by("created_at", "id")
                 .values_list("pk", "session_id")[: max(20, 2 * limit)]
             )
@@ -438,7 +442,9 @@ def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float,
         return _take(run, session, worker_id, lease, tidied, now)
 
 
-def _claim_batch(worker_id: str, lease: float, limit: int, tidied: list[str]) -> tuple[list[Claim], bool]:
+def _claim_batch(
+    worker_id: str, lease: float, limit: int, tidied: list[str], executing: Collection[str] = ()
+) -> tuple[list[Claim], bool]:
     """PostgreSQL: up to `limit` claims in one transaction, and whether a candidate was
     skipped because someone held its session.
 
@@ -454,9 +460,10 @@ def _claim_batch(worker_id: str, lease: float, limit: int, tidied: list[str]) ->
     claims: list[Claim] = []
     with transaction.atomic():
         now = timezone.now()
-        candidates = list(
-            Run.objects.filter(_runnable(now)).order_by("created_at", "id").select_for_update(skip_locked=True)[:limit]
-        )
+        runnable = Run.objects.filter(_runnable(now))
+        if executing:
+            runnable = runnable.exclude(pk__in=list(executing))
+        candidates = list(runnable.order_by("created_at", "id").select_for_update(skip_locked=True)[:limit])
         if not candidates:
             return claims, False
         sessions = {

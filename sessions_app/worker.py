@@ -224,7 +224,8 @@ class Worker:
             # while the first of a burst still starts without waiting for many claims.
             free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, START_WINDOW - len(self.starting))
             try:
-                claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free)
+                executing = tuple(self.tasks)  # never claimed again by this worker, whatever they look like
+                claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free, executing)
             except Exception:
                 log.exception("claiming failed")
                 return claimed

@@ -103,6 +103,23 @@ def test_a_lock_whose_connection_died_is_taken_again_and_its_runs_are_safe_again
         lock.release()
 
 
+def test_a_worker_never_claims_a_run_it_is_executing_however_abandoned_it_looks(owner: Any) -> None:
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    lock = runs.LivenessLock("busy-worker")
+    lock.acquire()
+    try:
+        (claim,) = runs.claim_next_runs("busy-worker", 60.0, 4)
+        _terminate(lock)  # its lock's connection died an instant before its next claim
+        assert runs.claim_next_runs("busy-worker", 60.0, 4, executing=[claim.run_id]) == []
+        assert Run.objects.get(pk=posted.pk).lease_token == claim.token  # still its first claim
+        # What it would have done without knowing: take its own run over as abandoned.
+        (again,) = runs.claim_next_runs("busy-worker", 60.0, 4)
+        assert again.run_id == claim.run_id and again.token != claim.token and again.recovered
+    finally:
+        lock.release()
+
+
 @pytest.mark.timeout(60)
 async def test_a_worker_takes_its_lost_lock_again_and_keeps_its_runs(owner: Any) -> None:
     session = await run_in_db_thread(actions.do_create_session, owner)

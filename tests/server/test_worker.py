@@ -644,3 +644,16 @@ def test_a_heartbeat_renews_only_the_leases_it_still_holds(owner: Any) -> None:
     for claim in kept:
         renewed = Run.objects.get(pk=claim.run_id).lease_expires_at
         assert renewed is not None and renewed > before + timedelta(seconds=100)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_leaves_the_runs_the_claimer_is_executing(owner: Any) -> None:
+    session = actions.do_create_session(owner)
+    actions.do_post_message(owner, session.pk, "!slow 50")
+    (claim,) = runs_module.claim_next_runs("starved-worker", 60.0, 4)
+    # Its lease ran out while its worker was starved: the run looks abandoned to everyone.
+    Run.objects.filter(pk=claim.run_id).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+    assert runs_module.claim_next_runs("starved-worker", 60.0, 4, executing=[claim.run_id]) == []
+    assert Run.objects.get(pk=claim.run_id).lease_token == claim.token
+    (taken,) = runs_module.claim_next_runs("other-worker", 60.0, 4)  # another worker recovers it
+    assert taken.run_id == claim.run_id and taken.recovered
