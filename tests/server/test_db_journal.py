@@ -369,6 +369,41 @@ def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: A
 
 
 @pytest.mark.django_db(transaction=True)
+def test_groups_over_the_same_sessions_in_any_order_stay_gapless_without_deadlocks(
+    make_session: Any, monkeypatch: Any
+) -> None:
+    """Eight group commits at once, each over up to four of six sessions in its own order.
+    Each group takes its locks in id order, so none deadlocks with another: a deadlock
+    would roll the group back and send it append by append, which is counted here."""
+    sessions = [make_session().id for _ in range(6)]
+    journal = DatabaseJournal(publish=False)
+    alone: list[str] = []
+    one_by_one = journal._append_in_own_transaction
+
+    def counted(session_id: str, events: Any, fence: Any) -> Any:
+        alone.append(session_id)
+        return one_by_one(session_id, events, fence)
+
+    monkeypatch.setattr(journal, "_append_in_own_transaction", counted)
+
+    def chosen(i: int, n: int) -> list[str]:
+        return list(dict.fromkeys(sessions[(i + n + k * (1 + i % 5)) % 6] for k in range(4)))  # this thread's order
+
+    def groups(i: int) -> None:
+        for n in range(10):
+            results = journal._append_group(_group_items(*((s, f"{i}.{n}") for s in chosen(i, n))))
+            assert not [r for r in results if isinstance(r, Exception)]
+
+    _, errors = run_threads(8, groups)
+    assert errors == []
+    assert alone == []  # every group committed whole
+    for session_id in sessions:
+        found = seqs(session_id)
+        assert found == list(range(1, len(found) + 1))  # gapless, no seq twice
+    assert sum(len(seqs(s)) - 1 for s in sessions) == sum(len(chosen(i, n)) for i in range(8) for n in range(10))
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_group_of_one_deleted_session_refuses_its_appends() -> None:
     # One session: the fast path takes no ordering lock first, the UPDATE finding no row says it.
     results = DatabaseJournal(publish=False)._append_group(_group_items(("ses_gone", "a"), ("ses_gone", "b")))
