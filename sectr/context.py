@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from sectr.control import RunControl
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
 from sectr.events import Envelope, EventType, add_usage
-from sectr.fold import fold_messages
+from sectr.fold import copy_json, fold_messages
 from sectr.journal import new_id
 from sectr.providers.base import (
     CompletionRequest,
@@ -88,15 +88,6 @@ class ModelTurn:
     tool_calls: list[dict[str, str]] = field(default_factory=list)  # {"id", "name", "arguments"}
     finish_reason: str | None = None
     usage: dict[str, int] = field(default_factory=dict)
-
-
-def _copy_json(value: Any) -> Any:
-    """A deep copy of JSON-shaped data (dicts, lists, scalars), much faster than deepcopy."""
-    if isinstance(value, dict):
-        return {key: _copy_json(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_copy_json(item) for item in value]
-    return value
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -251,7 +242,7 @@ class SessionContext:
         if cached is None or cached[0] != len(self.transcript):
             cached = (len(self.transcript), fold_messages(self.transcript))
             self._messages_cache = cached
-        return _copy_json(cached[1])
+        return copy_json(cached[1])
 
     @property
     def model(self) -> str:

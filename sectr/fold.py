@@ -70,23 +70,23 @@ _Builder = tuple[dict[str, Any], list[str], list[str]]
 _ATOMS = frozenset({str, int, float, bool, type(None)})
 
 
-def _copy_json(value: Any) -> Any:
+def copy_json(value: Any) -> Any:
     """A deep copy of a JSON-shaped value (dicts, lists, scalars); much faster than deepcopy."""
     if isinstance(value, dict):
-        return {key: item if type(item) in _ATOMS else _copy_json(item) for key, item in value.items()}
+        return {key: item if type(item) in _ATOMS else copy_json(item) for key, item in value.items()}
     if isinstance(value, list):
-        return [item if type(item) in _ATOMS else _copy_json(item) for item in value]
+        return [item if type(item) in _ATOMS else copy_json(item) for item in value]
     return value
 
 
 def _copy_message(message: Any) -> Any:
     """A deep copy of one message: a shallow dict copy, then deep copies of nested values."""
     if type(message) is not dict:
-        return _copy_json(message)
+        return copy_json(message)
     copied = message.copy()
     for key, value in message.items():
         if type(value) not in _ATOMS:
-            copied[key] = _copy_json(value)
+            copied[key] = copy_json(value)
     return copied
 
 
@@ -170,7 +170,7 @@ def fold_messages(envelopes: Iterable[Envelope]) -> list[dict[str, Any]]:
                 {
                     "role": "tool",
                     "tool_call_id": payload.get("tool_call_id"),
-                    "content": content if isinstance(content, str) else _copy_json(content),
+                    "content": content if isinstance(content, str) else copy_json(content),
                 }
             )
         elif kind is _INVOCATION_STARTED:
@@ -180,7 +180,7 @@ def fold_messages(envelopes: Iterable[Envelope]) -> list[dict[str, Any]]:
                 content = given.get("content", "") if isinstance(given, dict) else ""
                 # Parts are copied so that editing the messages cannot edit the journal.
                 messages.append(
-                    {"role": "user", "content": content if isinstance(content, str) else _copy_json(content)}
+                    {"role": "user", "content": content if isinstance(content, str) else copy_json(content)}
                 )
         elif kind is _STEER:
             messages.append({"role": "user", "content": envelope.payload.get("text", "")})

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from sectr.events import Envelope, EventType, add_usage
+from sectr.fold import copy_json
 
 LIMIT_KEYS = ("max_turns", "max_tool_calls", "max_consecutive_failures", "max_run_tokens")
 DEFAULT_LIMITS = {"max_turns": 50, "max_tool_calls": 100, "max_consecutive_failures": 5, "max_run_tokens": 0}
@@ -75,12 +76,12 @@ class SessionState:
         # The fields hold JSON-like values and datetimes only: copying the containers is
         # a deep copy, at a fraction of copy.deepcopy's cost (a worker copies the state
         # of every run it starts).
-        return SessionState(**{name: _plain_copy(getattr(self, name)) for name in _FIELD_NAMES})
+        return SessionState(**{name: copy_json(getattr(self, name)) for name in _FIELD_NAMES})
 
     def to_dict(self) -> dict[str, Any]:
         # What dataclasses.asdict would return, without its deepcopy of every leaf: every
         # append other than a delta stores this (Session.cached_columns).
-        data = {name: _plain_copy(getattr(self, name)) for name in _FIELD_NAMES}
+        data = {name: copy_json(getattr(self, name)) for name in _FIELD_NAMES}
         for key in ("created_at", "updated_at"):
             value = data[key]
             data[key] = value.isoformat() if value else None
@@ -97,15 +98,6 @@ class SessionState:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(SessionState))
-
-
-def _plain_copy(value: Any) -> Any:
-    """A deep copy of JSON-like data (dicts and lists of immutable leaves)."""
-    if isinstance(value, dict):
-        return {key: _plain_copy(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_plain_copy(item) for item in value]
-    return value
 
 
 def clamp_title(text: str) -> str:
