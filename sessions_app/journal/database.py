@@ -249,6 +249,14 @@ def _converter(connection: BaseDatabaseWrapper, model: type[Any], name: str) -> 
     return convert
 
 
+def _row_lock(connection: BaseDatabaseWrapper) -> str:
+    """The clause that locks a selected row as select_for_update(no_key=True) would,
+    where the database has row locks ("" on SQLite, whose transaction is the lock)."""
+    if not connection.features.has_select_for_update:
+        return ""
+    return " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+
+
 @functools.cache
 def _row_fields() -> tuple[Any, ...]:
     """The Session fields DatabaseJournal._session_row reads: the projection, and the
@@ -585,8 +593,8 @@ class DatabaseJournal:
         fields = _row_fields()
         columns = ", ".join(_qn(connection, field.column) for field in fields)
         sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
-        if lock and connection.features.has_select_for_update:
-            sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+        if lock:
+            sql += _row_lock(connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, [session_id])
             row = cursor.fetchone()
@@ -696,8 +704,7 @@ class DatabaseJournal:
         table = _qn(connection, models.Run._meta.db_table)
         columns = ", ".join(_qn(connection, name) for name in _FENCE_COLUMNS)
         sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
-        if connection.features.has_select_for_update:
-            sql += " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+        sql += _row_lock(connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, [run_id])
             row = cursor.fetchone()
