@@ -359,6 +359,7 @@ class AskIndex(models.Model):
     verdict = models.CharField(max_length=16, blank=True, default="")
 
     class Meta:
+        verbose_name_plural = "ask indexes"
         indexes = [models.Index(fields=["status", "deadline"], name="askindex_status_deadline")]
 
     def __str__(self) -> str:
@@ -431,6 +432,7 @@ class SessionMedia(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
+        verbose_name_plural = "session media"
         constraints = [models.UniqueConstraint(fields=["session", "blob"], name="sessionmedia_session_blob_uniq")]
 
     def __str__(self) -> str:
@@ -456,6 +458,9 @@ class ApiToken(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "API token"
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -526,7 +531,7 @@ class SearchEntry(models.Model):
     """One searchable text of a session: a user message, an assistant message, a steer,
     or a tool call's name. PostgreSQL searches it through a GIN index on its tsvector;
     SQLite through the FTS5 table sessions_app_searchentry_fts, kept by triggers
-    (migration 0005)."""
+    (both made by migration 0001_initial)."""
 
     KIND_CHOICES = [(k, k) for k in ("user", "assistant", "steer", "tool")]
 
@@ -537,6 +542,7 @@ class SearchEntry(models.Model):
     text = models.TextField()
 
     class Meta:
+        verbose_name_plural = "search entries"
         indexes = [models.Index(fields=["session", "seq"], name="searchentry_session_seq")]
 
     def __str__(self) -> str:
@@ -562,6 +568,8 @@ class UsageDaily(models.Model):
     messages = models.BigIntegerField(default=0)
 
     class Meta:
+        verbose_name = "daily usage"
+        verbose_name_plural = "daily usage"
         constraints = [
             models.UniqueConstraint(
                 fields=["day", "user", "team_key", "api_token_key", "model"], name="usagedaily_key_uniq"
@@ -746,6 +754,7 @@ class AuditEntry(models.Model):
     seconds_to_decide = models.FloatField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "audit entries"
         ordering = ["-at", "-id"]
         constraints = [
             models.UniqueConstraint(fields=["session", "seq", "kind"], name="auditentry_session_seq_kind_uniq")
@@ -808,6 +817,7 @@ class NotificationDelivery(models.Model):
     delivered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name_plural = "notification deliveries"
         indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_status_next")]
 
     def __str__(self) -> str:
