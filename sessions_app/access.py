@@ -13,8 +13,8 @@ Everybody else does not learn that the session exists: NotFound (404), not Forbi
 A reader who may not act gets Forbidden (403).
 
 The list helpers return querysets (one query, no per-row Python), for pages, the API
-and the moderation queue alike. The old global permissions `review_session` and
-`moderate_session` are gone (migration 0005): roles live in teams.
+and the moderation queue alike. There are no global review or moderation
+permissions: roles live in teams.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 SPEC section 12 (Team, User, State, Model, From, To, Has asks, Failed).
 
 PostgreSQL matches ``to_tsvector('english', text) @@ websearch_to_tsquery(...)`` through
-the GIN index on that very expression (migration 0005); SQLite matches the FTS5 table
+the GIN index on that very expression (migration 0001_initial); SQLite matches the FTS5 table
 kept by triggers. Both find sessions with a semi-join on the index, then filter and
 order sessions by their own indexes, so the cost follows the matches, not the journal.
 Snippets are computed only for the page shown, and returned as safe HTML: the text is
