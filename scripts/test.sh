@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Sets everything up and runs every check: ruff, mypy, the test suite on SQLite with the
-# in-memory channel layer, and again on PostgreSQL with the Redis channel layer when
-# those are reachable (SECTR_TEST_POSTGRES_URL / SECTR_TEST_REDIS_URL, defaulting to the
-# local servers), then the browser tests in their own pytest run.
+# Sets everything up and runs every check: ruff, mypy, makemigrations --check, the test
+# suite on SQLite with the in-memory channel layer, and again on PostgreSQL with the Redis
+# channel layer when those are reachable (SECTR_TEST_POSTGRES_URL / SECTR_TEST_REDIS_URL,
+# defaulting to the local servers), then the browser tests in their own pytest run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,6 +12,9 @@ REDIS_URL_T="${SECTR_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}"
 
 echo "== ruff"; .venv/bin/ruff check .
 echo "== mypy"; .venv/bin/mypy
+# Fails when a model change has no migration. An in-memory database: the check must not
+# depend on (or create) the developer's var/sectr.sqlite3.
+echo "== migrations"; DATABASE_URL=sqlite://:memory: REDIS_URL= "$PY" manage.py makemigrations --check --dry-run
 
 pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e sees it
   "$PY" -m pytest "$@"
