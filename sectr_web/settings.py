@@ -1,8 +1,15 @@
-"""Sectr's Django settings, driven by the environment.
+"""Sectr's Django settings: the one place that reads the environment.
 
 Embedded defaults run with nothing installed: SQLite (WAL) under ./var/, the in-memory
-channel layer and the offline demo model. Production sets DATABASE_URL (PostgreSQL),
-REDIS_URL, SECRET_KEY, DEBUG=0 and ALLOWED_HOSTS.
+channel layer and the offline demo model, DEBUG off, plain HTTP on the loopback.
+Production sets DATABASE_URL (PostgreSQL), REDIS_URL, SECRET_KEY and ALLOWED_HOSTS; a
+host name in ALLOWED_HOSTS turns on the HTTPS settings (SECTR_HTTPS overrides).
+
+Every variable is parsed here, once, by the env_* functions below: a value they cannot
+read stops the start-up with ImproperlyConfigured naming the variable and what it
+accepts (a typo never silently reads as the default). The code reads these settings
+through `django.conf.settings` where it uses them, so `override_settings` reaches it.
+README.md's settings table lists every variable read here (tests/server/test_settings.py).
 """
 
 from __future__ import annotations
@@ -12,24 +19,146 @@ from pathlib import Path
 from typing import Any
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("SECTR_VAR_DIR", BASE_DIR / "var"))
+
+# ---- parsing the environment ----
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def env_raw(name: str) -> str | None:
+    """The variable's value stripped, or None when it is unset or blank."""
+    value = os.environ.get(name)
+    if value is None or not value.strip():
+        return None
+    return value.strip()
+
+
+def _bad(name: str, raw: str, accepts: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"environment variable {name}={raw!r}: expected {accepts}")
+
+
+def env_str(name: str, default: str) -> str:
+    raw = env_raw(name)
+    return default if raw is None else raw
+
+
+def env_optional_bool(name: str) -> bool | None:
+    """True or False when set, None when unset (the caller decides the default)."""
+    raw = env_raw(name)
+    if raw is None:
+        return None
+    word = raw.lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise _bad(name, raw, f"a boolean: one of {', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)}")
 
 
 def env_bool(name: str, default: bool) -> bool:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
+    value = env_optional_bool(name)
+    return default if value is None else value
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = env_raw(name)
+    if raw is None:
         return default
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    accepts = "a whole number" + (f" of at least {minimum}" if minimum is not None else "")
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _bad(name, raw, accepts) from None
+    if minimum is not None and value < minimum:
+        raise _bad(name, raw, accepts)
+    return value
 
 
-DEBUG = env_bool("DEBUG", True)
-SECRET_KEY = os.environ.get("SECRET_KEY") or "sectr-insecure-development-key-change-me-in-production"
-ALLOWED_HOSTS = [
-    h.strip() for h in os.environ.get("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]").split(",") if h.strip()
-]
-CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+def env_float(name: str, default: float, *, minimum: float = 0.0, above_minimum: bool = False) -> float:
+    """A number (such as seconds): at least `minimum`, or more than it with above_minimum."""
+    raw = env_raw(name)
+    if raw is None:
+        return default
+    accepts = f"a number {'greater than' if above_minimum else 'of at least'} {minimum:g}"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise _bad(name, raw, accepts) from None
+    if value != value or value in (float("inf"), float("-inf")):  # nan, inf
+        raise _bad(name, raw, accepts)
+    if value < minimum or (above_minimum and value == minimum):
+        raise _bad(name, raw, accepts)
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    """Comma-separated values, blanks dropped."""
+    raw = env_raw(name)
+    if raw is None:
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...], *, upper: bool = False) -> str:
+    raw = env_raw(name)
+    if raw is None:
+        return default
+    value = raw.upper() if upper else raw.lower()
+    if value not in choices:
+        raise _bad(name, raw, f"one of {', '.join(choices)}")
+    return value
+
+
+def env_rate(name: str, default: str) -> str:
+    """A budget "count/seconds" (such as 600/60; count 0 = no limit)."""
+    raw = env_raw(name)
+    if raw is None:
+        return default
+    count, slash, window = raw.partition("/")
+    if not (count.isascii() and count.isdigit() and slash and window.isascii() and window.isdigit()):
+        raise _bad(name, raw, "count/seconds, such as 600/60 (0/60: no limit)")
+    if int(window) < 1:
+        raise _bad(name, raw, "count/seconds with at least 1 second, such as 600/60")
+    return raw
+
+
+def env_dotted_path(name: str) -> str | None:
+    """A Python dotted path (module.attribute); only its form is checked here."""
+    raw = env_raw(name)
+    if raw is not None and not _is_dotted_path(raw):
+        raise _bad(name, raw, "a dotted path such as mypackage.agent.handler")
+    return raw
+
+
+def env_dotted_paths(name: str) -> list[str]:
+    paths = env_list(name, [])
+    for path in paths:
+        if not _is_dotted_path(path):
+            raise _bad(name, path, "comma-separated dotted paths such as mypackage.tools.search")
+    return paths
+
+
+def _is_dotted_path(text: str) -> bool:
+    return all(part.isidentifier() for part in text.split("."))
+
+
+# ---- Django ----
+
+VAR_DIR = Path(env_str("SECTR_VAR_DIR", str(BASE_DIR / "var")))
+
+# Off unless set: a developer sets DEBUG=1 (Django's debug pages show the site's URL
+# patterns and settings to whoever gets an error).
+DEBUG = env_bool("DEBUG", False)
+# Django's own deployment check (security.W009) recognises the "django-insecure-" prefix.
+SECRET_KEY = env_str("SECRET_KEY", "django-insecure-sectr-development-key-change-me-in-production")
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", list(LOOPBACK_HOSTS))
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
     "daphne",
@@ -79,9 +208,11 @@ TEMPLATES = [
 ]
 
 
+SECTR_DB_POOL_MAX = env_int("SECTR_DB_POOL_MAX", 20, minimum=1)
+
 # Test databases are per test process, so several test runs on one machine (or one
 # PostgreSQL server) never destroy each other's database.
-TEST_DB_SUFFIX = os.environ.get("SECTR_TEST_DB_SUFFIX") or str(os.getpid())
+TEST_DB_SUFFIX = env_str("SECTR_TEST_DB_SUFFIX", str(os.getpid()))
 
 
 def database_config(url: str) -> dict[str, Any]:
@@ -103,15 +234,16 @@ def database_config(url: str) -> dict[str, Any]:
         }
         config["TEST"] = {"NAME": str(VAR_DIR / f"test-sectr-{TEST_DB_SUFFIX}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
-        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": int(os.environ.get("SECTR_DB_POOL_MAX", "20"))}}
+        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": SECTR_DB_POOL_MAX}}
         config["TEST"] = {"NAME": f"test_{config['NAME']}_{TEST_DB_SUFFIX}"}
     return config
 
 
-DATABASES = {"default": database_config(os.environ.get("DATABASE_URL", ""))}
+DATABASES = {"default": database_config(env_str("DATABASE_URL", ""))}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = os.environ.get("REDIS_URL", "")
+REDIS_URL = env_str("REDIS_URL", "")
+SECTR_CHANNEL_PREFIX = env_raw("SECTR_CHANNEL_PREFIX")
 if REDIS_URL:
     # Redis pub/sub, not channels_redis' list-based RedisChannelLayer: that one receives
     # a process's messages one at a time, four Redis round trips each on the server's
@@ -127,7 +259,7 @@ if REDIS_URL:
             "CONFIG": {
                 "hosts": [REDIS_URL],
                 # Distinct prefixes keep separate deployments (and test servers) apart on one Redis.
-                "prefix": os.environ.get("SECTR_CHANNEL_PREFIX", "asgi"),
+                "prefix": SECTR_CHANNEL_PREFIX or "asgi",
             },
         }
     }
@@ -141,7 +273,7 @@ CACHES: dict[str, dict[str, Any]] = {
         {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": os.environ.get("SECTR_CHANNEL_PREFIX", "sectr"),
+            "KEY_PREFIX": SECTR_CHANNEL_PREFIX or "sectr",
         }
         if REDIS_URL
         else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}
@@ -151,24 +283,28 @@ CACHES: dict[str, dict[str, Any]] = {
 # and webhook bodies start with SECTR_BASE_URL; email goes through Django's backend
 # (the console by default: set EMAIL_BACKEND=django.core.mail.backends.smtp.EmailBackend
 # and EMAIL_HOST etc. for real mail).
-SECTR_BASE_URL = os.environ.get("SECTR_BASE_URL", "http://localhost:8000")
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
-EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
-EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
-EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
-EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
-EMAIL_USE_TLS = os.environ.get("EMAIL_USE_TLS", "").lower() in {"1", "true", "yes", "on"}
-DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "sectr@localhost")
+SECTR_BASE_URL = env_str("SECTR_BASE_URL", "http://localhost:8000")
+EMAIL_BACKEND = env_str("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = env_str("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = env_str("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "sectr@localhost")
 #: First retry of a failed webhook after this many seconds, doubling each time.
-SECTR_WEBHOOK_BACKOFF_SECONDS = float(os.environ.get("SECTR_WEBHOOK_BACKOFF_SECONDS", "10"))
-SECTR_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("SECTR_WEBHOOK_MAX_ATTEMPTS", "6"))
+SECTR_WEBHOOK_BACKOFF_SECONDS = env_float("SECTR_WEBHOOK_BACKOFF_SECONDS", 10.0)
+SECTR_WEBHOOK_MAX_ATTEMPTS = env_int("SECTR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 
 # Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
-SECTR_COUNTER_PREFIX = os.environ.get("SECTR_CHANNEL_PREFIX", "sectr")
+SECTR_COUNTER_PREFIX = SECTR_CHANNEL_PREFIX or "sectr"
 # Request bodies over this many bytes are refused (413) before they are buffered
 # (sectr_web.body_limits: Daphne and the ASGI app); the API's prompts carry up to 32 MiB.
-SECTR_MAX_REQUEST_BYTES = int(os.environ.get("SECTR_MAX_REQUEST_BYTES") or 32 * 1024 * 1024)
-SECTR_API_RATE_LIMIT = os.environ.get("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
+SECTR_MAX_REQUEST_BYTES = env_int("SECTR_MAX_REQUEST_BYTES", 32 * 1024 * 1024, minimum=1)
+SECTR_API_RATE_LIMIT = env_rate("SECTR_API_RATE_LIMIT", "600/60")  # requests/seconds per API token
+# Sign-in attempts per account name and per client address (sessions_app.accounts.login).
+SECTR_LOGIN_LIMIT_PER_ACCOUNT = env_rate("SECTR_LOGIN_LIMIT_PER_ACCOUNT", "10/300")
+SECTR_LOGIN_LIMIT_PER_ADDRESS = env_rate("SECTR_LOGIN_LIMIT_PER_ADDRESS", "50/300")
+SECTR_SESSION_CREATE_LIMIT = env_rate("SECTR_SESSION_CREATE_LIMIT", "30/60")  # new sessions per user
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -187,25 +323,80 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
-MEDIA_ROOT = Path(os.environ.get("MEDIA_ROOT", VAR_DIR / "media"))
+STATIC_ROOT = Path(env_str("STATIC_ROOT", str(VAR_DIR / "staticfiles")))
+MEDIA_ROOT = Path(env_str("MEDIA_ROOT", str(VAR_DIR / "media")))
 
-if not DEBUG:
-    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+# HTTPS: secure cookies, HSTS and the redirect to https. On by default when DEBUG is off
+# and ALLOWED_HOSTS names a host other than the loopback's (a deployment); off for the
+# loopback-only default, so `scripts/run.sh` works on http://127.0.0.1:8000 (cookies
+# marked Secure are not sent back over plain HTTP). SECTR_HTTPS=1 or 0 decides outright.
+_https = env_optional_bool("SECTR_HTTPS")
+SECTR_HTTPS = (not DEBUG and any(host not in LOOPBACK_HOSTS for host in ALLOWED_HOSTS)) if _https is None else _https
+_ssl_redirect = env_bool("SECURE_SSL_REDIRECT", True)
+_hsts_seconds = env_int("SECURE_HSTS_SECONDS", 31536000, minimum=0)
+if SECTR_HTTPS:
+    SECURE_SSL_REDIRECT = _ssl_redirect
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
-    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_SECONDS = _hsts_seconds
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     # Probes and scrapers talk plain HTTP to a process directly: no redirect to https.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
-# Operations (SPEC section 13, docs/operations.md).
-SECTR_METRICS_TOKEN = os.environ.get("SECTR_METRICS_TOKEN", "")  # bearer token for /metrics; loopback needs none
-SECTR_RETENTION_DAYS = int(os.environ.get("SECTR_RETENTION_DAYS", "0") or 0)  # 0 = keep sessions for ever
+# ---- runs, workers, sockets ----
+
+#: Run a worker inside the serving process (None: when the database is SQLite).
+SECTR_EMBEDDED_WORKER = env_optional_bool("SECTR_EMBEDDED_WORKER")
+SECTR_WORKER_CONCURRENCY = env_int("SECTR_WORKER_CONCURRENCY", 16, minimum=1)
+#: A worker's lease on a run; a dead worker's run is recovered after it.
+SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
+#: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX).
+SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
+SECTR_WS_RESYNC_SECONDS = env_float("SECTR_WS_RESYNC_SECONDS", 10.0, above_minimum=True)
+SECTR_WS_ACCESS_SECONDS = env_float("SECTR_WS_ACCESS_SECONDS", 60.0, above_minimum=True)
+SECTR_SSE_HEARTBEAT_SECONDS = env_float("SECTR_SSE_HEARTBEAT_SECONDS", 15.0, above_minimum=True)
+
+# ---- the agent: model provider, handler, tools ----
+
+# The core (sectr.providers) reads these names from a mapping; the server hands it
+# these settings (sessions_app.provider_config), never the process environment.
+SECTR_PROVIDER = env_choice("SECTR_PROVIDER", "demo", ("demo", "openai"))
+SECTR_MODEL = env_str("SECTR_MODEL", "")
+OPENAI_BASE_URL = env_str("OPENAI_BASE_URL", "")
+OPENAI_API_KEY = env_str("OPENAI_API_KEY", "")
+SECTR_CONTEXT_WINDOW = env_int("SECTR_CONTEXT_WINDOW", 0, minimum=0)  # 0: the registry's default
+SECTR_MODEL_CONTEXT_WINDOW = env_int("SECTR_MODEL_CONTEXT_WINDOW", 0, minimum=0)  # 0: no override
+SECTR_DEMO_DELAY_MS = env_float("SECTR_DEMO_DELAY_MS", 5.0)
+SECTR_DEMO_SLOW_MS = env_float("SECTR_DEMO_SLOW_MS", 100.0)
+SECTR_DEMO_STAMP_FILE = env_str("SECTR_DEMO_STAMP_FILE", "")
+#: Dotted path of `async def handler(ctx)`; None: the default agent.
+SECTR_HANDLER = env_dotted_path("SECTR_HANDLER")
+#: Dotted paths of extra `@sectr.tool` objects, beside the built-in ones.
+SECTR_TOOLS = env_dotted_paths("SECTR_TOOLS")
+
+# ---- operations ----
+
+SECTR_METRICS_TOKEN = env_str("SECTR_METRICS_TOKEN", "")  # bearer token for /metrics; loopback needs none
+#: prometheus_client's multiprocess directory (the library reads the variable too).
+PROMETHEUS_MULTIPROC_DIR = env_str("PROMETHEUS_MULTIPROC_DIR", "")
+SECTR_READY_TIMEOUT = env_float("SECTR_READY_TIMEOUT", 2.0, above_minimum=True)  # per /readyz check
+SECTR_RETENTION_DAYS = env_int("SECTR_RETENTION_DAYS", 0, minimum=0)  # 0 = keep sessions for ever
+SECTR_RETENTION_INTERVAL_S = env_float("SECTR_RETENTION_INTERVAL_S", 3600.0)  # 0 = the workers never sweep
+# OpenTelemetry traces over OTLP/HTTP when an endpoint is set (the exporter itself reads
+# the other OTEL_EXPORTER_OTLP_* variables, such as headers).
+OTEL_EXPORTER_OTLP_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_EXPORTER_OTLP_TRACES_ENDPOINT = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+OTEL_SERVICE_NAME = env_str("OTEL_SERVICE_NAME", "sectr")
 # "json": one JSON object a line with session_id, run_id, invocation_id, worker (sectr.telemetry).
-SECTR_LOG_FORMAT = os.environ.get("SECTR_LOG_FORMAT", "text").strip().lower()
+SECTR_LOG_FORMAT = env_choice("SECTR_LOG_FORMAT", "text", ("text", "json"))
+
+# `manage.py sectr_bootstrap`: the first admin, and the address it prints.
+SECTR_ADMIN_USERNAME = env_str("SECTR_ADMIN_USERNAME", "admin")
+SECTR_ADMIN_PASSWORD = env_str("SECTR_ADMIN_PASSWORD", "")  # empty: a random one
+SECTR_SERVE_HOST = env_str("HOST", "127.0.0.1")
+SECTR_SERVE_PORT = env_int("PORT", 8000, minimum=1)
 
 LOGGING = {
     "version": 1,
@@ -217,6 +408,6 @@ LOGGING = {
             **({"formatter": "json"} if SECTR_LOG_FORMAT == "json" else {}),
         }
     },
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "WARNING")},
-    "loggers": {"sectr": {"level": os.environ.get("SECTR_LOG_LEVEL", "INFO")}},
+    "root": {"handlers": ["console"], "level": env_choice("LOG_LEVEL", "WARNING", LOG_LEVELS, upper=True)},
+    "loggers": {"sectr": {"level": env_choice("SECTR_LOG_LEVEL", "INFO", LOG_LEVELS, upper=True)}},
 }

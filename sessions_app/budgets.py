@@ -13,7 +13,6 @@ A deployment with several server processes and no Redis counts per process.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from dataclasses import dataclass
@@ -54,8 +53,8 @@ class Spent:
 
 
 def setting_budget(name: str, default: str) -> tuple[int, int]:
-    """A budget from a Django setting or the environment ("30/60"); `default` when unset or malformed."""
-    raw = getattr(settings, name, "") or os.environ.get(name, "") or default
+    """A budget from a Django setting ("30/60"); `default` when unset or malformed."""
+    raw = getattr(settings, name, "") or default
     return parse_budget(raw, parse_budget(default, (0, 60)))
 
 

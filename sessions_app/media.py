@@ -468,7 +468,7 @@ class MediaResolvingProvider:
     Wire it where the process builds its Runtime (sessions_app.runtime)::
 
         Runtime(get_journal(), handler=..., tools=...,
-                provider=MediaResolvingProvider(provider_from_env()))
+                provider=MediaResolvingProvider(configured_provider()))
 
     Every model call (the agent's steps and compaction summaries alike) then goes
     through `stream`, which resolves references in a database thread first. Requests

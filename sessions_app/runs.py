@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 import uuid
@@ -92,7 +91,7 @@ TERMINAL_RUN_STATUS = {
 
 
 def lease_seconds() -> float:
-    return float(getattr(settings, "SECTR_LEASE_SECONDS", os.environ.get("SECTR_LEASE_SECONDS", "6")))
+    return float(settings.SECTR_LEASE_SECONDS)
 
 
 @dataclass(frozen=True)

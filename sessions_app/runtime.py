@@ -2,7 +2,7 @@
 
 Settings: SECTR_HANDLER (dotted path of `async def handler(ctx)`, default the default
 agent), SECTR_TOOLS (dotted paths of extra `@sectr.tool` objects). The provider comes
-from the environment (sectr.providers.provider_from_env), wrapped so that stored media
+from the settings (sessions_app.provider_config), wrapped so that stored media
 references reach it as inline data.
 
 `get_runtime()` is the one way to get the runtime (its journal is `get_journal()`'s).
@@ -15,14 +15,13 @@ from functools import cache
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from sectr.providers import provider_from_env
 from sectr.providers.base import ModelInfo
-from sectr.providers.registry import lookup_model
 from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sessions_app.journal import get_journal, run_in_db_thread
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import ApprovalRule
+from sessions_app.provider_config import configured_provider, model_info
 
 
 @cache
@@ -32,7 +31,7 @@ def get_runtime() -> Runtime:
     tools = [import_string(path) for path in getattr(settings, "SECTR_TOOLS", [])]
     # The journal holds media by reference (sectr-media://sha256); the provider gets the
     # bytes inline, resolved just before each model call.
-    provider = MediaResolvingProvider(provider_from_env())
+    provider = MediaResolvingProvider(configured_provider())
     return Runtime(get_journal(), handler=handler, tools=tools, provider=provider, rules=session_policy)
 
 
@@ -47,4 +46,4 @@ def session_model_info(model: str) -> ModelInfo:
 
     The same entry decides which media parts a prompt may carry (sessions_app.media).
     """
-    return lookup_model(model, get_runtime().provider.provider_id)
+    return model_info(model, get_runtime().provider.provider_id)

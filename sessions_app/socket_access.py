@@ -26,7 +26,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 from importlib import import_module
 from types import SimpleNamespace
@@ -43,8 +42,6 @@ from sessions_app.journal.publish import publish_on_commit_messages, session_gro
 logger = logging.getLogger("sectr.consumers")
 
 CLOSE_LOGGED_OUT = 4401
-#: The safety net's period (each socket waits between 0.5 and 1 times it, staggered).
-ACCESS_RECHECK_SECONDS = float(os.environ.get("SECTR_WS_ACCESS_SECONDS", "60"))
 ACCESS_CHANGED_MESSAGE_TYPE = "access.changed"
 
 
@@ -112,7 +109,8 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
 
     async def recheck_forever(self) -> None:
         while not self.access_revoked:
-            await asyncio.sleep(ACCESS_RECHECK_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 - staggering
+            # The safety net's period, each socket waiting 0.5 to 1 times it (staggered).
+            await asyncio.sleep(settings.SECTR_WS_ACCESS_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 - staggering
             if await self.recheck_and_revoke():
                 return
 

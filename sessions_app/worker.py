@@ -453,9 +453,8 @@ _embedded_task: asyncio.Task[None] | None = None  # held: the loop keeps only we
 
 
 def embedded_worker_enabled() -> bool:
-    raw = os.environ.get("SECTR_EMBEDDED_WORKER")
-    if raw not in (None, ""):
-        return raw.lower() in {"1", "true", "yes", "on"}
+    if settings.SECTR_EMBEDDED_WORKER is not None:
+        return bool(settings.SECTR_EMBEDDED_WORKER)
     # From the settings, not `connection.vendor`: the ASGI application asks on every
     # connection, and touching `connection` on the event loop made a DatabaseWrapper
     # in that connection's context, kept as long as its socket (2.4 KiB each, 5,000
@@ -472,6 +471,6 @@ def start_embedded_worker() -> Worker | None:
     # No channel-layer listener: this process's actions wake and poke it directly, and
     # a Redis receive loop on the server's own event loop delayed browser frames by
     # seconds (bench/live.py). Pokes from other processes reach it by polling.
-    _embedded = Worker(concurrency=int(os.environ.get("SECTR_WORKER_CONCURRENCY", "16")), listen=False)
+    _embedded = Worker(concurrency=settings.SECTR_WORKER_CONCURRENCY, listen=False)
     _embedded_task = loop.create_task(_embedded.run())
     return _embedded

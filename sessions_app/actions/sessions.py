@@ -34,7 +34,6 @@ from sectr.errors import (
 from sectr.events import EventType
 from sectr.fold import fold_messages
 from sectr.journal import NewEvent
-from sectr.providers import default_model_from_env
 from sectr.state import SessionState
 from sessions_app import access, media, runs
 from sessions_app.access import check_access, check_session_id, get_session_for_user
@@ -42,6 +41,7 @@ from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
 from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.provider_config import default_model
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info
 
@@ -115,7 +115,7 @@ def do_create_session(
         model=model,
         limits=limits,
         reasoning_effort=reasoning_effort,
-        default_model=default_model_from_env(),
+        default_model=default_model(),
     )
     with transaction.atomic():
         session = Session.objects.create(owner=owner, team=chosen)

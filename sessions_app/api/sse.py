@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from channels.layers import get_channel_layer
+from django.conf import settings
 
 from sectr.events import Envelope, EventType
 from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
@@ -38,8 +38,6 @@ from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run
 from sessions_app.ops.metrics import SSE_CLIENTS
 
-#: Seconds of silence before a ``: ping`` comment (env SECTR_SSE_HEARTBEAT_SECONDS).
-HEARTBEAT_SECONDS = float(os.environ.get("SECTR_SSE_HEARTBEAT_SECONDS", "15"))
 POLL_SECONDS = 3.0
 READ_PAGE = 1000
 
@@ -110,6 +108,8 @@ class RunStream:
                     await self.layer.group_discard(self.group, self.channel)
 
     async def _frames(self) -> AsyncIterator[bytes]:
+        # Seconds of silence before a ``: ping`` comment.
+        heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
         last_write = time.monotonic()
         yield b": stream of " + self.run.pk.encode() + b"\n\n"  # the headers go out at once
         if self.run.start_seq is None:  # queued behind another run: nothing journaled yet
@@ -124,9 +124,7 @@ class RunStream:
             yield frame
             last_write = time.monotonic()
         while not self.tracker.finished:
-            message = await self._receive(
-                min(POLL_SECONDS, max(HEARTBEAT_SECONDS - (time.monotonic() - last_write), 0.1))
-            )
+            message = await self._receive(min(POLL_SECONDS, max(heartbeat - (time.monotonic() - last_write), 0.1)))
             if message is None:
                 frame = await self._catch_up()  # the layer may have dropped the newest appends
             else:
@@ -134,7 +132,7 @@ class RunStream:
             if frame:
                 yield frame
                 last_write = time.monotonic()
-            elif time.monotonic() - last_write >= HEARTBEAT_SECONDS:
+            elif time.monotonic() - last_write >= heartbeat:
                 yield b": ping\n\n"
                 last_write = time.monotonic()
 
@@ -153,6 +151,7 @@ class RunStream:
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
         """Wait until a pending run is promoted (or cancelled before it started)."""
+        heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
         last_write = time.monotonic()
         while True:
             run = await run_in_db_thread(Run.objects.get, pk=self.run.pk)
@@ -165,7 +164,7 @@ class RunStream:
                 yield format_sse(sdk_event("result", run.pk, None, payload, ""))
                 return
             await self._receive(1.0)
-            if time.monotonic() - last_write >= HEARTBEAT_SECONDS:
+            if time.monotonic() - last_write >= heartbeat:
                 yield b": ping\n\n"
                 last_write = time.monotonic()
 

@@ -11,7 +11,7 @@ ChatConsumer (``/ws/sessions/<id>/?after=N``), one per browser tab:
 3. forwards live envelopes from the channel layer, skipping seqs it has sent already
    and, on a gap (the layer delivers at most once), reading the journal after its
    last seq instead of trusting the message;
-4. every RESYNC_SECONDS it re-joins the group (a restarted Redis forgot it) and
+4. every SECTR_WS_RESYNC_SECONDS it re-joins the group (a restarted Redis forgot it) and
    compares its last seq with the journal's, so even a dropped *last* message of a run
    shows up. One task per process does this for all its sockets (`_Resyncer`): one query
    for the last seqs of every session shown, and only a socket that is behind reads the
@@ -36,12 +36,12 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import weakref
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from django.conf import settings
 
 from sectr.errors import Forbidden, NotFound
 from sectr.events import Envelope
@@ -60,7 +60,6 @@ logger = logging.getLogger("sectr.consumers")
 
 CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
-RESYNC_SECONDS = float(os.environ.get("SECTR_WS_RESYNC_SECONDS", "10"))
 
 
 # ---- database helpers (each one runs in a thread) ----
@@ -119,7 +118,7 @@ class _Resyncer:
 
     async def run(self) -> None:
         while self.consumers:
-            await asyncio.sleep(RESYNC_SECONDS)
+            await asyncio.sleep(settings.SECTR_WS_RESYNC_SECONDS)
             try:
                 await self.resync_all()
             except asyncio.CancelledError:

@@ -24,15 +24,16 @@ from typing import Any
 from django.template.loader import render_to_string
 
 from sectr.events import MODES
-from sectr.providers import default_model_from_env, known_models
+from sectr.providers import known_models
 from sessions_app.chat.view_model import Changes, ChatViewModel, ToolCallView, dom_id
+from sessions_app.provider_config import default_model
 
 MODE_LABELS = {"default": "Default (gated tools ask)", "plan": "Plan (read-only tools)", "accept_edits": "Accept edits"}
 
 
 def model_choices(current: str | None = None) -> list[str]:
     """The models the selector offers: the current one, the configured default, the provider's known ones."""
-    default = default_model_from_env()
+    default = default_model()
     provider = "demo" if default == "demo" else "openai"
     names = [default] + [info.model_id for info in known_models(provider)]
     if current:

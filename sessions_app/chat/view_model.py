@@ -26,9 +26,9 @@ from typing import Any
 from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
-from sectr.providers.registry import lookup_model
 from sectr.state import SessionState, apply_envelope
 from sessions_app.chat.markdown import render_markdown
+from sessions_app.provider_config import model_info
 from sessions_app.runtime import get_runtime
 
 #: How the journal references stored media (sessions_app.media).
@@ -451,7 +451,7 @@ class ChatViewModel:
 
     @property
     def context_window(self) -> int:
-        return lookup_model(self.state.model).context_window
+        return model_info(self.state.model).context_window
 
     @property
     def context_percent(self) -> int:

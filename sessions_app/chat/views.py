@@ -32,7 +32,6 @@ from django_htmx.http import trigger_client_event
 import sectr
 from sectr.errors import StaleRunControl, ValidationFailed
 from sectr.events import EventType
-from sectr.providers import default_model_from_env
 from sessions_app import access, actions
 from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
 from sessions_app.chat.view_model import ChatViewModel, UserView
@@ -40,6 +39,7 @@ from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
 from sessions_app.models import Envelope, MediaBlob, Rating, Run, Session
+from sessions_app.provider_config import default_model
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
 
 
@@ -227,7 +227,7 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
             "default_team": teams[0].name if len(teams) == 1 else "",
             "modes": mode_choices(),
             "models": model_choices(),
-            "default_model": default_model_from_env(),
+            "default_model": default_model(),
             "version": sectr.__version__,
         },
     )

@@ -47,7 +47,6 @@ import contextlib
 import functools
 import json
 import logging
-import os
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,6 +56,7 @@ from datetime import datetime
 from typing import Any, ParamSpec, TypeVar, cast
 
 from asgiref.sync import sync_to_async
+from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
     InterfaceError,
@@ -110,9 +110,7 @@ def journal_executor() -> ThreadPoolExecutor:
     """
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(
-            max_workers=int(os.environ.get("SECTR_JOURNAL_THREADS", "16")), thread_name_prefix="sectr-journal"
-        )
+        _executor = ThreadPoolExecutor(max_workers=settings.SECTR_JOURNAL_THREADS, thread_name_prefix="sectr-journal")
     return _executor
 
 

@@ -20,7 +20,6 @@ live share link (not revoked, not expired).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -167,13 +166,9 @@ RETENTION_JOB = "retention"
 
 def retention_interval() -> float:
     """Seconds between two sweeps by the workers (SECTR_RETENTION_INTERVAL_S, 3600; 0: off)."""
-    raw = os.environ.get("SECTR_RETENTION_INTERVAL_S", "").strip() or "3600"
-    try:
-        interval = float(raw)
-    except ValueError:
-        raise ImproperlyConfigured(f"SECTR_RETENTION_INTERVAL_S must be a number of seconds, not {raw!r}") from None
+    interval = float(settings.SECTR_RETENTION_INTERVAL_S)
     if interval < 0:
-        raise ImproperlyConfigured(f"SECTR_RETENTION_INTERVAL_S must be 0 (off) or more, not {raw!r}")
+        raise ImproperlyConfigured(f"SECTR_RETENTION_INTERVAL_S must be 0 (off) or more, not {interval!r}")
     return interval
 
 

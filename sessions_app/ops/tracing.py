@@ -14,10 +14,10 @@ time to decision (histogram).
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr import telemetry
@@ -29,21 +29,31 @@ log = logging.getLogger("sectr.ops")
 _configured = False
 
 
-def tracer_provider_from_env(environ: dict[str, str] | None = None) -> Any:
-    """A TracerProvider exporting in batches through OTLP/HTTP, or None when
-    OTEL_EXPORTER_OTLP_ENDPOINT (or ..._TRACES_ENDPOINT) is not set."""
-    env = os.environ if environ is None else environ
-    if not (env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")):
+def traces_endpoint() -> str:
+    """Where spans go: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as is, or OTEL_EXPORTER_OTLP_ENDPOINT
+    plus /v1/traces (as the OTLP exporter reads them); empty: tracing is off."""
+    if settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT:
+        return str(settings.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+    if settings.OTEL_EXPORTER_OTLP_ENDPOINT:
+        return str(settings.OTEL_EXPORTER_OTLP_ENDPOINT).rstrip("/") + "/v1/traces"
+    return ""
+
+
+def tracer_provider_from_settings() -> Any:
+    """A TracerProvider exporting in batches through OTLP/HTTP, or None when no endpoint is set."""
+    endpoint = traces_endpoint()
+    if not endpoint:
         return None
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    # Resource.create also reads OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES.
-    resource = Resource.create({} if env.get("OTEL_SERVICE_NAME") else {"service.name": "sectr"})
+    # Resource.create also reads OTEL_RESOURCE_ATTRIBUTES; the service name given here wins.
+    resource = Resource.create({"service.name": settings.OTEL_SERVICE_NAME or "sectr"})
     provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    # The exporter reads the other OTEL_EXPORTER_OTLP_* variables (headers, timeout) itself.
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     return provider
 
 
@@ -52,14 +62,14 @@ def configure_tracing() -> bool:
     global _configured
     if _configured:
         return True
-    provider = tracer_provider_from_env()
+    provider = tracer_provider_from_settings()
     if provider is None:
         return False
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
     _configured = True
-    log.info("OpenTelemetry traces export to %s", os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", ""))
+    log.info("OpenTelemetry traces export to %s", traces_endpoint())
     return True
 
 

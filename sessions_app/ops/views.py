@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -29,8 +28,6 @@ import sectr
 from sessions_app.journal.database import reset_connection
 from sessions_app.ops.scrape import database_registry
 
-#: How long each readiness check may take before it counts as failed.
-READY_TIMEOUT = float(os.environ.get("SECTR_READY_TIMEOUT", "2"))
 _migrated = False  # once all migrations are applied they stay applied: checked once
 
 
@@ -74,11 +71,13 @@ async def check_channel_layer() -> None:
 
 
 async def _timed(name: str, check: Callable[[], Awaitable[None]]) -> tuple[str, str]:
+    # Each check may take SECTR_READY_TIMEOUT before it counts as failed.
+    timeout = float(settings.SECTR_READY_TIMEOUT)
     started = time.monotonic()
     try:
-        await asyncio.wait_for(check(), READY_TIMEOUT)
+        await asyncio.wait_for(check(), timeout)
     except TimeoutError:
-        return name, f"timed out after {READY_TIMEOUT:g}s"
+        return name, f"timed out after {timeout:g}s"
     except Exception as exc:
         return name, f"{type(exc).__name__}: {exc}"[:300]
     return name, f"ok ({(time.monotonic() - started) * 1000:.0f} ms)"
@@ -116,7 +115,7 @@ def may_read_metrics(request: HttpRequest) -> bool:
 def process_metrics_text() -> bytes:
     """This process's metrics, or in multiprocess mode (PROMETHEUS_MULTIPROC_DIR) the sum
     over every process of the machine that writes to that directory."""
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+    if settings.PROMETHEUS_MULTIPROC_DIR:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
         return generate_latest(registry)

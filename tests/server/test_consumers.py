@@ -32,9 +32,9 @@ HOST = (b"host", b"127.0.0.1")  # what a browser sends: the origin check compare
 
 
 @pytest.fixture(autouse=True)
-def _no_embedded_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+def _no_embedded_worker(settings: Any) -> None:
     # The ASGI app starts a worker on its first connection; these tests write the journal.
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+    settings.SECTR_EMBEDDED_WORKER = False
 
 
 def _cookie_for(user: Any) -> bytes:
@@ -226,9 +226,9 @@ async def test_a_dropped_last_message_arrives_on_resync(owner: Any, session: Ses
 
 
 async def test_the_periodic_resync_finds_what_the_layer_dropped(
-    owner: Any, session: Session, monkeypatch: pytest.MonkeyPatch
+    owner: Any, session: Session, settings: Any
 ) -> None:
-    monkeypatch.setattr("sessions_app.chat.consumers.RESYNC_SECONDS", 0.2)
+    settings.SECTR_WS_RESYNC_SECONDS = 0.2
     communicator, _, _ = await connect(owner, chat_path(session, after=session.last_seq))
     await frames_until_ready(communicator)
     await journal(session, [started("dropped by the layer")], publish=False)

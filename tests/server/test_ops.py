@@ -212,8 +212,8 @@ def test_an_expired_lease_counts_an_expiry_and_a_recovery(make_session: Any, own
 
 
 @pytest.fixture
-def no_embedded_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+def no_embedded_worker(settings: Any) -> Iterator[None]:
+    settings.SECTR_EMBEDDED_WORKER = False
     yield
 
 

@@ -226,16 +226,15 @@ def test_workers_claiming_a_sweep_at_once_get_one_winner() -> None:
     assert PeriodicJob.objects.get(name="sweep").holder == f"worker-{won.index(True)}"
 
 
-def test_the_sweep_interval_is_read_from_the_environment(monkeypatch: Any) -> None:
-    monkeypatch.delenv("SECTR_RETENTION_INTERVAL_S", raising=False)
-    assert retention.retention_interval() == 3600
-    monkeypatch.setenv("SECTR_RETENTION_INTERVAL_S", "0")
+def test_the_sweep_interval_is_read_from_the_settings(settings: Any) -> None:
+    settings.SECTR_RETENTION_INTERVAL_S = 120.0
+    assert retention.retention_interval() == 120
+    settings.SECTR_RETENTION_INTERVAL_S = 0.0
     assert retention.retention_interval() == 0
     assert Worker(runtime=Runtime(DatabaseJournal())).retention_interval == 0
-    for bad in ("hourly", "-5"):
-        monkeypatch.setenv("SECTR_RETENTION_INTERVAL_S", bad)
-        with pytest.raises(ImproperlyConfigured, match="SECTR_RETENTION_INTERVAL_S"):
-            retention.retention_interval()
+    settings.SECTR_RETENTION_INTERVAL_S = -5.0
+    with pytest.raises(ImproperlyConfigured, match="SECTR_RETENTION_INTERVAL_S"):
+        retention.retention_interval()
 
 
 @pytest.mark.django_db(transaction=True)

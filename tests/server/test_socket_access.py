@@ -27,12 +27,12 @@ QUIET = 1.0  # how long "nothing more arrives" is watched for
 
 
 @pytest.fixture(autouse=True, params=["events", "polling"])
-def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    settings.SECTR_EMBEDDED_WORKER = False
     if request.param == "events":
-        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", 600.0)
+        settings.SECTR_WS_ACCESS_SECONDS = 600.0
     else:
-        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", RECHECK)
+        settings.SECTR_WS_ACCESS_SECONDS = RECHECK
         monkeypatch.setattr("sessions_app.socket_access._notify", lambda group: None)
 
 

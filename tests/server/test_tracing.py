@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.test import override_settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import REGISTRY
 
@@ -25,7 +26,7 @@ from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope, Session
-from sessions_app.ops.tracing import configure_tracing, tracer_provider_from_env
+from sessions_app.ops.tracing import configure_tracing, tracer_provider_from_settings
 from tests.server import test_worker as worker_tests
 from tests.server.test_worker import db, finished, new_session, post, wait_until
 from tests.tracing import recorded_spans, spans_named
@@ -144,19 +145,15 @@ def collector() -> Iterator[str]:
     server.server_close()
 
 
-def test_without_an_endpoint_nothing_is_installed(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
-    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
-    assert tracer_provider_from_env() is None
+@override_settings(OTEL_EXPORTER_OTLP_ENDPOINT="", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="")
+def test_without_an_endpoint_nothing_is_installed() -> None:
+    assert tracer_provider_from_settings() is None
     assert configure_tracing() is False
 
 
-def test_the_otlp_exporter_sends_spans_to_the_configured_endpoint(
-    monkeypatch: pytest.MonkeyPatch, collector: str
-) -> None:
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", collector)
-    monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
-    provider = tracer_provider_from_env()
+def test_the_otlp_exporter_sends_spans_to_the_configured_endpoint(collector: str) -> None:
+    with override_settings(OTEL_EXPORTER_OTLP_ENDPOINT=collector, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=""):
+        provider = tracer_provider_from_settings()
     try:
         tracer = provider.get_tracer("sectr")
         with tracer.start_as_current_span("invoke_agent", attributes={"gen_ai.conversation.id": "ses_x"}):

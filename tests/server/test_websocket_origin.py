@@ -15,8 +15,8 @@ pytestmark = [pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture(autouse=True)
-def _no_embedded_worker(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+def _no_embedded_worker(settings: Any) -> None:
+    settings.SECTR_EMBEDDED_WORKER = False
 
 
 def _cookie_for(user: Any) -> bytes:

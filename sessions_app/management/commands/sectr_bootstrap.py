@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import secrets
 from typing import Any
 
@@ -16,11 +15,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
-        host = os.environ.get("HOST", "127.0.0.1")
-        port = os.environ.get("PORT", "8000")
+        host, port = settings.SECTR_SERVE_HOST, settings.SECTR_SERVE_PORT
         if not User.objects.filter(is_superuser=True).exists():
-            username = os.environ.get("SECTR_ADMIN_USERNAME", "admin")
-            password = os.environ.get("SECTR_ADMIN_PASSWORD") or secrets.token_urlsafe(12)
+            username = settings.SECTR_ADMIN_USERNAME
+            password = settings.SECTR_ADMIN_PASSWORD or secrets.token_urlsafe(12)
             User.objects.create_superuser(username=username, email="", password=password)
             settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
             secret_file = settings.VAR_DIR / "admin-password.txt"
