@@ -11,6 +11,7 @@ from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages
 from sectr.journal import Journal, MemoryJournal, NewEvent
 from sectr.local import LocalRuntime
+from sectr.plugins import handler
 from sectr.runtime import Runtime
 from sectr.tools import Tool, ToolContext, ToolRegistry, tool
 
@@ -38,5 +39,6 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "fold_messages",
+    "handler",
     "tool",
 ]

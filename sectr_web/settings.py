@@ -371,10 +371,14 @@ SECTR_MODEL_CONTEXT_WINDOW = env_int("SECTR_MODEL_CONTEXT_WINDOW", 0, minimum=0)
 SECTR_DEMO_DELAY_MS = env_float("SECTR_DEMO_DELAY_MS", 5.0)
 SECTR_DEMO_SLOW_MS = env_float("SECTR_DEMO_SLOW_MS", 100.0)
 SECTR_DEMO_STAMP_FILE = env_str("SECTR_DEMO_STAMP_FILE", "")
-#: Dotted path of `async def handler(ctx)`; None: the default agent.
+#: The handler runs run: a registered handler's name or the dotted path of an
+#: `async def handler(ctx)` (sessions_app.plugins); None: the default agent.
 SECTR_HANDLER = env_dotted_path("SECTR_HANDLER")
 #: Dotted paths of extra `@sectr.tool` objects, beside the built-in ones.
 SECTR_TOOLS = env_dotted_paths("SECTR_TOOLS")
+#: Modules whose every `@sectr.tool` and `@sectr.handler("name")` registers (beside the
+#: installed packages' entry points, groups sectr.tools and sectr.handlers).
+SECTR_PLUGINS = env_dotted_paths("SECTR_PLUGINS")
 
 # ---- operations ----
 

@@ -1,8 +1,8 @@
 """The process's Runtime: the database journal, the configured handler, tools and provider.
 
-Settings: SECTR_HANDLER (dotted path of `async def handler(ctx)`, default the default
-agent), SECTR_TOOLS (dotted paths of extra `@sectr.tool` objects). The provider comes
-from the settings (sessions_app.provider_config), wrapped so that stored media
+The handler and the tools beside the built-in ones come from the plugin registry
+(sessions_app.plugins: entry points, SECTR_PLUGINS, SECTR_TOOLS, SECTR_HANDLER). The
+provider comes from the settings (sessions_app.provider_config), wrapped so that stored media
 references reach it as inline data.
 
 `get_runtime()` is the one way to get the runtime (its journal is `get_journal()`'s).
@@ -12,27 +12,28 @@ from __future__ import annotations
 
 from functools import cache
 
-from django.conf import settings
-from django.utils.module_loading import import_string
-
 from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sessions_app.journal import get_journal, run_in_db_thread
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import ApprovalRule
+from sessions_app.plugins import configured_handler, configured_tools
 from sessions_app.provider_config import configured_provider, model_info
 
 
 @cache
 def get_runtime() -> Runtime:
-    handler_path = getattr(settings, "SECTR_HANDLER", None)
-    handler = import_string(handler_path) if handler_path else None
-    tools = [import_string(path) for path in getattr(settings, "SECTR_TOOLS", [])]
     # The journal holds media by reference (sectr-media://sha256); the provider gets the
     # bytes inline, resolved just before each model call.
     provider = MediaResolvingProvider(configured_provider())
-    return Runtime(get_journal(), handler=handler, tools=tools, provider=provider, rules=session_policy)
+    return Runtime(
+        get_journal(),
+        handler=configured_handler(),
+        tools=configured_tools(),
+        provider=provider,
+        rules=session_policy,
+    )
 
 
 async def session_policy(session_id: str) -> Policy:

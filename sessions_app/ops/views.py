@@ -14,6 +14,7 @@ import ipaddress
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -25,8 +26,10 @@ from django.views.decorators.cache import never_cache
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest, multiprocess
 
 import sectr
+from sectr.plugins import PluginFailure
 from sessions_app.journal.database import reset_connection
 from sessions_app.ops.scrape import database_registry
+from sessions_app.plugins import plugin_registry
 
 _migrated = False  # once all migrations are applied they stay applied: checked once
 
@@ -85,17 +88,27 @@ async def _timed(name: str, check: Callable[[], Awaitable[None]]) -> tuple[str, 
 
 @never_cache
 async def readyz(request: HttpRequest) -> JsonResponse:
-    """200 when the database, the channel layer and the migrations are ready; else 503
-    naming what is not."""
+    """200 when the database, the channel layer, the migrations and the configured tools
+    and handler are ready; else 503 naming what is not. A plugin that failed to load is
+    listed under `plugin_failures` without failing readiness (the others run)."""
+    failures: list[PluginFailure] = []
+
+    async def check_plugins() -> None:
+        # Loaded once per process (imports): in a thread, off the event loop.
+        failures.extend((await asyncio.to_thread(plugin_registry)).failures)
+
     results = await asyncio.gather(
         # database_sync_to_async closes the connection it used (CONN_MAX_AGE = 0).
         _timed("database", database_sync_to_async(check_database)),
         _timed("migrations", database_sync_to_async(check_migrations)),
         _timed("channel_layer", check_channel_layer),
+        _timed("plugins", check_plugins),
     )
     checks = dict(results)
     failing = [name for name, outcome in results if not outcome.startswith("ok")]
-    body = {"ok": not failing, "checks": checks, "failing": failing}
+    body: dict[str, Any] = {"ok": not failing, "checks": checks, "failing": failing}
+    if failures:
+        body["plugin_failures"] = [{"plugin": failure.source, "error": failure.error} for failure in failures]
     return JsonResponse(body, status=503 if failing else 200)
 
 

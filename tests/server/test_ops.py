@@ -70,7 +70,8 @@ def test_readyz_answers_without_login_when_everything_is_ready() -> None:
     body = response.json()
     assert response.status_code == 200, body
     assert body["ok"] is True and body["failing"] == []
-    assert set(body["checks"]) == {"database", "migrations", "channel_layer"}
+    assert set(body["checks"]) == {"database", "migrations", "channel_layer", "plugins"}
+    assert "plugin_failures" not in body
     assert all(outcome.startswith("ok") for outcome in body["checks"].values())
 
 
