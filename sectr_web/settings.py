@@ -43,8 +43,9 @@ def _bad(name: str, raw: str, accepts: str) -> ImproperlyConfigured:
 
 
 def env_str(name: str, default: str) -> str:
-    raw = env_raw(name)
-    return default if raw is None else raw
+    """The value as given (keys and passwords may carry spaces); unset or blank: `default`."""
+    value = os.environ.get(name)
+    return default if value is None or not value.strip() else value
 
 
 def env_optional_bool(name: str) -> bool | None:
