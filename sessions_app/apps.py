@@ -8,7 +8,7 @@ class SessionsAppConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from sessions_app.ops.tracing import configure_tracing
+        from sessions_app.telemetry.tracing import configure_tracing
 
         configure_tracing()  # OTLP traces when OTEL_EXPORTER_OTLP_ENDPOINT is set
         from django.contrib.auth import get_user_model

@@ -61,7 +61,7 @@ from django.core.files.storage import default_storage
 
 from sectr.errors import ValidationFailed
 from sectr.providers.base import CompletionRequest, ModelInfo, Provider, StreamEvent
-from sessions_app.journal import run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
 from sessions_app.models import MediaBlob, Session, SessionMedia
 
 log = logging.getLogger("sectr.media")
@@ -422,7 +422,7 @@ def resolve_media_references(messages: list[dict[str, Any]]) -> list[dict[str, A
     extra keys. A blob that no longer exists becomes a text part saying so.
 
     Sync (reads the database and files): call it from a thread, e.g. through
-    sessions_app.journal.run_in_db_thread. Returns new lists; `messages` is unchanged.
+    sessions_app.dbthread.run_in_db_thread. Returns new lists; `messages` is unchanged.
     """
     cache: dict[str, tuple[str, bytes] | None] = {}
 

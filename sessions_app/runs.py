@@ -76,7 +76,7 @@ from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
 from sessions_app.models import Run, Session
-from sessions_app.ops import metrics
+from sessions_app.telemetry import metrics
 
 log = logging.getLogger("sectr.runs")
 

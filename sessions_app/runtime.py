@@ -15,7 +15,8 @@ from functools import cache
 from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
-from sessions_app.journal import get_journal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import get_journal
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import ApprovalRule
 from sessions_app.plugins import configured_handler, configured_tools
@@ -48,3 +49,8 @@ def session_model_info(model: str) -> ModelInfo:
     The same entry decides which media parts a prompt may carry (sessions_app.media).
     """
     return model_info(model, get_runtime().provider.provider_id)
+
+def is_gated_tool(name: str) -> bool:
+    """Whether the process's runtime gates this tool (an unknown tool is never run)."""
+    tools = get_runtime().tools
+    return name in tools and tools.get(name).gated

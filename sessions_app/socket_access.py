@@ -42,6 +42,8 @@ from sessions_app.journal.publish import publish_on_commit_messages, session_gro
 logger = logging.getLogger("sectr.consumers")
 
 CLOSE_LOGGED_OUT = 4401
+#: A socket whose user may not (or may no longer) see what it shows.
+CLOSE_FORBIDDEN = 4403
 ACCESS_CHANGED_MESSAGE_TYPE = "access.changed"
 
 

@@ -37,7 +37,7 @@ from sectr.errors import JournalUnavailable, LeaseLost
 from sectr.runtime import Runtime
 from sectr.telemetry import set_log_context
 from sessions_app import runs
-from sessions_app.journal import run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal.publish import (
     RUN_CONTROL_MESSAGE_TYPE,
     WORKERS_GROUP,
@@ -48,8 +48,8 @@ from sessions_app.journal.publish import (
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
 from sessions_app.ops import retention
-from sessions_app.ops.metrics import LEASES_LOST
 from sessions_app.runtime import get_runtime
+from sessions_app.telemetry.metrics import LEASES_LOST
 
 log = logging.getLogger("sectr.worker")
 

@@ -2,7 +2,7 @@
 
 Paths and methods come from the route table it is given (sessions_app.api.urls.ROUTES,
 the same table the URL patterns are made from), so the document cannot drift from the endpoints; the schemas
-below describe the bodies the views accept and the dicts sessions_app.journal.snapshots,
+below describe the bodies the views accept and the dicts sessions_app.display.snapshots,
 sessions_app.api.events and the views return.
 """
 

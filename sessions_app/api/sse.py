@@ -32,11 +32,11 @@ from django.conf import settings
 
 from sectr.events import Envelope, EventType
 from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
-from sessions_app.journal import run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run
-from sessions_app.ops.metrics import SSE_CLIENTS
+from sessions_app.telemetry.metrics import SSE_CLIENTS
 
 POLL_SECONDS = 3.0
 READ_PAGE = 1000

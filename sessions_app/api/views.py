@@ -30,8 +30,8 @@ from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, parse_after, replay_run
 from sessions_app.attribution import current_api_token_key
+from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.input_checks import is_whole_number
-from sessions_app.journal.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
 
 KIB = 1024

@@ -53,12 +53,11 @@ from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
-from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
-from sessions_app.socket_access import RecheckedConsumer
+from sessions_app.socket_access import CLOSE_FORBIDDEN, RecheckedConsumer
+from sessions_app.telemetry.metrics import WEBSOCKET_CLIENTS
 
 logger = logging.getLogger("sectr.consumers")
 
-CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 
 

@@ -25,7 +25,8 @@ from django.template.loader import render_to_string
 
 from sectr.events import MODES
 from sectr.providers import known_models
-from sessions_app.chat.view_model import Changes, ChatViewModel, ToolCallView, dom_id
+from sessions_app.chat.view_model import Changes, ChatViewModel, ToolCallView
+from sessions_app.display.content import dom_id
 from sessions_app.provider_config import default_model
 
 MODE_LABELS = {"default": "Default (gated tools ask)", "plan": "Plan (read-only tools)", "accept_edits": "Accept edits"}

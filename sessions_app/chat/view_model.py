@@ -10,14 +10,14 @@ asks `take_changes()` what to re-render. Both render the same template partials
 (templates/chat/), so the page after a reload and the page kept live by
 the socket are the same HTML.
 
-Nothing here touches the database or renders HTML except Markdown (sessions_app.chat.markdown).
+Nothing here touches the database or renders HTML except Markdown (sessions_app.display.markdown);
+which tools are gated comes from the process's runtime (sessions_app.runtime.is_gated_tool).
+The helpers and the approval card the moderation and review pages show too live in
+sessions_app.display.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -27,92 +27,11 @@ from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope
-from sessions_app.chat.markdown import render_markdown
+from sessions_app.display.approvals import ApprovalView, TurnCall
+from sessions_app.display.content import Attachment, content_text_and_attachments, dom_id, pretty_json
+from sessions_app.display.markdown import render_markdown
 from sessions_app.provider_config import model_info
-from sessions_app.runtime import get_runtime
-
-#: How the journal references stored media (sessions_app.media).
-MEDIA_SCHEME = "sectr-media://"
-_DOM_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
-
-
-def dom_id(prefix: str, raw: Any) -> str:
-    """An HTML id for a journal id (ids from a provider may hold any character)."""
-    text = str(raw)
-    if _DOM_SAFE.match(text):
-        return f"{prefix}-{text}"
-    return f"{prefix}-h{hashlib.sha256(text.encode()).hexdigest()[:24]}"
-
-
-def pretty_json(value: Any) -> str:
-    """Tool arguments for people: indented JSON when they parse, else as the model wrote them."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return value
-    try:
-        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
-    except (TypeError, ValueError):
-        return str(value)
-
-
-@dataclass
-class Attachment:
-    kind: str  # "image" or "audio"
-    label: str
-    url: str | None = None  # a same-origin URL the page may show, when there is one
-
-
-def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[str, list[Attachment]]:
-    """A user message's text and its media parts (OpenAI content parts)."""
-    if isinstance(content, str):
-        return content, []
-    texts: list[str] = []
-    attachments: list[Attachment] = []
-    for part in content if isinstance(content, list) else []:
-        if not isinstance(part, dict):
-            continue
-        kind = part.get("type")
-        if kind == "text":
-            texts.append(str(part.get("text", "")))
-        elif kind == "image_url":
-            image = part.get("image_url") if isinstance(part.get("image_url"), dict) else {}
-            url = str(image.get("url", "")) if isinstance(image, dict) else ""
-            attachments.append(Attachment("image", _media_label(part, url, "image"), _local_media_url(url, session_id)))
-        elif kind == "input_audio":
-            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
-            url = str(audio.get("url", "")) if isinstance(audio, dict) else ""
-            attachments.append(Attachment("audio", _media_label(part, url, "audio"), _local_media_url(url, session_id)))
-    return "\n".join(t for t in texts if t), attachments
-
-
-def _media_label(part: dict[str, Any], url: str, kind: str) -> str:
-    for key in ("name", "filename", "mime_type"):
-        if isinstance(part.get(key), str) and part[key]:
-            return str(part[key])
-    media = part.get("media") if isinstance(part.get("media"), dict) else None
-    if media:
-        for key in ("name", "mime_type", "sha256"):
-            if isinstance(media.get(key), str) and media[key]:
-                return str(media[key])[:40]
-    if url.startswith("data:"):
-        return url[5 : url.find(";")] if ";" in url else kind
-    if url.startswith(("http://", "https://")):
-        return url[:80]
-    return kind
-
-
-def _local_media_url(url: str, session_id: str) -> str | None:
-    # Only media Sectr stored are shown inline (through the session's media view, which
-    # checks access); remote URLs stay text (no tracking pixels in a reviewer's
-    # browser), and data: URLs are not echoed into the page.
-    if url.startswith(MEDIA_SCHEME) and session_id:
-        sha256 = url[len(MEDIA_SCHEME) :]
-        if re.fullmatch(r"[0-9a-f]{64}", sha256):
-            return f"/sessions/{session_id}/media/{sha256}"
-    return None
-
+from sessions_app.runtime import is_gated_tool
 
 # ---- items ----
 
@@ -232,122 +151,6 @@ class UserView:
     def can_edit(self) -> bool:
         """Edit forks at the seq before this message, so only this session's own messages."""
         return not self.historic and self.seq > 1
-
-
-def is_gated_tool(name: str) -> bool:
-    """Whether the process's runtime gates this tool (an unknown tool is never run)."""
-    tools = get_runtime().tools
-    return name in tools and tools.get(name).gated
-
-
-@dataclass
-class TurnCall:
-    """A gated call of the same assistant message as an ask, later than its call and still
-    unanswered: what "Approve all" would approve with it (the card lists them)."""
-
-    tool_call_id: str
-    name: str
-    arguments: Any  # the JSON text the model wrote
-
-    @property
-    def arguments_pretty(self) -> str:
-        if isinstance(self.arguments, str):
-            try:
-                return pretty_json(json.loads(self.arguments))
-            except ValueError:
-                return self.arguments
-        return pretty_json(self.arguments)
-
-
-def turn_calls_waiting(envelopes: Iterable[Envelope], tool_call_id: Any) -> list[TurnCall]:
-    """The later gated calls of the message holding `tool_call_id` that have no result."""
-    if not tool_call_id:
-        return []
-    calls: dict[str, list[dict[str, Any]]] = {}
-    answered: set[str] = set()
-    message_of_ask = None
-    for envelope in envelopes:
-        if envelope.type is EventType.TOOL_CALL:
-            message_id = str(envelope.payload.get("message_id"))
-            calls.setdefault(message_id, []).append(envelope.payload)
-            if envelope.payload.get("tool_call_id") == tool_call_id:
-                message_of_ask = message_id
-        elif envelope.type is EventType.TOOL_RESULT:
-            answered.add(str(envelope.payload.get("tool_call_id")))
-    if message_of_ask is None:
-        return []
-    siblings = calls[message_of_ask]
-    position = next(i for i, call in enumerate(siblings) if call.get("tool_call_id") == tool_call_id)
-    return [
-        TurnCall(str(call.get("tool_call_id")), str(call.get("name", "")), call.get("arguments", ""))
-        for call in siblings[position + 1 :]
-        if str(call.get("tool_call_id")) not in answered and is_gated_tool(str(call.get("name", "")))
-    ]
-
-
-@dataclass
-class ApprovalView:
-    ask_id: str
-    name: str
-    arguments: Any
-    seq: int
-    status: str = "pending"  # pending, approved, denied, withdrawn
-    verdict: str | None = None
-    approver: str | None = None
-    note: str | None = None
-    session_id: str = ""
-    session_title: str | None = None  # set where cards of many sessions are listed
-    owner: str | None = None
-    at: datetime | None = None
-    kind: str = "approval"
-    #: the transcript shows the tool call this card asks about (with its arguments): the
-    #: pending card shows them instead of the call, the decided card leaves them to it
-    call_shown: bool = False
-    approvals_required: int = 1
-    #: the later gated calls of the ask's turn still unanswered (pending cards only)
-    turn_calls: list[TurnCall] = field(default_factory=list)
-
-    @property
-    def can_approve_all(self) -> bool:
-        """Whether the card offers "Approve all": pending, one person decides, calls wait."""
-        return self.is_pending and self.approvals_required <= 1 and bool(self.turn_calls)
-
-    @property
-    def shows_arguments(self) -> bool:
-        return self.is_pending or not self.call_shown
-
-    @property
-    def dom_id(self) -> str:
-        return dom_id("ask", self.ask_id)
-
-    @property
-    def arguments_pretty(self) -> str:
-        return pretty_json(self.arguments)
-
-    @property
-    def is_pending(self) -> bool:
-        return self.status == "pending"
-
-    @property
-    def verdict_label(self) -> str:
-        return {"allow_once": "Approved once", "allow_always": "Always allowed", "deny": "Denied"}.get(
-            self.verdict or "", self.status.capitalize()
-        )
-
-    @classmethod
-    def from_ask(cls, ask: dict[str, Any], session_id: str) -> ApprovalView:
-        return cls(
-            ask_id=str(ask.get("ask_id")),
-            name=str(ask.get("name", "")),
-            arguments=ask.get("arguments", {}),
-            seq=int(ask.get("seq") or 0),
-            status=str(ask.get("status", "pending")),
-            verdict=ask.get("verdict"),
-            approver=ask.get("approver"),
-            note=ask.get("note"),
-            session_id=session_id,
-            approvals_required=int(ask.get("approvals_required") or 1),
-        )
 
 
 @dataclass

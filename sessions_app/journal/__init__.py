@@ -6,9 +6,11 @@
   worker wake-ups).
 - `moderation`: the audit rows of asks, votes, decisions and withdrawals, written in
   the append's transaction (and rebuilt from the journal by `rebuild_audit`).
-- `snapshots`: the API's snapshot and transcript projections of a session.
+
+Its async methods run in sessions_app.dbthread's thread pool. What the API and the pages
+show of a session (snapshots, transcripts, cards) lives in sessions_app.display.
 """
 
-from sessions_app.journal.database import DatabaseJournal, Fence, get_journal, run_in_db_thread
+from sessions_app.journal.database import DatabaseJournal, Fence, get_journal
 
-__all__ = ["DatabaseJournal", "Fence", "get_journal", "run_in_db_thread"]
+__all__ = ["DatabaseJournal", "Fence", "get_journal"]

@@ -209,7 +209,7 @@ EVENT_OF_KIND = {
 def card_url(ask_id: str) -> str:
     """Where a person decides the ask: its card in the queue."""
     base = str(getattr(settings, "SECTR_BASE_URL", "") or "").rstrip("/")
-    # The card's HTML id (sessions_app.chat.view_model.dom_id) for the ids Sectr makes.
+    # The card's HTML id (sessions_app.display.content.dom_id) for the ids Sectr makes.
     anchor = f"#ask-{ask_id}" if re.fullmatch(r"[A-Za-z0-9_-]{1,80}", ask_id) else ""
     return f"{base}/approvals/{anchor}"
 

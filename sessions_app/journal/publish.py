@@ -60,7 +60,7 @@ from django.db import transaction
 
 from sectr.events import Envelope, EventType
 from sectr.loops import PerLoop
-from sessions_app.ops.metrics import PUBLISH_DROPS, group_kind
+from sessions_app.telemetry.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
 

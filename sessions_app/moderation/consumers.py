@@ -37,12 +37,11 @@ from django.utils import timezone
 
 from sectr.events import Envelope, EventType
 from sessions_app import access
-from sessions_app.chat.consumers import CLOSE_FORBIDDEN
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
 from sessions_app.moderation.queue import AGE_CHOICES, QueueCard, QueueFilters, build_card, pending_asks
-from sessions_app.ops.metrics import WEBSOCKET_CLIENTS
-from sessions_app.socket_access import RecheckedConsumer
+from sessions_app.socket_access import CLOSE_FORBIDDEN, RecheckedConsumer
+from sessions_app.telemetry.metrics import WEBSOCKET_CLIENTS
 
 #: what happened to an ask: "new" (append a card), "changed" (re-render it), "resolved"
 Change = str

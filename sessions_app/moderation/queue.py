@@ -23,7 +23,7 @@ from django.utils.dateparse import parse_datetime
 from sectr.events import Envelope
 from sectr.fold import fold_messages
 from sessions_app import access
-from sessions_app.chat.view_model import ApprovalView, turn_calls_waiting
+from sessions_app.display.approvals import ApprovalView, turn_calls_waiting
 from sessions_app.journal import get_journal
 from sessions_app.journal.moderation import matched_rule
 from sessions_app.models import AskIndex, AuditEntry, Session

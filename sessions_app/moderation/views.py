@@ -25,7 +25,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
-from sessions_app.chat.view_model import ApprovalView, pretty_json, turn_calls_waiting
+from sessions_app.display.approvals import ApprovalView, turn_calls_waiting
+from sessions_app.display.content import pretty_json
 from sessions_app.journal import get_journal
 from sessions_app.models import ApprovalRule, Session, Team
 from sessions_app.moderation import audit, queue, rules

@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
 
 import sectr
 from sectr.plugins import PluginFailure
-from sessions_app.journal.database import reset_connection
+from sessions_app.dbthread import reset_connection
 from sessions_app.ops.scrape import database_registry
 from sessions_app.plugins import plugin_registry
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sessions_app.journal import snapshots
+from sessions_app.display import snapshots
 from sessions_app.models import Session
 
 

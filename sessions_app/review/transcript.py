@@ -18,8 +18,8 @@ from typing import Any
 from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
-from sessions_app.chat.markdown import render_markdown
-from sessions_app.chat.view_model import content_text_and_attachments
+from sessions_app.display.content import content_text_and_attachments
+from sessions_app.display.markdown import render_markdown
 
 
 def pretty(value: Any) -> str:

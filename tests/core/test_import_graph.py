@@ -168,3 +168,55 @@ def test_lower_layers_never_import_the_web_layers() -> None:
         if target.startswith(upper)
     )
     assert wrong == []
+
+
+def test_the_page_folders_never_import_each_other() -> None:
+    """The chat, the moderation pages and the review pages stand side by side on one
+    floor: what two of them show alike lives in sessions_app.display, below them."""
+    graph = import_graph()
+    pages = ("chat", "moderation", "review")
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if (source := folder_of(module)) in pages and (reached := folder_of(target)) in pages and source != reached
+    )
+    assert wrong == []
+
+
+def test_every_folder_of_sessions_app_stands_on_one_floor() -> None:
+    """No folder (sub-package or top-level module) of sessions_app imports one that
+    imports it back, directly or around a longer loop: each has one floor of the graph."""
+    graph = {name: targets for name, targets in import_graph().items() if name.startswith("sessions_app")}
+    folders: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        folders.setdefault(folder_of(module), set()).update(
+            folder_of(target) for target in targets if target.startswith("sessions_app")
+        )
+    for folder, targets in folders.items():
+        targets.discard(folder)
+        for target in targets:
+            folders.setdefault(target, set())
+    assert "journal" in folders and "telemetry" in folders  # it read the tree
+    assert cycles(folders) == []
+
+
+def test_the_journal_and_the_run_lifecycle_import_only_lower_folders() -> None:
+    """Metrics and tracing sit in telemetry/, the database-thread helpers in dbthread.py:
+    the journal, runs and media reach them without reaching the ops pages or retention."""
+    graph = import_graph()
+    low = ("sessions_app.journal", "sessions_app.runs", "sessions_app.media", "sessions_app.telemetry")
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        if module.startswith(low)
+        for target in targets
+        if target.startswith(("sessions_app.ops", "sessions_app.display", "sessions_app.actions"))
+    )
+    assert wrong == []
+
+
+def folder_of(module: str) -> str:
+    """`sessions_app.journal.database` -> `journal`, `sessions_app.runs` -> `runs`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]

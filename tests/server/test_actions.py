@@ -41,7 +41,8 @@ from sectr.runtime import Runtime
 from sectr.state import DEFAULT_LIMITS
 from sessions_app import actions
 from sessions_app.access import check_access, get_session_for_user, has_any_role, visible_sessions
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import MediaBlob, Run, Session, SessionMedia
 from sessions_app.runs import Claim, finish_run

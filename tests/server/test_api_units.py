@@ -16,8 +16,8 @@ from sectr.journal import NewEvent
 from sessions_app import actions
 from sessions_app.actions.tokens import do_issue_token, do_revoke_token
 from sessions_app.api.sse import parse_after
+from sessions_app.display.snapshots import snapshot, transcript
 from sessions_app.journal import DatabaseJournal
-from sessions_app.journal.snapshots import snapshot, transcript
 from sessions_app.models import ApiToken, Session
 
 LOCAL_CACHE = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "api-units"}}
@@ -157,7 +157,7 @@ def test_the_history_view_keeps_what_a_compaction_summarised(make_session: Any, 
 def test_a_long_history_is_one_consistent_read_and_complete(
     make_session: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sessions_app.journal import snapshots
+    from sessions_app.display import snapshots
 
     monkeypatch.setattr(snapshots, "HISTORY_CHUNK_ROWS", 100)  # many fetches from one SELECT
     session = make_session(title="Long")

@@ -19,8 +19,8 @@ from django.db import connection
 from sectr.errors import JournalUnavailable
 from sectr.events import EventType
 from sectr.journal import NewEvent
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
-from sessions_app.journal.database import check_connection_pools
+from sessions_app.dbthread import check_connection_pools, run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -21,7 +21,8 @@ from django.utils import timezone
 from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions, runs
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Run, Session
 from sessions_app.worker import Worker
 

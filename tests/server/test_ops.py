@@ -250,7 +250,7 @@ async def test_open_sse_streams_are_a_gauge(make_session: Any, owner: Any) -> No
 COUNT_IN_A_PROCESS = """
 import django
 django.setup()
-from sessions_app.ops import metrics
+from sessions_app.telemetry import metrics
 metrics.ENVELOPES.inc(7)
 metrics.WEBSOCKET_CLIENTS.labels("chat").inc(2)
 """
@@ -258,7 +258,7 @@ metrics.WEBSOCKET_CLIENTS.labels("chat").inc(2)
 SCRAPE_IN_A_PROCESS = """
 import django
 django.setup()
-from sessions_app.ops import metrics
+from sessions_app.telemetry import metrics
 from sessions_app.ops.views import process_metrics_text
 metrics.ENVELOPES.inc(5)
 print(process_metrics_text().decode())

@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from sectr.runtime import Runtime
 from sessions_app import actions
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope, MediaBlob, PeriodicJob, Run, Session, SessionMedia, Team
 from sessions_app.ops import retention
 from sessions_app.worker import Worker

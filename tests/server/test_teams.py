@@ -28,7 +28,8 @@ from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import access, actions
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import ApprovalRule, AskIndex, MediaBlob, Membership, Run, Session, SessionMedia, Team
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.runtime import session_policy

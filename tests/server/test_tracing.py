@@ -26,7 +26,7 @@ from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope, Session
-from sessions_app.ops.tracing import configure_tracing, tracer_provider_from_settings
+from sessions_app.telemetry.tracing import configure_tracing, tracer_provider_from_settings
 from tests.server import test_worker as worker_tests
 from tests.server.test_worker import db, finished, new_session, post, wait_until
 from tests.tracing import recorded_spans, spans_named

@@ -29,7 +29,8 @@ from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app import runs as runs_module
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
 from sessions_app.worker import Worker

@@ -23,7 +23,7 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from sectr import telemetry
 from sectr.events import Envelope
 from sectr.state import SessionState
-from sessions_app.ops.metrics import APPROVAL_DECISION_SECONDS
+from sessions_app.telemetry.metrics import APPROVAL_DECISION_SECONDS
 
 log = logging.getLogger("sectr.ops")
 _configured = False

@@ -1,0 +1,142 @@
+"""Running sync database code from async code: the journal's thread pool.
+
+`run_in_db_thread(func, *args)` is channels' database_sync_to_async for code that is not a
+consumer: the journal's async methods, the worker, the SSE endpoint and media resolution
+run their queries through it. It runs in a pool of its own (not the one
+thread-sensitive thread: many invocations append at once), closes stale connections
+around the work, keeps SQLite connections warm, and after a connection error has the
+process's PostgreSQL pools test their idle connections (`check_connection_pools`).
+SQLite's single writer gets a dedicated thread (`run_in_sqlite_writer_thread`).
+
+It sits below the journal (sessions_app.journal.database) and the media store
+(sessions_app.media), which both use it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar, cast
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, close_old_connections, connections
+
+logger = logging.getLogger("sectr.journal")
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+_executor: ThreadPoolExecutor | None = None
+
+
+def journal_executor() -> ThreadPoolExecutor:
+    """The threads the async methods run in (SECTR_JOURNAL_THREADS, default 16).
+
+    Keep it at or below the PostgreSQL pool's size (SECTR_DB_POOL_MAX): each busy
+    thread holds one connection.
+    """
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(
+            max_workers=settings.SECTR_JOURNAL_THREADS, thread_name_prefix="sectr-journal"
+        )
+    return _executor
+
+
+#: How long a journal thread keeps an idle SQLite connection open (seconds).
+SQLITE_KEEPALIVE = 300.0
+
+
+def _keep_sqlite_connections() -> None:
+    """Let this journal thread's SQLite connections outlive CONN_MAX_AGE=0.
+
+    Opening a Django SQLite connection costs ~0.35 ms (functions to register, pragmas),
+    more than an append; with CONN_MAX_AGE=0 every async append would pay it. The
+    journal's threads are few and long-lived, so keeping one connection each is bounded
+    (the ASGI leak CONN_MAX_AGE=0 guards against comes from short-lived request threads).
+    close_old_connections() still closes a connection that errored or became unusable.
+    PostgreSQL connections go back to psycopg's pool as usual: holding them here would
+    starve the request threads.
+    """
+    deadline = time.monotonic() + SQLITE_KEEPALIVE
+    for connection in connections.all(initialized_only=True):
+        if connection.vendor == "sqlite" and connection.connection is not None and connection.close_at is not None:
+            connection.close_at = deadline
+
+
+def check_connection_pools() -> None:
+    """Test the idle connections of this process's PostgreSQL pools, replacing the dead.
+
+    psycopg's pool hands out a connection without testing it (a test per checkout would
+    cost a round trip on every query), so after PostgreSQL restarts every idle one is
+    dead and each would fail its next user in turn. Called on the first connection error
+    instead: one failure, then the pool is whole again. Nothing on SQLite.
+    """
+    for connection in connections.all(initialized_only=True):
+        pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
+        if pool is None:
+            continue
+        try:
+            pool.check()
+        except Exception:  # still down: the next error checks again
+            logger.warning("checking the %s connection pool failed", connection.alias, exc_info=True)
+
+
+def reset_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
+    """After a connection error: give the broken connection back (its pool drops it)
+    and have the pools test their idle ones (a restart killed them all)."""
+    with contextlib.suppress(Exception):
+        connections[alias].close()
+    check_connection_pools()
+
+
+def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    close_old_connections()
+    broken = False
+    try:
+        return func(*args, **kwargs)
+    except (OperationalError, InterfaceError):
+        broken = True
+        raise
+    finally:
+        _keep_sqlite_connections()
+        close_old_connections()  # a connection that broke goes back to its pool, which drops it
+        if broken:
+            check_connection_pools()
+
+
+_db_thread_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_call: Callable[..., Awaitable[Any]] | None = None
+_sqlite_writer_executor: ThreadPoolExecutor | None = None
+
+
+async def run_in_sqlite_writer_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Like run_in_db_thread, on one dedicated thread: SQLite has a single writer anyway,
+    and one thread keeps one warm connection (appends spread over the pool's threads
+    each paid for a colder connection: 430 us an append against 290 us on one thread)."""
+    global _sqlite_writer_call, _sqlite_writer_executor
+    if _sqlite_writer_call is None:
+        _sqlite_writer_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-sqlite-writer")
+        _sqlite_writer_call = sync_to_async(
+            _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer_executor
+        )
+    return cast(_R, await _sqlite_writer_call(func, args, kwargs))
+
+
+async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+    """Run sync database code in the journal's thread pool, like database_sync_to_async.
+
+    Stale connections are closed before and after the work (as database_sync_to_async
+    does), except that SQLite connections are kept for reuse (see _keep_sqlite_connections).
+    """
+    global _db_thread_call
+    if _db_thread_call is None:
+        # Built once: a SyncToAsync costs more to construct than to call.
+        _db_thread_call = sync_to_async(
+            _call_with_fresh_connections, thread_sensitive=False, executor=journal_executor()
+        )
+    return cast(_R, await _db_thread_call(func, args, kwargs))

@@ -1,0 +1,92 @@
+"""Journal content as people see it: HTML ids for journal ids, tool arguments as indented
+JSON, and a user message's text and media parts."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+#: How the journal references stored media (sessions_app.media).
+MEDIA_SCHEME = "sectr-media://"
+_DOM_SAFE = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+
+
+def dom_id(prefix: str, raw: Any) -> str:
+    """An HTML id for a journal id (ids from a provider may hold any character)."""
+    text = str(raw)
+    if _DOM_SAFE.match(text):
+        return f"{prefix}-{text}"
+    return f"{prefix}-h{hashlib.sha256(text.encode()).hexdigest()[:24]}"
+
+
+def pretty_json(value: Any) -> str:
+    """Tool arguments for people: indented JSON when they parse, else as the model wrote them."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@dataclass
+class Attachment:
+    kind: str  # "image" or "audio"
+    label: str
+    url: str | None = None  # a same-origin URL the page may show, when there is one
+
+
+def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[str, list[Attachment]]:
+    """A user message's text and its media parts (OpenAI content parts)."""
+    if isinstance(content, str):
+        return content, []
+    texts: list[str] = []
+    attachments: list[Attachment] = []
+    for part in content if isinstance(content, list) else []:
+        if not isinstance(part, dict):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            texts.append(str(part.get("text", "")))
+        elif kind == "image_url":
+            image = part.get("image_url") if isinstance(part.get("image_url"), dict) else {}
+            url = str(image.get("url", "")) if isinstance(image, dict) else ""
+            attachments.append(Attachment("image", _media_label(part, url, "image"), _local_media_url(url, session_id)))
+        elif kind == "input_audio":
+            audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
+            url = str(audio.get("url", "")) if isinstance(audio, dict) else ""
+            attachments.append(Attachment("audio", _media_label(part, url, "audio"), _local_media_url(url, session_id)))
+    return "\n".join(t for t in texts if t), attachments
+
+
+def _media_label(part: dict[str, Any], url: str, kind: str) -> str:
+    for key in ("name", "filename", "mime_type"):
+        if isinstance(part.get(key), str) and part[key]:
+            return str(part[key])
+    media = part.get("media") if isinstance(part.get("media"), dict) else None
+    if media:
+        for key in ("name", "mime_type", "sha256"):
+            if isinstance(media.get(key), str) and media[key]:
+                return str(media[key])[:40]
+    if url.startswith("data:"):
+        return url[5 : url.find(";")] if ";" in url else kind
+    if url.startswith(("http://", "https://")):
+        return url[:80]
+    return kind
+
+
+def _local_media_url(url: str, session_id: str) -> str | None:
+    # Only media Sectr stored are shown inline (through the session's media view, which
+    # checks access); remote URLs stay text (no tracking pixels in a reviewer's
+    # browser), and data: URLs are not echoed into the page.
+    if url.startswith(MEDIA_SCHEME) and session_id:
+        sha256 = url[len(MEDIA_SCHEME) :]
+        if re.fullmatch(r"[0-9a-f]{64}", sha256):
+            return f"/sessions/{session_id}/media/{sha256}"
+    return None
