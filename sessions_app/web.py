@@ -1,15 +1,18 @@
 """What every page view shares: the typed htmx request, the session lookup that turns
-access refusals into 404/403, flash messages and refused actions as messages.
+access refusals into 404/403, flash messages and refused actions as responses.
 
-Views call actions for every change and render partials; a permission check never lives
-only in a template (the lookups here, or the action's own check, come first).
+Views call actions for every change and render partials. An action checks the actor's
+access itself (on the row it locks), so a view that changes something does not look the
+session up first: it calls the action under `page_refusals`, the one place that turns
+an action's refusal into a page's answer (the API has its own: sessions_app.api.errors).
+A permission check never lives only in a template.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from functools import wraps
-from typing import ParamSpec
+from typing import Any, ParamSpec
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -34,14 +37,21 @@ class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
 
 
+def http_refusal(exc: NotFound | Forbidden, *, not_found: str = "not found", conceal: bool = False) -> Exception:
+    """The page's answer to an access refusal: 404 for strangers, 403 for a reader who may
+    not act (404 too with `conceal`, where a reader must not learn what they cannot do)."""
+    if isinstance(exc, Forbidden) and not conceal:
+        return PermissionDenied(exc.message)
+    return Http404(not_found)
+
+
 def get_session_for_request(request: HttpRequest, session_id: str, need: access.Need = "read") -> Session:
-    """The session if the signed-in user may `need` it: 404 for strangers, 403 for readers."""
+    """The session if the signed-in user may `need` it: 404 for strangers, 403 for readers.
+    For the pages that show a session; a view that changes one leaves the check to its action."""
     try:
         return access.get_session_for_user(request.user, session_id, need)
-    except NotFound:
-        raise Http404("no such session") from None
-    except Forbidden as exc:
-        raise PermissionDenied(exc.message) from None
+    except (NotFound, Forbidden) as exc:
+        raise http_refusal(exc, not_found="no such session") from None
 
 
 def flash(message: str, *, level: str = "info", status: int = 200) -> HttpResponse:
@@ -53,27 +63,48 @@ def flash(message: str, *, level: str = "info", status: int = 200) -> HttpRespon
     return response
 
 
-def refusals_as_messages(view: Callable[_P, HttpResponse]) -> Callable[_P, HttpResponse]:
-    """Turn a refused action into a flash message (htmx) or a Django message + redirect."""
+#: Where a refused plain form post goes back to: (request, the view's URL kwargs) -> path.
+Back = Callable[[HttpRequest, dict[str, Any]], str]
 
-    @wraps(view)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> HttpResponse:
-        request = args[0]
-        assert isinstance(request, HttpRequest)
-        try:
-            return view(*args, **kwargs)
-        except NotFound:
-            raise Http404("not found") from None
-        except Forbidden as exc:
-            raise PermissionDenied(exc.message) from None
-        except SectrError as exc:
-            if request.htmx:  # type: ignore[attr-defined]
-                return flash(exc.message, level="error", status=exc.status)
-            messages.error(request, exc.message)
-            session_id = kwargs.get("session_id")
-            return redirect(reverse("chat", args=[session_id]) if session_id else reverse("home"))
 
-    return wrapper
+def back_to_chat_or_home(request: HttpRequest, kwargs: dict[str, Any]) -> str:
+    session_id = kwargs.get("session_id")
+    return reverse("chat", args=[session_id]) if session_id else reverse("home")
+
+
+def page_refusals(
+    *, back: Back = back_to_chat_or_home, htmx_flash: bool = True, conceal: bool = False, not_found: str = "not found"
+) -> Callable[[Callable[_P, HttpResponse]], Callable[_P, HttpResponse]]:
+    """Turn an action's refusal into the page's answer.
+
+    NotFound is 404 and Forbidden 403 (404 with `conceal`); any other refusal (a
+    sectr.errors.SectrError: bad input, busy, over budget...) is a flash message with
+    the error's status for htmx (with `htmx_flash`), else a Django message on the page
+    `back` names, after a redirect.
+    """
+
+    def decorate(view: Callable[_P, HttpResponse]) -> Callable[_P, HttpResponse]:
+        @wraps(view)
+        def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> HttpResponse:
+            request = args[0]
+            assert isinstance(request, HttpRequest)
+            try:
+                return view(*args, **kwargs)
+            except (NotFound, Forbidden) as exc:
+                raise http_refusal(exc, not_found=not_found, conceal=conceal) from None
+            except SectrError as exc:
+                if htmx_flash and request.htmx:  # type: ignore[attr-defined]
+                    return flash(exc.message, level="error", status=exc.status)
+                messages.error(request, exc.message)
+                return redirect(back(request, kwargs))
+
+        return wrapper
+
+    return decorate
+
+
+#: The chat's and the account pages' refusals: a flash for htmx, else back to the chat.
+refusals_as_messages = page_refusals()
 
 
 def go_to(request: HtmxHttpRequest, url: str) -> HttpResponse:

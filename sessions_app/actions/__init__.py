@@ -20,6 +20,7 @@ from sessions_app.actions.sessions import (
     check_content,
     check_new_session_budget,
     do_cancel,
+    do_cancel_current,
     do_clear,
     do_close,
     do_compact,
@@ -36,6 +37,7 @@ from sessions_app.actions.sessions import (
     do_set_mode,
     do_set_model,
     do_steer,
+    do_steer_current,
 )
 from sessions_app.actions.teams import (
     DEFAULT_TEAM,
@@ -62,6 +64,7 @@ __all__ = [
     "check_content",
     "check_new_session_budget",
     "do_cancel",
+    "do_cancel_current",
     "do_clear",
     "do_close",
     "do_compact",
@@ -80,6 +83,7 @@ __all__ = [
     "do_set_mode",
     "do_set_model",
     "do_steer",
+    "do_steer_current",
     "find_ask_session",
     "promote_pending_run",
 ]

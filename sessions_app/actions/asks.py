@@ -43,15 +43,15 @@ def do_decide(
     also approves the later gated calls of the ask's turn that would otherwise ask; the
     core journals each as decided by the same person (sectr.context `_turn_decision`).
     Returns the resumed run, or None for a vote that leaves the quorum short. Locking:
-    takes the session's row lock itself.
+    takes the session's row lock itself, and checks the actor's access on it (404
+    strangers, 403 readers) before anything else.
     """
-    session = find_ask_session(ask_id)
-    access.check_access(actor, session, "approve")  # 404 strangers, 403 readers
-    if note is not None and (not isinstance(note, str) or len(note) > 2000):
-        raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
-    operations.check_scope_value(verdict, scope)
-    requester = session.owner.get_username()
-    with _locked(session.pk) as (session, state):
+    session_id = find_ask_session(ask_id).pk
+    with _locked(session_id, actor, "approve") as (session, state):
+        if note is not None and (not isinstance(note, str) or len(note) > 2000):
+            raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
+        operations.check_scope_value(verdict, scope)
+        requester = session.owner.get_username()
         invocation_id, events = operations.vote_events(
             state, ask_id, verdict, approver=_username(actor), note=note, requester=requester, scope=scope
         )

@@ -8,6 +8,12 @@ Views, the API, consumers and workers call these; none of them saves models itse
 
 Locking precondition of every `do_*` that changes a session: it takes the session's row
 lock itself (`_locked`), so callers must not hold other session locks.
+
+Access: a `do_*` that locks the session checks the actor's access once, on the row it
+locked (`_locked(session_id, actor, need)`: NotFound for strangers, Forbidden for readers,
+nothing written), so callers do not check first. The ones that lock no row of the source
+(fork, clear, regenerate, edit, close) check once as they read it; compaction checks once
+before its model call (which an outsider must not cause), then locks to write.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from sectr.errors import (
     NotAtTurnBoundary,
     NotFound,
     SessionBusy,
+    StaleRunControl,
     ValidationFailed,
 )
 from sectr.events import EventType
@@ -172,26 +179,45 @@ def check_content(content: Any) -> None:
 
 
 def do_retry(actor: Any, session_id: str) -> Run:
-    session = get_session_for_user(actor, session_id, "write")
-    with _locked(session.pk) as (session, state):
+    with _locked(session_id, actor, "write") as (session, state):
         invocation_id, events = operations.retry_events(state)
         return runs.queue_run(session, invocation_id, events)
 
 
-def _active_run(run_id: str, actor: Any, need: str = "write") -> Run:
+def _run(run_id: str) -> Run:
     try:
-        run = Run.objects.select_related("session").get(pk=run_id)
+        return Run.objects.get(pk=run_id)
     except (Run.DoesNotExist, ValueError):
         raise NotFound("no such run") from None
-    check_access(actor, run.session, "write" if need == "write" else "read")
+
+
+def _current_run(session: Session, state: SessionState) -> Run:
+    """The run a Stop or Steer on the session means: the running one, or the one paused on an ask."""
+    invocation_id: str | None = None
+    if state.status == "running":
+        invocation_id = state.current_invocation_id
+    elif state.status == "awaiting" and state.pending_ask:
+        invocation_id = state.pending_ask.get("invocation_id")
+    run = Run.objects.filter(session=session, invocation_id=invocation_id).first() if invocation_id else None
+    if run is None:
+        raise StaleRunControl("no run is active in this session")
     return run
 
 
 def do_steer(actor: Any, run_id: str, text: str) -> Run:
     """Park a steer in the run's slot; the worker journals it at the next step boundary."""
-    run = _active_run(run_id, actor)
-    with _locked(run.session_id) as (_session, state):
+    run = _run(run_id)
+    with _locked(run.session_id, actor, "write") as (_session, state):
         return runs.park_steer(run, state, text, _username(actor))
+
+
+def do_steer_current(actor: Any, session_id: str, text: str) -> Run:
+    """do_steer for the session's current run (the page's Steer button, which sends what
+    is in the message box: an empty box is refused before the run is looked up)."""
+    with _locked(session_id, actor, "write") as (session, state):
+        if not isinstance(text, str) or not text.strip():
+            raise ValidationFailed("write the steer in the message box first", code="invalid_steer")
+        return runs.park_steer(_current_run(session, state), state, text, _username(actor))
 
 
 def do_cancel(actor: Any, run_id: str) -> Run:
@@ -201,9 +227,18 @@ def do_cancel(actor: Any, run_id: str) -> Run:
     lock (sessions_app.runs.cancel_run); then the session's next queued message, if
     any, starts.
     """
-    run = _active_run(run_id, actor)
-    with _locked(run.session_id) as (_session, state):
-        run, ended = runs.cancel_run(run, state, _username(actor))
+    run = _run(run_id)
+    return _cancel(actor, run.session_id, lambda _session, _state: run)
+
+
+def do_cancel_current(actor: Any, session_id: str) -> Run:
+    """do_cancel for the session's current run (the page's Stop button)."""
+    return _cancel(actor, session_id, _current_run)
+
+
+def _cancel(actor: Any, session_id: str, which: Callable[[Session, SessionState], Run]) -> Run:
+    with _locked(session_id, actor, "write") as (session, state):
+        run, ended = runs.cancel_run(which(session, state), state, _username(actor))
     if ended:
         # No worker will finish this run, so nobody else would start the next message.
         promote_pending_run(run.session_id)
@@ -215,8 +250,7 @@ def do_cancel(actor: Any, run_id: str) -> Run:
 
 def do_rename(actor: Any, session_id: str, title: str) -> Session:
     title = operations.check_title(title)
-    get_session_for_user(actor, session_id, "write")
-    with _locked(session_id) as (session, _state):
+    with _locked(session_id, actor, "write") as (session, _state):
         get_journal().append_sync(
             session.pk, [NewEvent(EventType.SESSION_UPDATED, {"title": title, "title_source": "user"})]
         )
@@ -224,19 +258,17 @@ def do_rename(actor: Any, session_id: str, title: str) -> Session:
 
 
 def do_set_mode(actor: Any, session_id: str, mode: str) -> Session:
-    get_session_for_user(actor, session_id, "write")
-    with _locked(session_id) as (session, state):
+    with _locked(session_id, actor, "write") as (session, state):
         mode = operations.check_mode_change(state, mode)
         get_journal().append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, {"mode": mode})])
     return Session.objects.get(pk=session_id)
 
 
 def do_set_model(actor: Any, session_id: str, model: str, reasoning_effort: str | None = None) -> Session:
-    get_session_for_user(actor, session_id, "write")
-    changes: dict[str, Any] = {"model": operations.check_model_value(model)}
-    if reasoning_effort is not None:
-        changes["reasoning_effort"] = operations.check_reasoning_effort(reasoning_effort)
-    with _locked(session_id) as (session, state):
+    with _locked(session_id, actor, "write") as (session, state):
+        changes: dict[str, Any] = {"model": operations.check_model_value(model)}
+        if reasoning_effort is not None:
+            changes["reasoning_effort"] = operations.check_reasoning_effort(reasoning_effort)
         if state.is_active:
             raise SessionBusy("the model cannot change while a run is active")
         get_journal().append_sync(session.pk, [NewEvent(EventType.SESSION_UPDATED, changes)])
@@ -355,8 +387,7 @@ def do_close(actor: Any, session_id: str) -> Session:
 
 def do_delete(actor: Any, session_id: str) -> None:
     """Delete the session, its journal, runs and media permanently (412 while a run is active)."""
-    get_session_for_user(actor, session_id, "write")
-    with _locked(session_id) as (session, state):
+    with _locked(session_id, actor, "write") as (session, state):
         if state.is_active or runs.has_active_run(session):
             raise NotAtTurnBoundary("a run is active; cancel it before deleting the session")
         blob_ids = list(session.media_links.values_list("blob_id", flat=True))

@@ -1,7 +1,9 @@
-"""The chat's views: thin, each checks who is asking, calls an action, answers.
+"""The chat's views: thin, each calls an action (or reads a session) and answers.
 
-Every view that touches a session goes through `get_session_for_request` (or an action
-that checks access itself), so a permission check never lives only in a template.
+A view that changes a session calls its action without looking the session up first:
+the action checks who is asking on the row it locks (404 for strangers, 403 for
+readers, nothing written). A view that shows a session goes through
+`get_session_for_request`. Either way a permission check never lives only in a template.
 htmx requests get just the partial they need (or nothing: the session's websocket
 brings the change to every tab); plain form posts get a redirect with a message, so
 the pages also work without JavaScript, minus the live updates.
@@ -30,7 +32,7 @@ from django.views.decorators.http import require_GET, require_POST
 from django_htmx.http import trigger_client_event
 
 import sectr
-from sectr.errors import StaleRunControl, ValidationFailed
+from sectr.errors import ValidationFailed
 from sectr.events import EventType
 from sessions_app import access, actions
 from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
@@ -189,20 +191,6 @@ def _message_content(request: HtmxHttpRequest) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _active_run(session: Session) -> Run:
-    """The run a Stop or Steer on this session means: the running one, or the one paused on an ask."""
-    state = session.projection()
-    invocation_id: str | None = None
-    if state.status == "running":
-        invocation_id = state.current_invocation_id
-    elif state.status == "awaiting" and state.pending_ask:
-        invocation_id = state.pending_ask.get("invocation_id")
-    run = Run.objects.filter(session=session, invocation_id=invocation_id).first() if invocation_id else None
-    if run is None:
-        raise StaleRunControl("no run is active in this session")
-    return run
-
-
 # ---- pages ----
 
 
@@ -305,30 +293,25 @@ def post_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @refusals_as_messages
 def stop(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    actions.do_cancel(request.user, _active_run(session).pk)
-    return _done(request, session.pk)
+    actions.do_cancel_current(request.user, session_id)
+    return _done(request, session_id)
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def steer(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
     text = request.POST.get("content") or request.POST.get("text") or ""
-    if not text.strip():
-        raise ValidationFailed("write the steer in the message box first", code="invalid_steer")
-    actions.do_steer(request.user, _active_run(session).pk, text)
-    return _done(request, session.pk, "Steer sent: the model sees it at its next step.", event="sectr:sent")
+    actions.do_steer_current(request.user, session_id, text)
+    return _done(request, session_id, "Steer sent: the model sees it at its next step.", event="sectr:sent")
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    actions.do_retry(request.user, session.pk)
-    return _done(request, session.pk)
+    actions.do_retry(request.user, session_id)
+    return _done(request, session_id)
 
 
 # ---- session operations ----
@@ -338,7 +321,6 @@ def retry(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @refusals_as_messages
 def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "read")
     raw_seq = request.POST.get("at_seq", "").strip()
     at_seq: int | None = None
     if raw_seq:
@@ -346,7 +328,7 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
             raise ValidationFailed("at_seq must be a whole number", code="invalid_seq")
         at_seq = int(raw_seq)
     actions.check_new_session_budget(request.user)
-    forked = actions.do_fork(request.user, session.pk, at_seq=at_seq)
+    forked = actions.do_fork(request.user, session_id, at_seq=at_seq)
     messages.info(request, "Forked: this is a new session; the original stays as it was.")
     return go_to(request, reverse("chat", args=[forked.pk]))
 
@@ -356,8 +338,7 @@ def fork(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def regenerate(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Answer the last message again, in a new branch (actions.do_regenerate)."""
-    session = get_session_for_request(request, session_id, "write")
-    branch = actions.do_regenerate(request.user, session.pk)
+    branch = actions.do_regenerate(request.user, session_id)
     messages.info(request, "Regenerating in a new branch; the earlier answer stays in the original session.")
     return go_to(request, reverse("chat", args=[branch.pk]))
 
@@ -367,11 +348,10 @@ def regenerate(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @refusals_as_messages
 def edit_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     """Send an edited message in a new branch forked just before it (actions.do_edit_message)."""
-    session = get_session_for_request(request, session_id, "write")
     raw_seq = request.POST.get("seq", "").strip()
     if not is_whole_number(raw_seq):
         raise ValidationFailed("seq must be a whole number", code="invalid_seq")
-    branch = actions.do_edit_message(request.user, session.pk, int(raw_seq), request.POST.get("content", ""))
+    branch = actions.do_edit_message(request.user, session_id, int(raw_seq), request.POST.get("content", ""))
     messages.info(request, "Edited message sent in a new branch; the original conversation stays as it was.")
     return go_to(request, reverse("chat", args=[branch.pk]))
 
@@ -380,9 +360,8 @@ def edit_message(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @refusals_as_messages
 def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
     actions.check_new_session_budget(request.user)
-    cleared = actions.do_clear(request.user, session.pk)
+    cleared = actions.do_clear(request.user, session_id)
     messages.info(request, "Cleared: a new empty session with the same mode and model.")
     return go_to(request, reverse("chat", args=[cleared.pk]))
 
@@ -391,44 +370,39 @@ def clear(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_POST
 @refusals_as_messages
 def compact(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    shorter = actions.do_compact(request.user, session.pk)
-    return _done(request, session.pk, "Compacted." if shorter else "Nothing to compact yet.")
+    shorter = actions.do_compact(request.user, session_id)
+    return _done(request, session_id, "Compacted." if shorter else "Nothing to compact yet.")
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def rename(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    renamed = actions.do_rename(request.user, session.pk, request.POST.get("title", ""))
-    return _done(request, session.pk, f"Renamed to “{renamed.title}”.")
+    renamed = actions.do_rename(request.user, session_id, request.POST.get("title", ""))
+    return _done(request, session_id, f"Renamed to “{renamed.title}”.")
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def set_mode(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    changed = actions.do_set_mode(request.user, session.pk, request.POST.get("mode", ""))
-    return _done(request, session.pk, f"Mode: {MODE_LABELS.get(changed.mode, changed.mode)}.")
+    changed = actions.do_set_mode(request.user, session_id, request.POST.get("mode", ""))
+    return _done(request, session_id, f"Mode: {MODE_LABELS.get(changed.mode, changed.mode)}.")
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def set_model(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    changed = actions.do_set_model(request.user, session.pk, request.POST.get("model", ""))
-    return _done(request, session.pk, f"Model: {changed.model}.")
+    changed = actions.do_set_model(request.user, session_id, request.POST.get("model", ""))
+    return _done(request, session_id, f"Model: {changed.model}.")
 
 
 @login_required
 @require_POST
 @refusals_as_messages
 def delete(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    session = get_session_for_request(request, session_id, "write")
-    actions.do_delete(request.user, session.pk)
+    actions.do_delete(request.user, session_id)
     messages.info(request, "Session deleted.")
     return go_to(request, reverse("home"))
 

@@ -20,6 +20,7 @@ from django.http import Http404, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
@@ -31,7 +32,7 @@ from sessions_app.journal import get_journal
 from sessions_app.models import ApprovalRule, Session, Team
 from sessions_app.moderation import audit, queue, rules
 from sessions_app.moderation.rules import rule_data_from_form
-from sessions_app.web import HtmxHttpRequest, flash, refusals_as_messages
+from sessions_app.web import HtmxHttpRequest, flash, page_refusals, refusals_as_messages
 
 
 @login_required
@@ -182,30 +183,27 @@ def rules_page(request: HtmxHttpRequest) -> HttpResponse:
     return _rules_page(request)
 
 
+#: A refused rule change: 404 for who does not moderate the team (a member does not learn
+#: what they cannot change), anything else a message on the rules page.
+rule_refusals = page_refusals(back=lambda _request, _kwargs: reverse("approval_rules"), htmx_flash=False, conceal=True)
+
+
 @login_required
 @require_POST
+@rule_refusals
 def create_rule(request: HtmxHttpRequest, team_name: str) -> HttpResponse:
-    team = _moderated_team_or_404(request, team_name)
-    try:
-        rule = actions.do_create_rule(request.user, team.name, rule_data_from_form(request.POST))
-    except (NotFound, Forbidden):
-        raise Http404("no such team") from None
-    except SectrError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.info(request, f"Rule {rule.pk} added to {team.name}.")
+    # The action checks that the user moderates the team (under the team's lock's transaction).
+    rule = actions.do_create_rule(request.user, team_name, rule_data_from_form(request.POST))
+    messages.info(request, f"Rule {rule.pk} added to {rule.team.name}.")
     return redirect("approval_rules")
 
 
 @login_required
 @require_POST
+@rule_refusals
 def delete_rule(request: HtmxHttpRequest, team_name: str, rule_id: int) -> HttpResponse:
-    team = _moderated_team_or_404(request, team_name)
-    try:
-        actions.do_delete_rule(request.user, team.name, rule_id)
-    except (NotFound, Forbidden):
-        raise Http404("no such rule") from None
-    messages.info(request, f"Rule {rule_id} deleted from {team.name}.")
+    actions.do_delete_rule(request.user, team_name, rule_id)
+    messages.info(request, f"Rule {rule_id} deleted from {team_name}.")
     return redirect("approval_rules")
 
 

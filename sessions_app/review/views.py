@@ -7,8 +7,6 @@ change goes through sessions_app.review.actions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import wraps
 from typing import Any, ParamSpec
 from urllib.parse import urlencode
 
@@ -22,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sectr.errors import Forbidden, NotFound, SectrError
+from sectr.errors import NotFound, SectrError
 from sessions_app import access
 from sessions_app.models import (
     ForkLink,
@@ -36,36 +34,20 @@ from sessions_app.models import (
 from sessions_app.review import actions, export, search, usage
 from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.transcript import build_timeline
-from sessions_app.web import HtmxHttpRequest, get_session_for_request
+from sessions_app.web import HtmxHttpRequest, get_session_for_request, page_refusals
 
 _P = ParamSpec("_P")
 PAGE_SIZE = 25
-
-
-def review_refusals(view: Callable[_P, HttpResponse]) -> Callable[_P, HttpResponse]:
-    """A refused review action: 404/403 as such, anything else a message on the page it came from."""
-
-    @wraps(view)
-    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> HttpResponse:
-        request = args[0]
-        assert isinstance(request, HttpRequest)
-        try:
-            return view(*args, **kwargs)
-        except NotFound:
-            raise Http404("not found") from None
-        except Forbidden as exc:
-            raise PermissionDenied(exc.message) from None
-        except SectrError as exc:
-            messages.error(request, exc.message)
-            return redirect(_back(request))
-
-    return wrapper
 
 
 def _back(request: HttpRequest) -> str:
     """Where a form came from: its `next` field if it is a local path, else /review/."""
     target = str(request.POST.get("next") or request.GET.get("next") or "")
     return target if target.startswith("/") and not target.startswith("//") else reverse("review")
+
+
+#: A refused review action: 404/403 as such, anything else a message on the page it came from.
+review_refusals = page_refusals(back=lambda request, _kwargs: _back(request), htmx_flash=False)
 
 
 def _require_reviewer(request: HtmxHttpRequest) -> None:
