@@ -34,8 +34,9 @@ from datetime import UTC, datetime
 from types import MappingProxyType
 from typing import Any, TypeVar, cast
 
+from sectr.asks import ask_changes
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled
-from sectr.events import Envelope, EventType
+from sectr.events import Envelope
 
 try:  # optional: the core runs without it
     from opentelemetry import trace as _otel_trace
@@ -244,27 +245,25 @@ def decisions_in(asks: Mapping[str, Mapping[str, Any]], envelopes: Iterable[Enve
     expiry sweep). `asks` is the session's state's asks (they know when each was asked)."""
     found: list[Decision] = []
     for envelope in envelopes:
-        if envelope.type is not EventType.INVOCATION_STARTED:
-            continue
-        reason = envelope.payload.get("reason") or {}
-        if reason.get("kind") != "approval_decision":
-            continue
-        ask = asks.get(str(reason.get("ask_id")))
-        requested = ask.get("requested_at") if ask else None
-        if not ask or not isinstance(requested, str):
-            continue
-        decision = reason.get("decision") or {}
-        found.append(
-            Decision(
-                session_id=envelope.session_id,
-                ask_id=str(reason.get("ask_id")),
-                tool_name=ask.get("name"),
-                asked_at=datetime.fromisoformat(requested),
-                decided_at=envelope.created_at,
-                verdict=str(decision.get("verdict") or ("allow_once" if decision.get("approved") else "deny")),
-                approver=decision.get("approver"),
+        for change in ask_changes(envelope):
+            if change.kind not in ("decided", "expired") or change.at_once:
+                continue  # an ask a rule decided at once waited for nobody
+            ask = asks.get(change.ask_id)
+            requested = ask.get("requested_at") if ask else None
+            if not ask or not isinstance(requested, str):
+                continue
+            decision = change.decision
+            found.append(
+                Decision(
+                    session_id=envelope.session_id,
+                    ask_id=change.ask_id,
+                    tool_name=ask.get("name"),
+                    asked_at=datetime.fromisoformat(requested),
+                    decided_at=envelope.created_at,
+                    verdict=str(decision.get("verdict") or ("allow_once" if decision.get("approved") else "deny")),
+                    approver=decision.get("approver"),
+                )
             )
-        )
     return found
 
 

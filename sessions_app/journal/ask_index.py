@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, transaction
 
+from sectr.asks import ask_changes
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, project
 from sessions_app import models
@@ -23,14 +24,13 @@ from sessions_app import models
 def _touched_asks(envelopes: list[Envelope], before_pending: str | None) -> tuple[list[Envelope], set[str]]:
     """(the APPROVAL_REQUESTED envelopes, the ids of earlier asks these envelopes close)."""
     requested = [e for e in envelopes if e.type is EventType.APPROVAL_REQUESTED]
-    closed: set[str] = set()
-    for envelope in envelopes:
-        if envelope.type is EventType.INVOCATION_STARTED:
-            reason = envelope.payload.get("reason") or {}
-            if reason.get("kind") == "approval_decision":
-                closed.add(str(reason.get("ask_id")))
-        elif envelope.type is EventType.INVOCATION_CANCELLED and before_pending:
-            closed.add(before_pending)
+    closed = {
+        change.ask_id
+        for envelope in envelopes
+        if envelope.type is not EventType.APPROVAL_REQUESTED  # its row is written whole
+        for change in ask_changes(envelope, before_pending)
+        if change.closes
+    }
     return requested, closed - {str(e.payload.get("ask_id")) for e in requested}
 
 
@@ -98,19 +98,15 @@ def rebuild_ask_index(session_id: str, *, using: str = DEFAULT_DB_ALIAS) -> int:
         decided_at: dict[str, datetime] = {}
         pending: str | None = None
         for envelope in envelopes:
-            if envelope.type is EventType.APPROVAL_REQUESTED:
-                if envelope.payload.get("decision"):
-                    decided_at[str(envelope.payload["ask_id"])] = envelope.created_at
-                else:
-                    pending = str(envelope.payload["ask_id"])
-            elif envelope.type is EventType.INVOCATION_STARTED:
-                reason = envelope.payload.get("reason") or {}
-                if reason.get("kind") == "approval_decision":
-                    decided_at[str(reason.get("ask_id"))] = envelope.created_at
-                    pending = None
-            elif envelope.type is EventType.INVOCATION_CANCELLED and pending:
-                decided_at[pending] = envelope.created_at
-                pending = None
+            changes = ask_changes(envelope, pending)
+            closed_at_once = {change.ask_id for change in changes if change.at_once}
+            for change in changes:
+                if change.kind == "requested" and change.ask_id not in closed_at_once:
+                    pending = change.ask_id
+                elif change.closes:
+                    decided_at[change.ask_id] = envelope.created_at
+                    if not change.at_once:
+                        pending = None
         manager = models.AskIndex.objects.using(using)
         manager.filter(session_id=session_id).delete()
         manager.bulk_create(

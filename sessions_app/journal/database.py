@@ -63,6 +63,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field, Q
 from django.utils import timezone
 
+from sectr.asks import ask_changes
 from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
@@ -78,11 +79,6 @@ from sessions_app.telemetry.metrics import count_appended
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
 logger = logging.getLogger("sectr.journal")
-
-#: The envelopes that open, decide or withdraw an ask (sessions_app.journal.ask_index).
-ASK_INDEX_TYPES = frozenset(
-    {EventType.APPROVAL_REQUESTED, EventType.INVOCATION_STARTED, EventType.INVOCATION_CANCELLED}
-)
 
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
@@ -449,7 +445,7 @@ class DatabaseJournal:
                 review.observe(state, envelope)
                 apply_envelope(state, envelope)
             review.write()
-            if any(e.type in ASK_INDEX_TYPES for e in envelopes):
+            if any(ask_changes(e, pending_before) for e in envelopes):
                 update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
                 observe_decisions_on_commit(state, envelopes, using=self.using)
             columns = models.Session.cached_columns(state)

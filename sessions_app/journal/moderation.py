@@ -28,19 +28,14 @@ from typing import Any
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
-from sectr.events import Envelope, EventType
+from sectr.asks import ASK_EVENT_TYPES, ask_changes
+from sectr.events import Envelope
 from sectr.rules import EXPIRED_APPROVER
 from sectr.state import SessionState
 from sessions_app import models
 
-AUDITED_TYPES = frozenset(
-    {
-        EventType.APPROVAL_REQUESTED,
-        EventType.APPROVAL_VOTED,
-        EventType.INVOCATION_STARTED,
-        EventType.INVOCATION_CANCELLED,
-    }
-)
+#: The envelope types an audit row can come from (rebuild_audit reads only these).
+AUDITED_TYPES = ASK_EVENT_TYPES
 RULE_APPROVER_PREFIX = "rule:"
 NOTE_MAX = 2000
 
@@ -49,14 +44,7 @@ AskLookup = Callable[[str], tuple[dict[str, Any], datetime | None] | None]
 
 
 def is_audited(envelope: Envelope) -> bool:
-    if envelope.type not in AUDITED_TYPES:
-        return False
-    if envelope.type is EventType.INVOCATION_STARTED:
-        reason = envelope.payload.get("reason")
-        return isinstance(reason, dict) and reason.get("kind") == "approval_decision"
-    if envelope.type is EventType.INVOCATION_CANCELLED:
-        return bool(envelope.payload.get("ask_id"))
-    return True
+    return bool(ask_changes(envelope))
 
 
 def matched_rule(ask: dict[str, Any]) -> str:
@@ -130,30 +118,25 @@ def audit_rows(
             rows[-1].seconds_to_decide = None
 
     for envelope in envelopes:
-        if not is_audited(envelope):
-            continue
         payload = envelope.payload
-        if envelope.type is EventType.APPROVAL_REQUESTED:
-            ask_id = str(payload.get("ask_id", ""))
-            asks[ask_id] = (payload, envelope.created_at)
-            add(envelope, ask_id, models.AuditEntry.ASK, requester)
-            if isinstance(payload.get("decision"), dict):  # decided at once by a rule
-                add_decision(envelope, ask_id, payload["decision"])
-        elif envelope.type is EventType.INVOCATION_CANCELLED:
-            add(envelope, str(payload.get("ask_id")), models.AuditEntry.WITHDRAWN, str(payload.get("by") or ""))
-        elif envelope.type is EventType.INVOCATION_STARTED:
-            reason = payload["reason"]
-            decision = reason.get("decision") if isinstance(reason.get("decision"), dict) else {}
-            add_decision(envelope, str(reason.get("ask_id", "")), decision)
-        else:  # APPROVAL_VOTED
-            add(
-                envelope,
-                str(payload.get("ask_id", "")),
-                models.AuditEntry.VOTE,
-                str(payload.get("approver") or ""),
-                verdict=str(payload.get("verdict") or ""),
-                note=str(payload.get("note") or "")[:NOTE_MAX],
-            )
+        # A rule's ask is requested and decided (at once) by the same envelope, in that order.
+        for change in ask_changes(envelope):
+            if change.kind == "requested":
+                asks[change.ask_id] = (payload, envelope.created_at)
+                add(envelope, change.ask_id, models.AuditEntry.ASK, requester)
+            elif change.kind == "withdrawn":
+                add(envelope, change.ask_id, models.AuditEntry.WITHDRAWN, str(payload.get("by") or ""))
+            elif change.kind == "voted":
+                add(
+                    envelope,
+                    change.ask_id,
+                    models.AuditEntry.VOTE,
+                    str(payload.get("approver") or ""),
+                    verdict=str(payload.get("verdict") or ""),
+                    note=str(payload.get("note") or "")[:NOTE_MAX],
+                )
+            else:  # decided or expired
+                add_decision(envelope, change.ask_id, change.decision)
     return rows
 
 

@@ -58,7 +58,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from sectr.events import Envelope, EventType
+from sectr.asks import ask_changes
+from sectr.events import Envelope
 from sectr.loops import PerLoop
 from sessions_app.telemetry.metrics import PUBLISH_DROPS, group_kind
 
@@ -106,13 +107,7 @@ def session_group(session_id: str) -> str:
 
 
 def is_moderation_envelope(envelope: Envelope) -> bool:
-    if envelope.type in (EventType.APPROVAL_REQUESTED, EventType.APPROVAL_VOTED):
-        return True
-    if envelope.type is EventType.INVOCATION_STARTED:
-        reason = envelope.payload.get("reason")
-        return isinstance(reason, dict) and reason.get("kind") == "approval_decision"
-    # Cancelling a run paused on an ask withdraws the ask (the payload names it).
-    return envelope.type is EventType.INVOCATION_CANCELLED and bool(envelope.payload.get("ask_id"))
+    return bool(ask_changes(envelope))
 
 
 def envelope_messages(envelopes: Sequence[Envelope]) -> list[tuple[str, dict[str, Any]]]:

@@ -35,7 +35,8 @@ from channels.db import database_sync_to_async
 from django.template.loader import render_to_string
 from django.utils import timezone
 
-from sectr.events import Envelope, EventType
+from sectr.asks import ask_changes
+from sectr.events import Envelope
 from sessions_app import access
 from sessions_app.journal.publish import MODERATION_GROUP
 from sessions_app.models import Session
@@ -47,21 +48,18 @@ from sessions_app.telemetry.metrics import WEBSOCKET_CLIENTS
 Change = str
 
 
-def ask_changes(envelopes: list[Envelope]) -> list[tuple[Change, str]]:
+#: A queue card's change by what happened to its ask (sectr.asks).
+_CARD_CHANGES: dict[str, Change] = {"requested": "new", "voted": "changed"}
+
+
+def card_changes(envelopes: list[Envelope]) -> list[tuple[Change, str]]:
     """(change, ask id) for each moderation envelope of one append, in order."""
-    changes: list[tuple[Change, str]] = []
-    for envelope in envelopes:
-        payload = envelope.payload
-        if envelope.type is EventType.APPROVAL_REQUESTED:
-            changes.append(("new", str(payload.get("ask_id"))))
-        elif envelope.type is EventType.INVOCATION_STARTED:
-            reason = payload.get("reason") or {}
-            if isinstance(reason, dict) and reason.get("kind") == "approval_decision":
-                changes.append(("resolved", str(reason.get("ask_id"))))
-        elif envelope.type is EventType.INVOCATION_CANCELLED and payload.get("ask_id"):
-            changes.append(("resolved", str(payload["ask_id"])))
-        elif envelope.type.value == "APPROVAL_VOTED":
-            changes.append(("changed", str(payload.get("ask_id"))))
+    changes: list[tuple[Change, str]] = [
+        (_CARD_CHANGES.get(change.kind, "resolved"), change.ask_id)
+        for envelope in envelopes
+        for change in ask_changes(envelope)
+        if not change.at_once  # a rule's decision at once: its card arrives as asked
+    ]
     # One append may ask and decide at once (a rule): only the last word on an ask counts.
     last: dict[str, int] = {ask_id: i for i, (_change, ask_id) in enumerate(changes)}
     return [(change, ask_id) for i, (change, ask_id) in enumerate(changes) if last[ask_id] == i]
@@ -70,7 +68,7 @@ def ask_changes(envelopes: list[Envelope]) -> list[tuple[Change, str]]:
 @database_sync_to_async
 def queue_cards(user: Any, session_id: str, envelopes: list[Envelope]) -> list[tuple[Change, QueueCard]]:
     """The cards to push for one append, if this user may decide the session's asks."""
-    changes = ask_changes(envelopes)
+    changes = card_changes(envelopes)
     if not changes or user is None or not user.is_authenticated:
         return []
     session = Session.objects.select_related("owner").filter(pk=session_id).first()
