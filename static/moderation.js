@@ -6,25 +6,16 @@
 // htmx out-of-band swaps rendered from templates/moderation/_card.html: a new card is
 // appended to #approval-queue, a changed or decided card replaces the one on the page.
 // Decided, withdrawn and expired cards show who decided and how for a few seconds, then
-// leave the queue. After a reconnect the queue is reloaded (decisions may have happened
-// meanwhile: the channel layer is at-most-once, the page's GET reads the journal).
+// leave the queue. The socket is the chat's (static/live-socket.js, loaded by base.html):
+// the same backoff and prompt reconnects. After a reconnect the queue is reloaded
+// (decisions may have happened meanwhile: the channel layer is at-most-once, the page's
+// GET reads the journal).
 (function () {
   "use strict";
 
   const RESOLVED_LINGER_MS = 8000;
 
-  function socketUrl(path, query) {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    return scheme + location.host + path + (query ? "?" + query : "");
-  }
-
-  function setLive(text, state) {
-    const live = document.getElementById("live");
-    if (live) {
-      live.textContent = text;
-      live.dataset.state = state;
-    }
-  }
+  const setLive = window.sectrLive.setLive;
 
   function pendingCards(queue) {
     return Array.prototype.slice.call(queue.querySelectorAll("article.queue-card[data-status=pending]"));
@@ -76,37 +67,27 @@
     });
   }
 
-  function connect(page, queue, state) {
-    const socket = new WebSocket(socketUrl(page.dataset.wsPath, page.dataset.wsQuery || ""));
-    socket.onopen = function () {
-      if (state.opened) {
+  function connect(page) {
+    // static/live-socket.js: the chat's socket, with its backoff, its prompt reconnect
+    // when the tab shows again and its stop once the page is no longer ours to see.
+    return window.sectrLive.liveSocket(
+      page.dataset.wsPath,
+      function () {
+        return page.dataset.wsQuery || "";
+      },
+      function (frame) {
+        if (frame.ready) {
+          setLive("live", "live");
+          return;
+        }
+        if (frame.html) htmx.swap(document.body, frame.html, { swapStyle: "none" });
+      },
+      function () {
+        // Back after a break: decisions made meanwhile never reached this page.
         const query = (page.dataset.wsQuery ? page.dataset.wsQuery + "&" : "") + "partial=queue";
         htmx.ajax("GET", location.pathname + "?" + query, { target: "#approval-queue", swap: "innerHTML" });
-      }
-      state.opened = true;
-      state.attempts = 0;
-    };
-    socket.onmessage = function (event) {
-      let frame;
-      try {
-        frame = JSON.parse(event.data);
-      } catch (e) {
-        return;
-      }
-      if (frame.ready) {
-        setLive("live", "live");
-        return;
-      }
-      if (frame.html) htmx.swap(document.body, frame.html, { swapStyle: "none" });
-    };
-    socket.onclose = function () {
-      setLive("reconnecting…", "reconnecting");
-      const delay = Math.min(15000, 500 * Math.pow(2, state.attempts)) * (0.5 + Math.random() / 2);
-      state.attempts += 1;
-      setTimeout(function () {
-        connect(page, queue, state);
-      }, delay);
-    };
+      },
+    );
   }
 
   function cardOf(element) {
@@ -136,7 +117,7 @@
     const page = document.getElementById("approval-queue-page");
     const queue = document.getElementById("approval-queue");
     if (!page || !queue || !page.dataset.wsPath) return;
-    connect(page, queue, { opened: false, attempts: 0 });
+    connect(page);
     document.addEventListener("keydown", function (event) {
       onKey(queue, event);
     });

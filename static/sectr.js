@@ -9,14 +9,10 @@
 // whose `seq` is the last journal seq they cover. The page keeps that seq as its cursor
 // (#transcript[data-last-seq], first set by the server-rendered page) and sends it as
 // `after` whenever it reconnects, so nothing is missed and nothing is shown twice. The
-// htmx ws extension reconnects but has no such cursor, hence this small socket.
+// htmx ws extension reconnects but has no such cursor, hence our own socket
+// (static/live-socket.js, shared with the approval queue).
 (function () {
   "use strict";
-
-  function socketUrl(path, query) {
-    const scheme = location.protocol === "https:" ? "wss://" : "ws://";
-    return scheme + location.host + path + (query ? "?" + query : "");
-  }
 
   function swapOob(html) {
     if (html) {
@@ -34,96 +30,8 @@
     el.scrollTop = el.scrollHeight;
   }
 
-  function setLive(text, state) {
-    const live = document.getElementById("live");
-    if (live) {
-      live.textContent = text;
-      live.dataset.state = state;
-    }
-  }
-
-  // A socket that reconnects with exponential backoff (0.5 s doubling to 15 s, with
-  // jitter). `query()` gives the query string for each (re)connect; `onFrame` gets
-  // each parsed frame; `onReconnect` runs when a later connection opens.
-  function liveSocket(path, query, onFrame, onReconnect) {
-    let attempts = 0;
-    let failedBeforeOpen = 0;
-    let everOpened = false;
-    let socket = null;
-    let timer = null;
-    let stopped = false;
-
-    function connect() {
-      timer = null;
-      if (stopped) return;
-      let opened = false;
-      socket = new WebSocket(socketUrl(path, query()));
-      socket.onopen = function () {
-        opened = true;
-        failedBeforeOpen = 0;
-        if (everOpened && onReconnect) onReconnect();
-        everOpened = true;
-      };
-      socket.onmessage = function (event) {
-        let frame;
-        try {
-          frame = JSON.parse(event.data);
-        } catch (e) {
-          return;
-        }
-        if (frame.ready) attempts = 0;
-        onFrame(frame);
-      };
-      socket.onclose = function () {
-        socket = null;
-        if (stopped) return;
-        if (!opened) failedBeforeOpen += 1;
-        setLive("reconnecting…", "reconnecting");
-        if (failedBeforeOpen >= 2) {
-          // Refused twice before opening: find out whether we may still see this page
-          // (logged out, or the session is gone) before hammering the server.
-          fetch(location.href, { method: "GET", redirect: "manual", credentials: "same-origin" })
-            .then(function (response) {
-              if (response.type === "opaqueredirect" || response.status === 403 || response.status === 404) {
-                stopped = true;
-                setLive("disconnected: reload the page", "refused");
-              } else {
-                schedule();
-              }
-            })
-            .catch(schedule);
-        } else {
-          schedule();
-        }
-      };
-    }
-
-    function schedule() {
-      if (stopped || timer !== null || socket !== null) return;
-      const delay = Math.min(15000, 500 * Math.pow(2, attempts)) * (0.5 + Math.random() / 2);
-      attempts += 1;
-      timer = setTimeout(connect, delay);
-    }
-
-    function reconnectNow() {
-      if (stopped || socket !== null) return;
-      if (timer !== null) clearTimeout(timer);
-      attempts = 0;
-      connect();
-    }
-
-    window.addEventListener("online", reconnectNow);
-    document.addEventListener("visibilitychange", function () {
-      if (document.visibilityState === "visible") reconnectNow();
-    });
-    connect();
-    return {
-      close: function () {
-        stopped = true;
-        if (socket) socket.close();
-      },
-    };
-  }
+  const liveSocket = window.sectrLive.liveSocket;
+  const setLive = window.sectrLive.setLive;
 
   // ---- the chat page ----
 

@@ -385,3 +385,20 @@ def test_rules_allow_and_deny_at_once_and_the_audit_names_the_rule(
         expect(cells.nth(3)).to_have_text(verdict)  # Verdict
         expect(cells.nth(9)).to_have_text(rule)  # Rule
     bob.context.close()
+
+
+def test_the_queue_stops_reconnecting_once_its_user_logged_out(
+    alice: Page, browser: Browser, live: LiveSectr, webhook: WebhookReceiver
+) -> None:
+    # The queue's socket is the chat's (static/live-socket.js): refused after a logout,
+    # it checks that the page is still its user's and stops, instead of knocking forever.
+    bob = page_for(browser, live, "bob")
+    bob.goto("/approvals/")
+    expect(bob.locator("#live")).to_have_text("live")
+    other = bob.context.new_page()
+    other.goto("/approvals/")
+    other.locator("details.account-menu summary").click()
+    other.get_by_role("button", name="Log out").click()
+    expect(bob.locator("#live")).to_have_attribute("data-state", "refused", timeout=20_000)
+    expect(bob.locator("#live")).to_have_text("disconnected: reload the page")
+    bob.context.close()
