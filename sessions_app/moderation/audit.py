@@ -18,6 +18,7 @@ from datetime import datetime, time
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django import forms
 from django.db.models import QuerySet
 from django.http import StreamingHttpResponse
 from django.utils import timezone
@@ -25,6 +26,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from sectr.errors import ValidationFailed
 from sessions_app import access
+from sessions_app.filter_forms import CutText, first_error
 from sessions_app.models import AuditEntry, Session
 
 #: Kinds listed by default: every verdict, vote and withdrawal (asks themselves are not decisions).
@@ -69,6 +71,51 @@ def auditable_sessions(user: Any) -> QuerySet[Session]:
     return access.reviewable_sessions(user)
 
 
+class Moment(forms.Field):
+    """`from` or `to`: a date (the day's start or end) or an ISO 8601 time."""
+
+    def __init__(self, name: str, *, end: bool) -> None:
+        super().__init__(required=False)
+        self.name = name
+        self.end = end
+
+    def to_python(self, value: Any) -> datetime | None:
+        try:
+            return _moment(str(value or "").strip()[:40], self.name, end=self.end)
+        except ValidationFailed as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+class AuditFilterForm(forms.Form):
+    """The audit's filters (the page, its CSV and GET /api/v1/audit). A verdict or kind
+    that is none, or a time that cannot be read, is an error (400), not ignored: an
+    audit that silently dropped a filter would list rows the reader did not ask for."""
+
+    team = CutText(150)
+    tool = CutText(100)
+    actor = CutText(150)
+    verdict = CutText(150)
+    kind = CutText(150)
+    session = CutText(40)
+
+    def clean_verdict(self) -> str:
+        verdict: str = self.cleaned_data["verdict"]
+        if verdict and verdict not in VERDICTS:
+            raise forms.ValidationError(f"verdict must be one of {', '.join(VERDICTS)}")
+        return verdict
+
+    def clean_kind(self) -> str:
+        kind: str = self.cleaned_data["kind"]
+        if kind and kind not in KIND_LABELS:
+            raise forms.ValidationError(f"kind must be one of {', '.join(KIND_LABELS)}")
+        return kind
+
+
+# The query string's names; `from` cannot be a class attribute's name.
+AuditFilterForm.base_fields["from"] = Moment("from", end=False)
+AuditFilterForm.base_fields["to"] = Moment("to", end=True)
+
+
 @dataclass
 class AuditFilters:
     team: str = ""
@@ -82,26 +129,21 @@ class AuditFilters:
 
     @classmethod
     def from_query(cls, query: Any) -> AuditFilters:
-        """The filters of a query string; ValidationFailed (400) for a value that cannot be one."""
-
-        def text(name: str, limit: int = 150) -> str:
-            value = query.get(name, "")
-            return str(value or "").strip()[:limit]
-
-        verdict, kind = text("verdict"), text("kind")
-        if verdict and verdict not in VERDICTS:
-            raise ValidationFailed(f"verdict must be one of {', '.join(VERDICTS)}", code="invalid_filter")
-        if kind and kind not in KIND_LABELS:
-            raise ValidationFailed(f"kind must be one of {', '.join(KIND_LABELS)}", code="invalid_filter")
+        """The filters of a query string; ValidationFailed (400) for a value that cannot be
+        one (the first, in the form's order)."""
+        form = AuditFilterForm(data=query)
+        if not form.is_valid():
+            raise ValidationFailed(first_error(form) or "invalid filter", code="invalid_filter")
+        data = form.cleaned_data
         return cls(
-            team=text("team"),
-            tool=text("tool", 100),
-            actor=text("actor"),
-            verdict=verdict,
-            kind=kind,
-            session=text("session", 40),
-            since=_moment(text("from", 40), "from", end=False),
-            until=_moment(text("to", 40), "to", end=True),
+            team=data["team"],
+            tool=data["tool"],
+            actor=data["actor"],
+            verdict=data["verdict"],
+            kind=data["kind"],
+            session=data["session"],
+            since=data["from"],
+            until=data["to"],
         )
 
     def as_query(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django import forms
 from django.db.models import QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -24,6 +25,7 @@ from sectr.events import Envelope
 from sectr.fold import fold_messages
 from sessions_app import access
 from sessions_app.display.approvals import ApprovalView, turn_calls_waiting
+from sessions_app.filter_forms import ChoiceOrNothing, CutText
 from sessions_app.journal import get_journal
 from sessions_app.journal.moderation import matched_rule
 from sessions_app.models import AskIndex, AuditEntry, Session
@@ -46,6 +48,15 @@ CONTEXT_MESSAGES = 4  # the conversation shown before the ask
 CONTEXT_CHARS = 400
 
 
+class QueueFilterForm(forms.Form):
+    """The queue's `Team`, `Tool` and `Age` filters (the page's form and the socket's
+    query string). Nothing here is an error: an unknown age means any age."""
+
+    team = CutText(150, strip=False)
+    tool = CutText(100, strip=False)
+    age = ChoiceOrNothing(AGE_CHOICES, strip=False)
+
+
 @dataclass
 class QueueFilters:
     team: str = ""
@@ -54,12 +65,9 @@ class QueueFilters:
 
     @classmethod
     def from_query(cls, query: Any) -> QueueFilters:
-        age = str(query.get("age", "") or "")
-        return cls(
-            team=str(query.get("team", "") or "")[:150],
-            tool=str(query.get("tool", "") or "")[:100],
-            age=age if age in AGE_CHOICES else "",
-        )
+        form = QueueFilterForm(data=query)
+        form.is_valid()  # always: every field falls back to "no filter"
+        return cls(**form.cleaned_data)
 
     def as_query(self) -> dict[str, str]:
         return {name: value for name, value in (("team", self.team), ("tool", self.tool), ("age", self.age)) if value}

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from django import forms
 from django.db import connection
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
@@ -24,6 +25,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from sectr.events import EventType
 from sessions_app import access
+from sessions_app.filter_forms import ChoiceOrNothing, CutText, Flag
 from sessions_app.journal.projections import MARK_END, MARK_START
 from sessions_app.models import AskIndex, Envelope, SearchEntry, Session
 
@@ -31,6 +33,39 @@ FTS_TABLE = "sessions_app_searchentry_fts"
 MAX_QUERY = 200
 _WORD = re.compile(r"\w+", re.UNICODE)
 STATES = [s for s, _ in Session.STATUS_CHOICES]
+
+
+class SearchDate(forms.Field):
+    """`From` or `To`: a date (YYYY-MM-DD)."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(required=False)
+        self.label = label
+
+    def to_python(self, value: Any) -> date | None:
+        if not value:
+            return None
+        try:
+            return date.fromisoformat(str(value))
+        except ValueError:
+            raise forms.ValidationError(f"{self.label} is not a date (YYYY-MM-DD); ignored") from None
+
+
+class SearchFilterForm(forms.Form):
+    """The /review/ search form (and the bulk actions that take its filters)."""
+
+    q = CutText(MAX_QUERY)
+    team = CutText(100)
+    user = CutText(150)
+    state = ChoiceOrNothing(STATES)
+    model = CutText(200)
+    has_asks = Flag()
+    failed = Flag()
+
+
+# The query string's names; `from` cannot be a class attribute's name.
+SearchFilterForm.base_fields["from"] = SearchDate("From")
+SearchFilterForm.base_fields["to"] = SearchDate("To")
 
 
 @dataclass
@@ -51,28 +86,21 @@ class Filters:
 
     @classmethod
     def from_query(cls, params: Any) -> Filters:
-        filters = cls(
-            q=str(params.get("q", "")).strip()[:MAX_QUERY],
-            team=str(params.get("team", "")).strip()[:100],
-            user=str(params.get("user", "")).strip()[:150],
-            model=str(params.get("model", "")).strip()[:200],
-            has_asks=params.get("has_asks") in ("1", "on", "true"),
-            failed=params.get("failed") in ("1", "on", "true"),
+        form = SearchFilterForm(data=params)
+        form.is_valid()  # a date that is none is dropped, and said so (`errors`)
+        data = form.cleaned_data
+        return cls(
+            q=data["q"],
+            team=data["team"],
+            user=data["user"],
+            state=data["state"],
+            model=data["model"],
+            date_from=data.get("from"),
+            date_to=data.get("to"),
+            has_asks=data["has_asks"],
+            failed=data["failed"],
+            errors=[str(error) for name in ("from", "to") for error in form.errors.get(name, [])],
         )
-        state = str(params.get("state", "")).strip()
-        filters.state = state if state in STATES else ""
-        filters.date_from = filters._date(params.get("from"), "From")
-        filters.date_to = filters._date(params.get("to"), "To")
-        return filters
-
-    def _date(self, value: Any, label: str) -> date | None:
-        if not value:
-            return None
-        try:
-            return date.fromisoformat(str(value))
-        except ValueError:
-            self.errors.append(f"{label} is not a date (YYYY-MM-DD); ignored")
-            return None
 
     def as_query(self) -> dict[str, str]:
         """The filters as URL parameters (for the pager and the bulk export link)."""
