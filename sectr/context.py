@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from sectr.agents import DEFAULT_AGENT, TOOL_NOT_AVAILABLE, AgentSpec
 from sectr.control import RunControl
 from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
 from sectr.events import Envelope, EventType, add_usage
@@ -187,13 +188,19 @@ class SessionContext:
         control: RunControl | None = None,
         compactor: Callable[[SessionContext], Awaitable[bool]] | None = None,
         policy: Policy | None = None,
+        agent: AgentSpec | None = None,
     ) -> None:
         self.session_id = session_id
         self.invocation_id = invocation_id
         self.transcript: list[Envelope] = transcript
         self.state = state
         self.writer = writer
-        self.tools = tools
+        #: The agent (one version of it) this session is pinned to: its instructions go
+        #: first in every model call (`model_messages`), and only its tools are offered.
+        self.agent: AgentSpec = agent or DEFAULT_AGENT
+        #: Every tool the runtime knows; `tools` is the part of it the agent offers.
+        self.all_tools = tools
+        self.tools = self.agent.select_tools(tools)
         self.provider = provider
         self.model_info = model_info
         self.control = control or RunControl()
@@ -243,6 +250,15 @@ class SessionContext:
             cached = (len(self.transcript), fold_messages(self.transcript))
             self._messages_cache = cached
         return copy_json(cached[1])
+
+    def model_messages(self) -> list[dict[str, Any]]:
+        """What a model call sends by default: the agent's instructions as the first system
+        message, then `messages`. The instructions are configuration, not conversation:
+        they are never journaled, and `messages` stays the fold of the journal."""
+        messages = self.messages
+        if self.agent.instructions:
+            messages.insert(0, {"role": "system", "content": self.agent.instructions})
+        return messages
 
     @property
     def model(self) -> str:
@@ -382,7 +398,7 @@ class SessionContext:
         the tool runs, so no TOOL_STARTED is journaled: a crash during such a call looks
         like a call that never started. Side effects that must not repeat after a crash
         belong in `await ctx.aexecute` (or a `def` handler)."""
-        tool = self.tools.get(name)  # LookupError for an unknown tool
+        tool = self._offered_tool(name)  # LookupError for an unknown or unoffered tool
         if tool.is_async:
             raise TypeError(
                 f"{name} is an async tool: in an async handler, call it with `await ctx.aexecute({name!r}, ...)`"
@@ -413,7 +429,7 @@ class SessionContext:
         """Apply the session's rules to a call before it runs: plan mode, a call a crash
         cut off, the approval gate. Raises LookupError and ApprovalRequired; a refusal or
         a denial comes back as an error content to journal (and, for a denial, raise)."""
-        tool = self.tools.get(name)  # LookupError for an unknown tool
+        tool = self._offered_tool(name)  # LookupError for an unknown or unoffered tool
         if self.mode == "plan" and tool.mutating:
             refusal = f"refused: {name} changes things and this session is in plan mode (read-only tools only)"
             return _Admission(call_id, content=refusal)
@@ -445,6 +461,11 @@ class SessionContext:
             else:
                 return self._apply_rules(tool, arguments, call_id)
         return _Admission(call_id, tool=tool)
+
+    def _offered_tool(self, name: str) -> Tool:
+        if name not in self.tools and name in self.all_tools:
+            raise LookupError(f"{TOOL_NOT_AVAILABLE}: {name}")
+        return self.tools.get(name)
 
     def _interrupted(self, call_id: str) -> bool:
         """Whether an earlier invocation started this call (TOOL_STARTED) and a crash cut it
@@ -614,7 +635,8 @@ class SessionContext:
             return await self._tool_result(call_id, name, f"Error: invalid JSON arguments: {exc}", is_error=True)
         if name not in self.tools:
             self.consecutive_failures += 1
-            return await self._tool_result(call_id, name, f"Error: unknown tool: {name}", is_error=True)
+            content = TOOL_NOT_AVAILABLE if name in self.all_tools else f"Error: unknown tool: {name}"
+            return await self._tool_result(call_id, name, content, is_error=True)
         return await self.execute_tool(name, arguments, call_id)
 
     # ---- streaming ----
@@ -672,15 +694,17 @@ class SessionContext:
             await self._compactor(self)
         model = model or self.model
         schemas = self.tools.schemas() if tools is None else tools
+        params = self.agent.params
         attempt = 0
         while True:
             attempt += 1
             request = CompletionRequest(
                 model=model,
-                messages=list(messages if messages is not None else self.messages),
+                messages=list(messages if messages is not None else self.model_messages()),
                 tools=schemas,
-                reasoning_effort=self.state.reasoning_effort,
+                reasoning_effort=self.state.reasoning_effort or params.get("reasoning_effort"),
                 max_output_tokens=self._output_budget(),
+                temperature=params.get("temperature"),
                 metadata=self._request_metadata(),
                 conversation_id=self.session_id,
             )
@@ -748,10 +772,12 @@ class SessionContext:
     def _output_budget(self) -> int | None:
         """The most output tokens the next model step may use: what is left of the run's
         budget (max_run_tokens), so that a single long step cannot overrun it."""
+        cap = self.agent.params.get("max_output_tokens")
         budget = self.limits.get("max_run_tokens")
         if not budget:
-            return None
-        return max(budget - self.run_tokens(), 1)
+            return cap
+        left = max(budget - self.run_tokens(), 1)
+        return min(left, cap) if cap else left
 
     def tool_limit_reached(self) -> str | None:
         """`max_tool_calls` or `max_consecutive_failures` when reached: no more tool runs.

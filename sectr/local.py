@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sectr import operations, telemetry
+from sectr.agents import AgentSpec
 from sectr.compaction import compacted_payload
 from sectr.control import RunControl
 from sectr.errors import AskNotPending, NotAtTurnBoundary, SessionBusy, StaleRunControl
@@ -36,9 +37,16 @@ class LocalRuntime:
         provider: Provider | None = None,
         journal: MemoryJournal | None = None,
         rules: Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
+        agent: AgentSpec | None = None,
+        handlers: Mapping[str, Handler] | None = None,
     ) -> None:
         self.journal = journal or MemoryJournal()
-        self.runtime = Runtime(self.journal, handler=handler, tools=tools, provider=provider, rules=rules)
+        #: The agent every session of this runtime runs with (its instructions, model,
+        #: tools, mode and limits); None: the built-in default agent.
+        self.agent = agent
+        self.runtime = Runtime(
+            self.journal, handler=handler, tools=tools, provider=provider, rules=rules, agent=agent, handlers=handlers
+        )
         self._controls: dict[str, RunControl] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -51,7 +59,7 @@ class LocalRuntime:
     async def create_session(
         self,
         *,
-        mode: str = "default",
+        mode: str | None = None,
         model: str | None = None,
         title: str | None = None,
         limits: dict[str, int] | None = None,
@@ -64,6 +72,7 @@ class LocalRuntime:
             limits=limits,
             reasoning_effort=reasoning_effort,
             default_model=default_model_from_env(),
+            agent=self.agent,
         )
         session_id = self.journal.create()
         await self.journal.append(session_id, events)

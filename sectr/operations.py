@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from sectr.agents import AgentSpec
 from sectr.context import CANCELLED_TOOL_CONTENT
 from sectr.errors import (
     AlreadyVoted,
@@ -104,8 +105,11 @@ def created_event(
     limits: dict[str, int],
     reasoning_effort: str | None = None,
     forked_from: dict[str, Any] | None = None,
+    agent: dict[str, Any] | None = None,
 ) -> NewEvent:
     payload: dict[str, Any] = {"mode": mode, "model": model, "limits": limits}
+    if agent:
+        payload["agent"] = dict(agent)
     if title:
         payload["title"] = title
     if reasoning_effort:
@@ -123,8 +127,18 @@ def create_events(
     limits: Any = None,
     reasoning_effort: Any = None,
     default_model: str = "demo",
+    agent: AgentSpec | None = None,
 ) -> list[NewEvent]:
-    """Validate a new session's settings (None = default) and build its SESSION_CREATED."""
+    """Validate a new session's settings (None = default) and build its SESSION_CREATED.
+
+    With an `agent` (an `AgentSpec`), the session is pinned to it, and what the caller
+    leaves out comes from the agent: its mode, model, limits and reasoning effort.
+    """
+    if agent is not None:
+        mode = mode or agent.mode
+        model = model or agent.model
+        limits = limits if limits is not None else (dict(agent.limits) if agent.limits is not None else None)
+        reasoning_effort = reasoning_effort or agent.params.get("reasoning_effort")
     return [
         created_event(
             title=check_title(title) if title is not None else None,
@@ -132,12 +146,22 @@ def create_events(
             model=check_model_value(model or default_model),
             limits=check_limits(limits),
             reasoning_effort=check_reasoning_effort(reasoning_effort),
+            agent=agent.pin if agent is not None and agent.id is not None else None,
         )
     ]
 
 
-def clear_events(state: SessionState) -> list[NewEvent]:
-    """A new empty session inheriting mode, model, reasoning effort and limits."""
+def agent_moved_events(state: SessionState, pin: dict[str, Any]) -> list[NewEvent]:
+    """Move a session to another version of its agent (or another agent): one
+    SESSION_UPDATED with `agent`. Only between runs, like a change of mode."""
+    if state.is_active:
+        raise SessionBusy("the agent cannot change while a run is active")
+    return [NewEvent(EventType.SESSION_UPDATED, {"agent": dict(pin)})]
+
+
+def clear_events(state: SessionState, *, agent: dict[str, Any] | None = None) -> list[NewEvent]:
+    """A new empty session inheriting mode, model, reasoning effort, limits and the agent
+    pin (`agent`: another pin instead)."""
     return [
         created_event(
             title=None,
@@ -145,6 +169,7 @@ def clear_events(state: SessionState) -> list[NewEvent]:
             model=state.model,
             limits=dict(state.limits),
             reasoning_effort=state.reasoning_effort,
+            agent=agent if agent is not None else state.agent,
         )
     ]
 
@@ -180,8 +205,11 @@ def fork_events(
     model: str | None = None,
     reasoning_effort: str | None = None,
     reason: str | None = None,
+    agent: dict[str, Any] | None = None,
 ) -> list[NewEvent]:
     """SESSION_CREATED(forked_from) + TRANSCRIPT_COMPACTED holding the source's fold.
+
+    The fork keeps the source's agent pin unless `agent` names another.
 
     `source_envelopes` are the source's envelopes from its newest compaction at or before
     `at_seq` (or the newest, for a fork now) up to `at_seq`. `reason` says why the
@@ -205,6 +233,7 @@ def fork_events(
         if reasoning_effort is not None
         else source.reasoning_effort,
         forked_from={"session_id": source.session_id, "seq": at_seq, **({"reason": reason} if reason else {})},
+        agent=agent if agent is not None else source.agent,
     )
     compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, {"messages": messages, "through_seq": 0})
     return [created, compacted]

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from sectr import operations
+from sectr.agents import DEFAULT_AGENT, DEFAULT_HANDLER, AgentSpec
 from sectr.compaction import auto_compact
 from sectr.context import ENDED_TOOL_CONTENT, FAILED_TOOL_CONTENT, SessionContext
 from sectr.control import RunControl
@@ -45,6 +46,9 @@ MAX_STEER_ROUNDS = 5
 Handler = Callable[[SessionContext], Any]
 #: Reads a session's approval rules when an invocation starts (the Django worker's).
 PolicySource = Callable[[str], Awaitable[Policy]]
+#: Reads the agent version a session is pinned to when an invocation starts (the Django
+#: worker's reads the session's pinned version from the database).
+AgentSource = Callable[[str], Awaitable[AgentSpec]]
 
 
 def builtin_registry(extra: Iterable[Tool] = ()) -> ToolRegistry:
@@ -67,6 +71,8 @@ class Runtime:
         tools: Iterable[Tool] | ToolRegistry = (),
         provider: Provider | None = None,
         rules: PolicySource | Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
+        agent: AgentSource | AgentSpec | None = None,
+        handlers: Mapping[str, Handler] | None = None,
     ) -> None:
         from sectr.agent import default_handler
 
@@ -76,6 +82,13 @@ class Runtime:
         self._policy_source: PolicySource | None = rules if callable(rules) else None
         self._policy = Policy() if callable(rules) else as_policy(rules)
         self.handler: Handler = handler or default_handler
+        # As with rules: a callable is asked for each invocation's agent, a spec is the
+        # one agent of every session.
+        self._agent_source: AgentSource | None = agent if callable(agent) else None
+        self._agent: AgentSpec = agent if isinstance(agent, AgentSpec) else DEFAULT_AGENT
+        #: Handlers an agent may name (`AgentSpec.handler`) besides "default", which is
+        #: `handler` above.
+        self.handlers: dict[str, Handler] = dict(handlers or {})
         self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
         self.provider = provider or provider_from_env()
 
@@ -93,8 +106,11 @@ class Runtime:
         """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
         # Three independent reads, at once: a database journal answers each from a thread,
         # and one after the other they were three round trips before the first token.
-        transcript, journal_state, policy = await asyncio.gather(
-            self.journal.load_since_compaction(session_id), self.journal.state(session_id), self.policy_for(session_id)
+        transcript, journal_state, policy, agent = await asyncio.gather(
+            self.journal.load_since_compaction(session_id),
+            self.journal.state(session_id),
+            self.policy_for(session_id),
+            self.agent_for(session_id),
         )
         # A private copy: the context applies its own appends to it (SessionContext._extend),
         # whatever the journal's `state()` returns (a live object, a fresh row...).
@@ -118,6 +134,7 @@ class Runtime:
             control=control,
             compactor=auto_compact,
             policy=policy,
+            agent=agent,
         )
         return ctx
 
@@ -126,6 +143,22 @@ class Runtime:
         if self._policy_source is None:
             return self._policy
         return await self._policy_source(session_id)
+
+    async def agent_for(self, session_id: str) -> AgentSpec:
+        """The agent version an invocation of this session runs with, read as it starts."""
+        if self._agent_source is None:
+            return self._agent
+        return await self._agent_source(session_id)
+
+    def handler_for(self, agent: AgentSpec) -> Handler:
+        """The handler an agent names; LookupError for one nobody registered."""
+        if agent.handler == DEFAULT_HANDLER:
+            return self.handler
+        try:
+            return self.handlers[agent.handler]
+        except KeyError:
+            message = f"agent {agent.slug} names the handler {agent.handler!r}, which is not registered"
+            raise LookupError(message) from None
 
     @traced_invocation  # the `invoke_agent` span and the ids of the log context
     async def run_invocation(
@@ -217,10 +250,11 @@ class Runtime:
         return await writer.emit(EventType.INVOCATION_FAILED, payload)
 
     async def _call_handler(self, ctx: SessionContext) -> None:
-        if inspect.iscoroutinefunction(self.handler):
-            await self.handler(ctx)
+        handler = self.handler_for(ctx.agent)
+        if inspect.iscoroutinefunction(handler):
+            await handler(ctx)
             return
-        result = await asyncio.to_thread(self.handler, ctx)
+        result = await asyncio.to_thread(handler, ctx)
         if inspect.isawaitable(result):
             await result
 

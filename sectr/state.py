@@ -35,6 +35,9 @@ class SessionState:
     reasoning_effort: str | None = None
     limits: dict[str, int] = field(default_factory=lambda: dict(DEFAULT_LIMITS))
     forked_from: dict[str, Any] | None = None
+    #: The agent version the session is pinned to ({"id", "slug", "team", "version"});
+    #: None: the built-in default agent.
+    agent: dict[str, Any] | None = None
     current_invocation_id: str | None = None  # the active invocation, while running
     last_invocation_id: str | None = None
     last_reason: dict[str, Any] | None = None
@@ -123,6 +126,8 @@ def _apply_settings(state: SessionState, payload: dict[str, Any]) -> None:
             setattr(state, key, payload[key])
     if "reasoning_effort" in payload:
         state.reasoning_effort = payload["reasoning_effort"]
+    if isinstance(payload.get("agent"), dict):
+        state.agent = dict(payload["agent"])
     if isinstance(payload.get("limits"), dict):
         state.limits = {**state.limits, **{k: int(v) for k, v in payload["limits"].items() if k in LIMIT_KEYS}}
 

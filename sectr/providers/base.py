@@ -26,6 +26,7 @@ class CompletionRequest:
     tools: list[dict[str, Any]] = field(default_factory=list)  # OpenAI function schemas
     reasoning_effort: str | None = None
     max_output_tokens: int | None = None
+    temperature: float | None = None
     #: Facts about the request the messages alone cannot show, e.g. {"steer": text} when
     #: the newest user message came from a steer. Real providers ignore it.
     metadata: dict[str, Any] = field(default_factory=dict)

@@ -13,6 +13,9 @@ transcripts and token counts. The decision is made on the request's messages
    - ``Summarize the conversation...`` (compaction): ``Summary: `` and the first five
      words of each earlier user message, joined with ``; ``;
    - ``request.metadata["steer"]`` set: ``Steer received: <text>``;
+   - ``!system``: ``system: `` and the text of the system messages it was given, one
+     per line (``system: (none)`` without any); ``!offered``: ``tools: `` and the sorted
+     names of the tools it was offered, comma-separated (``tools: (none)``);
    - ``!tool NAME {json}``, ``!tools NAME {json} ; NAME {json} ...`` (several calls in
      one assistant message, parallel calls; the JSON may be left out, then ``{}``),
      ``!slow N``, ``!long N`` (N words, also when more words
@@ -278,7 +281,21 @@ def _continuation_reply(messages: list[dict[str, Any]]) -> DemoPlan:
     return full
 
 
-def plan_reply(messages: list[dict[str, Any]], metadata: Mapping[str, Any] | None = None) -> DemoPlan:
+def _system_reply(messages: list[dict[str, Any]]) -> DemoPlan:
+    texts = [message_text(m) for m in messages if m.get("role") == "system"]
+    return _text_plan("system: " + ("\n".join(texts) if texts else "(none)"))
+
+
+def _offered_reply(tools: list[dict[str, Any]]) -> DemoPlan:
+    names = sorted(str((t.get("function") or {}).get("name", "")) for t in tools)
+    return _text_plan("tools: " + (", ".join(names) if names else "(none)"))
+
+
+def plan_reply(
+    messages: list[dict[str, Any]],
+    metadata: Mapping[str, Any] | None = None,
+    tools: list[dict[str, Any]] | None = None,
+) -> DemoPlan:
     """The demo model's deterministic answer to `messages` (see the module docstring)."""
     metadata = metadata or {}
     if not messages:
@@ -298,6 +315,10 @@ def plan_reply(messages: list[dict[str, Any]], metadata: Mapping[str, Any] | Non
     if steer:
         steer_text = steer if isinstance(steer, str) else text
         return _text_plan(f"{STEER_REPLY_PREFIX}{steer_text.strip()}")
+    if text.strip() == "!system":
+        return _system_reply(messages)
+    if text.strip() == "!offered":
+        return _offered_reply(tools or [])
     plan = _command_reply(text)
     if note := _media_note(user_message):
         plan.reasoning = f"{note} {plan.reasoning}".strip()
@@ -357,7 +378,7 @@ class DemoProvider:
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
         messages = request.messages
-        plan = plan_reply(messages, request.metadata)
+        plan = plan_reply(messages, request.metadata, request.tools)
         limit = request.max_output_tokens
         input_tokens = _request_input_tokens(messages)
         output_tokens = 0

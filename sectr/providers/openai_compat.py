@@ -227,6 +227,8 @@ class OpenAIProvider:
             body["reasoning_effort"] = request.reasoning_effort
         if request.max_output_tokens:
             body[self._max_tokens_key()] = request.max_output_tokens
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
         return body
 
     async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
