@@ -27,7 +27,6 @@ DEFAULT_HANDLER = "default"
 TOOL_NOT_AVAILABLE = "tool not available to this agent"
 
 
-
 def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
     return MappingProxyType(dict(mapping or {}))
 

@@ -35,6 +35,7 @@ from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
 from sectr.rules import Policy, Rule, as_policy
+from sectr.state import SessionState
 from sectr.telemetry import traced_invocation
 from sectr.tools import Tool, ToolRegistry
 from sectr.writer import InvocationWriter
@@ -46,9 +47,9 @@ MAX_STEER_ROUNDS = 5
 Handler = Callable[[SessionContext], Any]
 #: Reads a session's approval rules when an invocation starts (the Django worker's).
 PolicySource = Callable[[str], Awaitable[Policy]]
-#: Reads the agent version a session is pinned to when an invocation starts (the Django
-#: worker's reads the session's pinned version from the database).
-AgentSource = Callable[[str], Awaitable[AgentSpec]]
+#: The agent version a session is pinned to (`SessionState.agent`), as an invocation
+#: starts. Versions never change, so the Django worker's keeps them in memory once read.
+AgentSource = Callable[[SessionState], Awaitable[AgentSpec]]
 
 
 def builtin_registry(extra: Iterable[Tool] = ()) -> ToolRegistry:
@@ -106,15 +107,13 @@ class Runtime:
         """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
         # Three independent reads, at once: a database journal answers each from a thread,
         # and one after the other they were three round trips before the first token.
-        transcript, journal_state, policy, agent = await asyncio.gather(
-            self.journal.load_since_compaction(session_id),
-            self.journal.state(session_id),
-            self.policy_for(session_id),
-            self.agent_for(session_id),
+        transcript, journal_state, policy = await asyncio.gather(
+            self.journal.load_since_compaction(session_id), self.journal.state(session_id), self.policy_for(session_id)
         )
         # A private copy: the context applies its own appends to it (SessionContext._extend),
         # whatever the journal's `state()` returns (a live object, a fresh row...).
         state = journal_state.copy()
+        agent = await self.agent_for(state)
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:
@@ -144,11 +143,11 @@ class Runtime:
             return self._policy
         return await self._policy_source(session_id)
 
-    async def agent_for(self, session_id: str) -> AgentSpec:
-        """The agent version an invocation of this session runs with, read as it starts."""
+    async def agent_for(self, state: SessionState) -> AgentSpec:
+        """The agent version an invocation of this session runs with."""
         if self._agent_source is None:
             return self._agent
-        return await self._agent_source(session_id)
+        return await self._agent_source(state)
 
     def handler_for(self, agent: AgentSpec) -> Handler:
         """The handler an agent names; LookupError for one nobody registered."""

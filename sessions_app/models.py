@@ -21,6 +21,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.utils import timezone
 
+from sectr.agents import AgentSpec
 from sectr.events import Envelope as JournalEnvelope
 from sectr.events import EventType
 from sectr.rules import Policy, Rule, rules_from_dicts
@@ -37,6 +38,10 @@ def new_run_id() -> str:
 
 def default_limits() -> dict[str, int]:
     return dict(DEFAULT_LIMITS)
+
+
+def new_agent_id() -> str:
+    return f"agt_{uuid.uuid4().hex[:16]}"
 
 
 class Team(models.Model):
@@ -82,6 +87,90 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user_id} in {self.team_id} ({self.role})"
+
+
+class Agent(models.Model):
+    """A named, versioned configuration that sessions run with (docs/agents.md).
+
+    The row holds the agent's identity; what it *is* lives in its versions, one per save,
+    never edited. `team` None: an installation-wide agent, made by staff, that every user
+    may pick.
+    """
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_agent_id, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, null=True, blank=True, related_name="agents")
+    slug = models.SlugField(max_length=63)
+    latest_version = models.PositiveIntegerField(default=0)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["team", "slug"], name="agent_team_slug"),
+            models.UniqueConstraint(fields=["slug"], condition=models.Q(team__isnull=True), name="agent_global_slug"),
+        ]
+
+    def __str__(self) -> str:
+        team = self.team_name
+        return f"{team}/{self.slug}" if team else self.slug
+
+    @property
+    def team_name(self) -> str | None:
+        return self.team.name if self.team is not None else None
+
+
+class AgentVersion(models.Model):
+    """One saved version of an agent: immutable, with its author, time and change note.
+
+    Never edited; never deleted while a session uses it (sessions pin versions, and the
+    Session row's `agent` protects the agent)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    name = models.CharField(max_length=120)
+    description = models.TextField(blank=True, default="")
+    instructions = models.TextField(blank=True, default="")
+    model = models.CharField(max_length=200, blank=True, default="")
+    params = models.JSONField(default=dict, blank=True)
+    tools = models.JSONField(null=True, blank=True)  # names or globs; None: every tool
+    mode = models.CharField(max_length=16, blank=True, default="")
+    limits = models.JSONField(null=True, blank=True)
+    handler = models.CharField(max_length=200, default="default")
+    note = models.CharField(max_length=500, blank=True, default="")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    author_name = models.CharField(max_length=150, blank=True, default="")  # kept if the user goes
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["agent", "number"]
+        constraints = [models.UniqueConstraint(fields=["agent", "number"], name="agent_version_number")]
+
+    def __str__(self) -> str:
+        return f"{self.agent} v{self.number}"
+
+    def spec(self) -> AgentSpec:
+        """The frozen value a session pinned to this version runs with."""
+        agent = self.agent
+        return AgentSpec(
+            id=agent.id,
+            slug=agent.slug,
+            version=self.number,
+            name=self.name,
+            team=agent.team_name,
+            description=self.description,
+            instructions=self.instructions,
+            model=self.model or None,
+            params=dict(self.params or {}),
+            tools=tuple(self.tools) if self.tools is not None else None,
+            mode=self.mode or None,
+            limits=dict(self.limits) if self.limits is not None else None,
+            handler=self.handler or "default",
+        )
 
 
 class ApprovalRule(models.Model):
@@ -163,9 +252,20 @@ class Session(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # the last envelope's time
     closed_at = models.DateTimeField(null=True, blank=True)
+    # The pinned agent and version (SESSION_CREATED.agent, moved by SESSION_UPDATED.agent),
+    # cached like the rest; None: the built-in default agent. PROTECT: an agent is never
+    # deleted while a session uses it. No database constraint: the journal is the truth,
+    # and a pin of an imported session may name an agent this installation never had (the
+    # append that caches it must not fail for that).
+    agent = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="sessions", db_constraint=False
+    )
+    agent_version = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         indexes = [
+            # /review/'s Agent and Version filters.
+            models.Index(fields=["agent", "agent_version", "updated_at"], name="session_agent_updated"),
             # The /review/ filters (Team, User, Model, State, From/To) and the admin's changelist.
             models.Index(fields=["team", "updated_at"], name="session_team_updated"),
             models.Index(fields=["owner", "updated_at"], name="session_owner_updated"),
@@ -204,6 +304,8 @@ class Session(models.Model):
             "reasoning_effort": state.reasoning_effort,
             "limits": state.limits,
             "compaction_seq": state.compaction_seq,
+            "agent_id": (state.agent or {}).get("id"),
+            "agent_version": (state.agent or {}).get("version"),
             "token_total": total.get("input_tokens", 0) + total.get("output_tokens", 0),
         }
 

@@ -63,6 +63,12 @@ def configured_handler() -> Handler | None:
     return plugin_registry().get_handler(name) if name else None
 
 
+def configured_handlers() -> dict[str, Handler]:
+    """Every registered handler by name: what an agent's `handler` may name."""
+    registry = plugin_registry()
+    return {name: entry.obj for name, entry in registry.handlers.items()}
+
+
 def configured_tools() -> list[Tool]:
     """The tools plugins and SECTR_TOOLS add to the built-in ones."""
     return plugin_registry().tool_list()

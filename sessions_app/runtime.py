@@ -1,8 +1,11 @@
 """The process's Runtime: the database journal, the configured handler, tools and provider.
 
 The handler and the tools beside the built-in ones come from the plugin registry
-(sessions_app.plugins: entry points, SECTR_PLUGINS, SECTR_TOOLS, SECTR_HANDLER). The
-provider comes from the settings (sessions_app.provider_config), wrapped so that stored media
+(sessions_app.plugins: entry points, SECTR_PLUGINS, SECTR_TOOLS, SECTR_HANDLER), and so
+do the handlers an agent may name. Each invocation runs with the agent version its
+session is pinned to (`session_agent`), obeys its team's approval rules
+(`session_policy`) and its team's budget (sessions_app.team_budgets), all read as it
+starts. The provider comes from the settings (sessions_app.provider_config), wrapped so that stored media
 references reach it as inline data.
 
 `get_runtime()` is the one way to get the runtime (its journal is `get_journal()`'s).
@@ -11,15 +14,18 @@ references reach it as inline data.
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
+from sectr.agents import DEFAULT_AGENT, AgentSpec
 from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
+from sectr.state import SessionState
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.media import MediaResolvingProvider
-from sessions_app.models import ApprovalRule
-from sessions_app.plugins import configured_handler, configured_tools
+from sessions_app.models import AgentVersion, ApprovalRule
+from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
 from sessions_app.provider_config import configured_provider, model_info
 
 
@@ -32,8 +38,10 @@ def get_runtime() -> Runtime:
         get_journal(),
         handler=configured_handler(),
         tools=configured_tools(),
+        handlers=configured_handlers(),
         provider=provider,
         rules=session_policy,
+        agent=session_agent,
     )
 
 
@@ -41,6 +49,52 @@ async def session_policy(session_id: str) -> Policy:
     """The approval rules of a session's team, read from the database as each invocation
     starts (a rule a moderator changed applies from the next invocation on)."""
     return await run_in_db_thread(ApprovalRule.policy_for_session, session_id)
+
+
+#: Agent versions already read, by (agent id, version number). A version never changes,
+#: so what is kept here is never stale; only its size is bounded.
+_AGENT_VERSIONS: dict[tuple[str, int], AgentSpec] = {}
+AGENT_VERSIONS_KEPT = 1024
+
+
+def read_agent_version(agent_id: str, number: int) -> AgentSpec:
+    version = AgentVersion.objects.select_related("agent__team").filter(agent_id=agent_id, number=number).first()
+    if version is None:
+        raise LookupError(f"agent {agent_id} version {number} is not on this installation")
+    return version.spec()
+
+
+def _pin_key(pin: dict[str, Any] | None) -> tuple[str, int] | None:
+    if not pin or not pin.get("id"):
+        return None
+    return (str(pin["id"]), int(pin.get("version") or 1))
+
+
+def _keep(key: tuple[str, int], spec: AgentSpec) -> AgentSpec:
+    if len(_AGENT_VERSIONS) >= AGENT_VERSIONS_KEPT:
+        _AGENT_VERSIONS.clear()
+    _AGENT_VERSIONS[key] = spec
+    return spec
+
+
+def pinned_agent(pin: dict[str, Any] | None) -> AgentSpec:
+    """The spec of a pin, from code that may touch the database (a snapshot, a page)."""
+    key = _pin_key(pin)
+    if key is None:
+        return DEFAULT_AGENT
+    return _AGENT_VERSIONS.get(key) or _keep(key, read_agent_version(*key))
+
+
+async def session_agent(state: SessionState) -> AgentSpec:
+    """The agent version a session is pinned to, as an invocation starts: no query for the
+    built-in agent or a version this process has read before, one indexed read otherwise."""
+    key = _pin_key(state.agent)
+    if key is None:
+        return DEFAULT_AGENT
+    spec = _AGENT_VERSIONS.get(key)
+    if spec is None:
+        spec = _keep(key, await run_in_db_thread(read_agent_version, *key))
+    return spec
 
 
 def session_model_info(model: str) -> ModelInfo:

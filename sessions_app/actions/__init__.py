@@ -8,11 +8,19 @@
 - `teams`: teams and memberships, a new session's team.
 - `rules`: a team's approval rules (moderators only).
 - `tokens`: API tokens (issue, revoke).
+- `agents`: agents and their versions (create, save a version), a new session's agent.
 
 Views, the API, consumers and management commands call these; none of them saves a
 model itself.
 """
 
+from sessions_app.actions.agents import (
+    do_create_agent,
+    do_save_agent_version,
+    get_agent_for_user,
+    get_version,
+    list_agents,
+)
 from sessions_app.actions.asks import do_decide, do_expire_ask, due_ask_ids, find_ask_session, visible_asks
 from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update_rule, list_rules
 from sessions_app.actions.sessions import (
@@ -29,6 +37,7 @@ from sessions_app.actions.sessions import (
     do_delete_expired,
     do_edit_message,
     do_fork,
+    do_move_agent,
     do_post_message,
     do_post_message_with_media,
     do_regenerate,
@@ -50,6 +59,7 @@ from sessions_app.runs import promote_pending_run
 
 __all__ = [
     "DEFAULT_TEAM",
+    "do_create_agent",
     "do_create_rule",
     "do_create_team",
     "do_delete_rule",
@@ -58,7 +68,11 @@ __all__ = [
     "do_set_membership",
     "do_update_rule",
     "due_ask_ids",
+    "do_save_agent_version",
+    "get_agent_for_user",
     "get_team_for_user",
+    "get_version",
+    "list_agents",
     "list_rules",
     "visible_asks",
     "check_content",
@@ -75,6 +89,7 @@ __all__ = [
     "do_delete_expired",
     "do_edit_message",
     "do_fork",
+    "do_move_agent",
     "do_post_message",
     "do_post_message_with_media",
     "do_regenerate",

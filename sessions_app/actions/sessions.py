@@ -44,6 +44,7 @@ from sectr.journal import NewEvent
 from sectr.state import SessionState
 from sessions_app import access, media, runs
 from sessions_app.access import check_access, check_session_id, get_session_for_user
+from sessions_app.actions.agents import resolve_new_session_agent
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
@@ -112,10 +113,14 @@ def do_create_session(
     limits: dict[str, int] | None = None,
     reasoning_effort: str | None = None,
     team: Any = DEFAULT_TEAM,
+    agent: Any = None,
+    agent_version: Any = None,
 ) -> Session:
     """A new session of `owner`, in `team` (a name; None: personal; left out: the owner's
-    team when they have exactly one)."""
+    team when they have exactly one), pinned to `agent` at `agent_version` (an id or
+    `team/slug`; left out: the team's first agent, else the built-in one)."""
     chosen = check_session_team(owner, team)
+    pinned = resolve_new_session_agent(owner, chosen, agent, agent_version)
     events = operations.create_events(
         title=title,
         mode=mode,
@@ -123,6 +128,7 @@ def do_create_session(
         limits=limits,
         reasoning_effort=reasoning_effort,
         default_model=default_model(),
+        agent=pinned.spec() if pinned is not None else None,
     )
     with transaction.atomic():
         session = Session.objects.create(owner=owner, team=chosen)
@@ -264,6 +270,24 @@ def do_set_mode(actor: Any, session_id: str, mode: str) -> Session:
     return Session.objects.get(pk=session_id)
 
 
+def do_move_agent(actor: Any, session_id: str, version: Any, agent: Any = None) -> Session:
+    """Move a session to another version of its agent (or, with `agent`, to another
+    agent of its team): one SESSION_UPDATED with `agent`, only between runs."""
+    with _locked(session_id, actor, "write") as (session, state):
+        if agent is None:
+            agent = (state.agent or {}).get("id")
+            if agent is None:
+                raise ValidationFailed(
+                    "this session runs the built-in agent, which has one version", code="invalid_agent"
+                )
+        target = resolve_new_session_agent(actor, session.team, agent, version)
+        if target is None:
+            raise ValidationFailed("name an agent version to move to", code="invalid_agent")
+        get_journal().append_sync(session.pk, operations.agent_moved_events(state, target.spec().pin))
+    session.refresh_from_db()
+    return session
+
+
 def do_set_model(actor: Any, session_id: str, model: str, reasoning_effort: str | None = None) -> Session:
     with _locked(session_id, actor, "write") as (session, state):
         changes: dict[str, Any] = {"model": operations.check_model_value(model)}
@@ -284,10 +308,13 @@ def do_fork(
     model: str | None = None,
     reasoning_effort: str | None = None,
     reason: str | None = None,
+    agent_version: Any = None,
 ) -> Session:
-    """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`)."""
+    """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`),
+    pinned to the source's agent version (or, with `agent_version`, another version of it)."""
     source = get_session_for_user(actor, session_id, "read")
     state = source.projection()
+    pin = _repinned(actor, source, state, agent_version)
     if at_seq is not None and (
         not isinstance(at_seq, int) or isinstance(at_seq, bool) or not 1 <= at_seq <= state.last_seq
     ):
@@ -300,7 +327,14 @@ def do_fork(
     start = compaction.seq if compaction else 1
     envelopes = [row.to_envelope() for row in source.envelopes.filter(seq__gte=start, seq__lte=upto).order_by("seq")]
     events = operations.fork_events(
-        state, envelopes, at_seq=at_seq, title=title, model=model, reasoning_effort=reasoning_effort, reason=reason
+        state,
+        envelopes,
+        at_seq=at_seq,
+        title=title,
+        model=model,
+        reasoning_effort=reasoning_effort,
+        reason=reason,
+        agent=pin,
     )
     with transaction.atomic():
         fork = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
@@ -368,9 +402,22 @@ def do_edit_message(actor: Any, session_id: str, seq: int, content: str) -> Sess
     return _branch(actor, source, user_seq, content, "edit")
 
 
-def do_clear(actor: Any, session_id: str) -> Session:
+def _repinned(actor: Any, source: Session, state: SessionState, agent_version: Any) -> dict[str, Any] | None:
+    """The pin of a fork or clear given `agent_version`: the source's agent at that
+    version (None: keep the source's pin)."""
+    if agent_version is None:
+        return None
+    agent = (state.agent or {}).get("id")
+    if agent is None:
+        raise ValidationFailed("this session runs the built-in agent, which has one version", code="invalid_agent")
+    target = resolve_new_session_agent(actor, source.team, agent, agent_version)
+    return target.spec().pin if target is not None else None
+
+
+def do_clear(actor: Any, session_id: str, *, agent_version: Any = None) -> Session:
     source = get_session_for_user(actor, session_id, "write")
-    events = operations.clear_events(source.projection())
+    state = source.projection()
+    events = operations.clear_events(state, agent=_repinned(actor, source, state, agent_version))
     with transaction.atomic():
         cleared = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(cleared.pk, events)

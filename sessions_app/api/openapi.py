@@ -110,6 +110,40 @@ RUN_PROPERTIES: dict[str, Any] = {
     "result": nullable(ref("RunResult")),
 }
 ACTION = {"type": "string", "enum": ["allow", "deny", "ask"]}
+AGENT_PARAMS = _object(
+    {
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "reasoning_effort": REASONING_EFFORT,
+        "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 10**7},
+    }
+)
+#: What an agent's version holds, as answers show it.
+AGENT_FIELDS: dict[str, Any] = {
+    "name": STRING,
+    "description": STRING,
+    "instructions": STRING,
+    "model": nullable(STRING),
+    "params": AGENT_PARAMS,
+    "tools": nullable({"type": "array", "items": STRING}),
+    "mode": nullable(MODE),
+    "limits": nullable(ref("Limits")),
+    "handler": STRING,
+}
+TOOL_PATTERN = {"type": "string", "pattern": r"^[A-Za-z0-9_\-*?\[\]!]{1,128}$"}
+#: What a create or a save may send (null or left out: the default, or the latest version's).
+AGENT_INPUT: dict[str, Any] = {
+    "name": {"type": "string", "minLength": 1, "maxLength": 120, "pattern": r"\S"},
+    "description": {"type": "string", "maxLength": 2000},
+    "instructions": {"type": "string", "maxLength": 100000},
+    "model": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+    "params": AGENT_PARAMS,
+    "tools": {"type": "array", "items": TOOL_PATTERN, "maxItems": 200},
+    "mode": MODE,
+    "limits": ref("Limits"),
+    "handler": {"type": "string", "pattern": r"^[A-Za-z0-9_.:\-]{1,200}$"},
+}
+AGENT_SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
+AGENT_NOTE = {"type": "string", "maxLength": 500}
 
 SCHEMAS: dict[str, Any] = {
     "Error": _object(
@@ -179,6 +213,15 @@ SCHEMAS: dict[str, Any] = {
             "notes": {"type": "object", "additionalProperties": STRING},
             "last_error": nullable(STRING),
             "stop_reason": nullable(STRING),
+            "agent": _object(
+                {
+                    "id": nullable(STRING),
+                    "slug": STRING,
+                    "name": nullable(STRING),
+                    "version": INTEGER,
+                    "team": nullable(STRING),
+                }
+            ),
         },
         (
             "id",
@@ -283,6 +326,8 @@ SCHEMAS: dict[str, Any] = {
             "limits": ref("Limits"),
             "reasoning_effort": REASONING_EFFORT,
             "team": nullable({"type": "string", "maxLength": 64}),
+            "agent": {"type": "string", "minLength": 1, "maxLength": 200},
+            "agent_version": {"type": "integer", "minimum": 1},
         }
     ),
     "Fork": _request(
@@ -291,6 +336,7 @@ SCHEMAS: dict[str, Any] = {
             "model": NONEMPTY,
             "reasoning_effort": REASONING_EFFORT,
             "at_seq": {"type": "integer", "minimum": 1},
+            "agent_version": {"type": "integer", "minimum": 1},
         }
     ),
     "Rename": _request({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
@@ -416,6 +462,38 @@ SCHEMAS: dict[str, Any] = {
         ("id", "position", "tool", "action", "approvals_required", "expires_after_s"),
     ),
     "RuleList": _object({"team": STRING, "rules": {"type": "array", "items": ref("Rule")}}, ("team", "rules")),
+    "AgentVersion": _object(
+        {
+            "agent_id": STRING,
+            "version": INTEGER,
+            **AGENT_FIELDS,
+            "note": STRING,
+            "author": nullable(STRING),
+            "created_at": DATETIME,
+        },
+        ("agent_id", "version", "name", "instructions", "tools", "handler", "created_at"),
+    ),
+    "AgentVersionList": _object(
+        {"agent_id": STRING, "versions": {"type": "array", "items": ref("AgentVersion")}}, ("agent_id", "versions")
+    ),
+    "Agent": _object(
+        {
+            "id": STRING,
+            "slug": STRING,
+            "team": nullable(STRING),
+            "name": STRING,
+            "description": STRING,
+            "latest_version": INTEGER,
+            "editable": BOOLEAN,
+            "created_at": DATETIME,
+            "current": ref("AgentVersion"),
+        },
+        ("id", "slug", "team", "name", "latest_version", "current"),
+    ),
+    "AgentList": _object({"agents": {"type": "array", "items": ref("Agent")}}, ("agents",)),
+    "CreateAgent": _request({"slug": AGENT_SLUG, "note": AGENT_NOTE, **AGENT_INPUT}, ("slug", "name")),
+    "SaveAgent": _request({"note": AGENT_NOTE, **AGENT_INPUT}),
+    "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 
 #: Query parameters that are text (the others are whole numbers: limit, offset, after).

@@ -15,6 +15,7 @@ from typing import Any
 from django.http import HttpResponse
 from django.urls import URLPattern, path, re_path
 
+from sessions_app.api import agents as agents_api
 from sessions_app.api import audit as audit_api
 from sessions_app.api import export as session_export
 from sessions_app.api import views
@@ -331,6 +332,74 @@ ROUTES: tuple[Route, ...] = (
             "DELETE": op(
                 views.delete_rule, "Delete an approval rule (moderators of the team)", status=204, errors=(403, 404)
             ),
+        },
+    ),
+    Route(
+        "agents",
+        "agents",
+        {"GET": op(agents_api.list_all_agents, "The agents the caller may use", response="AgentList")},
+    ),
+    Route(
+        "teams/<str:name>/agents",
+        "team-agents",
+        {
+            "GET": op(agents_api.list_team_agents, "A team's agents", response="AgentList", errors=(404,)),
+            "POST": op(
+                agents_api.create_agent,
+                "Create an agent with its version 1 (moderators of the team)",
+                status=201,
+                request="CreateAgent",
+                response="Agent",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "agents/<str:agent_id>",
+        "agent",
+        {
+            "GET": op(agents_api.get_agent, "An agent and its latest version", response="Agent", errors=(404,)),
+            "PUT": op(
+                agents_api.save_agent,
+                "Save the next version of an agent (the fields given replace the latest version's)",
+                request="SaveAgent",
+                response="AgentVersion",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "agents/<str:agent_id>/versions",
+        "agent-versions",
+        {
+            "GET": op(
+                agents_api.list_versions,
+                "An agent's versions, newest first",
+                response="AgentVersionList",
+                errors=(404,),
+            )
+        },
+    ),
+    Route(
+        "agents/<str:agent_id>/versions/<str:number>",
+        "agent-version",
+        {
+            "GET": op(
+                agents_api.get_agent_version, "One version of an agent", response="AgentVersion", errors=(400, 404)
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/agent",
+        "session-agent",
+        {
+            "POST": op(
+                agents_api.move_session_agent,
+                "Move a session to another version of its agent (between runs)",
+                request="MoveAgent",
+                response="Snapshot",
+                errors=(400, 403, 404, 409),
+            )
         },
     ),
     Route("openapi.json", "openapi", {"GET": op(openapi_document, "This document", response=None, auth=False)}),

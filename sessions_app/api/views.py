@@ -300,7 +300,7 @@ async def list_sessions(call: ApiCall) -> HttpResponse:
 
 async def create_session(call: ApiCall) -> HttpResponse:
     body = call.body
-    check_fields(body, "title", "mode", "model", "limits", "reasoning_effort", "team")
+    check_fields(body, "title", "mode", "model", "limits", "reasoning_effort", "team", "agent", "agent_version")
     if "team" in body and body["team"] is not None and not isinstance(body["team"], str):
         raise ValidationFailed("team must be a team's name or null", code="invalid_team")
 
@@ -315,6 +315,9 @@ async def create_session(call: ApiCall) -> HttpResponse:
             reasoning_effort=optional(body, "reasoning_effort", str),
             # Left out: the owner's team when they have exactly one; null: personal.
             team=body["team"] if "team" in body else actions.DEFAULT_TEAM,
+            # An agent's id or team/slug; left out: the team's first agent, else the built-in one.
+            agent=optional(body, "agent", str),
+            agent_version=optional(body, "agent_version", int),
         )
         return _snapshot_of(call.user, session.pk)
 
@@ -343,7 +346,7 @@ async def get_transcript(call: ApiCall, session_id: str) -> HttpResponse:
 
 async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
     body = call.body
-    check_fields(body, "title", "model", "reasoning_effort", "at_seq")
+    check_fields(body, "title", "model", "reasoning_effort", "at_seq", "agent_version")
 
     def fork() -> dict[str, Any]:
         actions.check_new_session_budget(call.user)
@@ -354,6 +357,7 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
             title=optional(body, "title", str),
             model=optional(body, "model", str),
             reasoning_effort=optional(body, "reasoning_effort", str),
+            agent_version=optional(body, "agent_version", int),
         )
         return _snapshot_of(call.user, forked.pk)
 

@@ -17,7 +17,7 @@ from sectr.state import SessionState, prompt_text
 from sessions_app.journal import get_journal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
-from sessions_app.runtime import session_model_info
+from sessions_app.runtime import pinned_agent, session_model_info
 
 #: The views of a transcript: what the model sees (from the newest compaction: its
 #: summary and kept messages, then everything after) and the full history people saw.
@@ -93,7 +93,18 @@ def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]
         "notes": dict(state.notes),
         "last_error": state.last_error["error"] if state.last_error else None,
         "stop_reason": state.last_stop_reason,
+        "agent": agent_summary(state.agent),
     }
+
+
+def agent_summary(pin: dict[str, Any] | None) -> dict[str, Any]:
+    """The snapshot's `agent`: which agent and version the session runs with (the
+    built-in `default` agent when it names none)."""
+    try:
+        spec = pinned_agent(pin)
+    except LookupError:  # a pin of an imported session, from another installation
+        return {**(pin or {}), "name": None}
+    return {"id": spec.id, "slug": spec.slug, "name": spec.name, "version": spec.version, "team": spec.team}
 
 
 def _ask(ask: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -258,4 +258,3 @@ def test_a_good_definition_is_normalised() -> None:
     assert checked["tools"] == ("get_time", "git__*")
     assert checked["params"] == {"temperature": 1.0}
     assert checked["mode"] is None and checked["handler"] == "default" and checked["limits"] is None
-
