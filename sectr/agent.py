@@ -57,6 +57,9 @@ async def default_handler(ctx: SessionContext) -> None:
         if limit is not None:
             ctx.stop_reason = limit
             return
+        if await ctx.budget_spent():
+            ctx.stop_reason = "budget"
+            return
         turn = await ctx.complete()
         if turn.tool_calls:
             await answer_open_tool_calls(ctx)

@@ -205,6 +205,9 @@ class SessionContext:
         self.model_info = model_info
         self.control = control or RunControl()
         self._compactor = compactor
+        #: Set by the runtime when the session's team has a budget (`budget_spent`).
+        self.budget_check: Callable[[], Awaitable[bool]] | None = None
+        self.budget_ended = False
         # The approval rules of this session (sectr.rules), fixed when the context is
         # built: frozen values no handler, tool or model output can edit for later runs.
         self._policy = policy or Policy()
@@ -764,6 +767,15 @@ class SessionContext:
         if budget and self.run_tokens() >= budget:
             return "budget"
         return None
+
+    async def budget_spent(self) -> bool:
+        """Whether the session's team has spent its budget: the default handler asks before
+        each model step, so a run already going finishes its current step and stops."""
+        if self.budget_check is None:
+            return False
+        spent = await self.budget_check()
+        self.budget_ended = self.budget_ended or spent
+        return spent
 
     def run_tokens(self) -> int:
         """Tokens this run has used so far (input + output), what max_run_tokens limits."""

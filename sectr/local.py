@@ -24,7 +24,7 @@ from sectr.journal import MemoryJournal, NewEvent
 from sectr.providers import default_model_from_env
 from sectr.providers.base import Provider
 from sectr.rules import Policy, Rule
-from sectr.runtime import Handler, Runtime
+from sectr.runtime import BudgetSource, Handler, Runtime
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolRegistry
 
@@ -39,13 +39,21 @@ class LocalRuntime:
         rules: Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
         agent: AgentSpec | None = None,
         handlers: Mapping[str, Handler] | None = None,
+        budget: BudgetSource | None = None,
     ) -> None:
         self.journal = journal or MemoryJournal()
         #: The agent every session of this runtime runs with (its instructions, model,
         #: tools, mode and limits); None: the built-in default agent.
         self.agent = agent
         self.runtime = Runtime(
-            self.journal, handler=handler, tools=tools, provider=provider, rules=rules, agent=agent, handlers=handlers
+            self.journal,
+            handler=handler,
+            tools=tools,
+            provider=provider,
+            rules=rules,
+            agent=agent,
+            handlers=handlers,
+            budget=budget,
         )
         self._controls: dict[str, RunControl] = {}
         self._locks: dict[str, asyncio.Lock] = {}

@@ -43,6 +43,9 @@ from sectr.writer import InvocationWriter
 log = logging.getLogger("sectr.runtime")
 #: How often one invocation may run its handler again for steers that arrive as it ends.
 MAX_STEER_ROUNDS = 5
+#: The end of a run the team's spent budget stopped (`budget: "team"` tells it from the
+#: run's own max_run_tokens).
+TEAM_BUDGET_END = {"stop_reason": "budget", "budget": "team"}
 
 Handler = Callable[[SessionContext], Any]
 #: Reads a session's approval rules when an invocation starts (the Django worker's).
@@ -50,6 +53,10 @@ PolicySource = Callable[[str], Awaitable[Policy]]
 #: The agent version a session is pinned to (`SessionState.agent`), as an invocation
 #: starts. Versions never change, so the Django worker's keeps them in memory once read.
 AgentSource = Callable[[SessionState], Awaitable[AgentSpec]]
+#: Whether the session's team has spent its budget (the Django worker's answers from a
+#: figure it keeps for a few seconds). Asked as each invocation starts and before each
+#: model step of the default handler.
+BudgetSource = Callable[[str], Awaitable[bool]]
 
 
 def builtin_registry(extra: Iterable[Tool] = ()) -> ToolRegistry:
@@ -74,6 +81,7 @@ class Runtime:
         rules: PolicySource | Policy | Iterable[Rule | Mapping[str, Any]] | None = None,
         agent: AgentSource | AgentSpec | None = None,
         handlers: Mapping[str, Handler] | None = None,
+        budget: BudgetSource | None = None,
     ) -> None:
         from sectr.agent import default_handler
 
@@ -90,6 +98,7 @@ class Runtime:
         #: Handlers an agent may name (`AgentSpec.handler`) besides "default", which is
         #: `handler` above.
         self.handlers: dict[str, Handler] = dict(handlers or {})
+        self._budget_source = budget
         self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
         self.provider = provider or provider_from_env()
 
@@ -181,19 +190,32 @@ class Runtime:
             # Fail the invocation rather than leave the session `running` for ever.
             return await self._fail_unbuildable(session_id, invocation_id, fence, exc)
         ctx.loop = asyncio.get_running_loop()
+        if self._budget_source is not None:
+            source = self._budget_source
+            ctx.budget_check = lambda: source(session_id)
+            if await ctx.budget_spent():
+                # The team's budget is spent: the run ends at once, a result, not an error.
+                ctx.stop_reason = "budget"
+                return await self._finish(ctx, EventType.INVOCATION_COMPLETED, TEAM_BUDGET_END)
         for _ in range(MAX_STEER_ROUNDS):
             terminal = await self._run_handler(ctx)
             if terminal is not None:
                 return terminal
             try:
-                return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+                return await self._finish(ctx, EventType.INVOCATION_COMPLETED, self._completed_payload(ctx))
             except SteerArrived:
                 # A steer was parked while the run was ending (the journal refused the
                 # end, writing nothing): run the handler again; its first step boundary
                 # journals the steer and the model answers it.
                 log.info("%s: a steer arrived while ending; answering it", invocation_id)
                 ctx.stop_reason = "end_turn"
-        return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": ctx.stop_reason})
+        return await self._finish(ctx, EventType.INVOCATION_COMPLETED, self._completed_payload(ctx))
+
+    @staticmethod
+    def _completed_payload(ctx: SessionContext) -> dict[str, Any]:
+        if ctx.stop_reason == "budget" and ctx.budget_ended:
+            return dict(TEAM_BUDGET_END)
+        return {"stop_reason": ctx.stop_reason}
 
     async def _run_handler(self, ctx: SessionContext) -> Envelope | None:
         """Run the handler once: the terminal envelope of an ending other than a normal

@@ -15,6 +15,7 @@ import secrets
 import uuid
 from collections.abc import Iterable
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -65,6 +66,37 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class TeamBudget(models.Model):
+    """A team's monthly budget (docs/agents.md, "Budgets"): tokens and/or money (priced with
+    `ModelPrice`), and the shares of it at which the team is told (once a month each).
+    Once spent, the team's new runs end at once with stop reason `budget`."""
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, primary_key=True, related_name="budget")
+    monthly_tokens = models.BigIntegerField(null=True, blank=True)
+    monthly_cost = models.DecimalField(max_digits=15, decimal_places=4, null=True, blank=True)
+    alert_thresholds = models.JSONField(default=list, blank=True)  # e.g. [0.8, 1.0]
+    updated_by = models.CharField(max_length=150, blank=True, default="")
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"budget of {self.team}"
+
+
+class BudgetAlert(models.Model):
+    """One alert sent: a threshold of a team's budget crossed in a month (never twice)."""
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField()  # the first day of the month (UTC)
+    threshold = models.CharField(max_length=16)  # "0.8"
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "month", "threshold"], name="budget_alert_once")]
+
+    def __str__(self) -> str:
+        return f"{self.team} {self.month:%Y-%m} {self.threshold}"
 
 
 class Membership(models.Model):
@@ -707,6 +739,10 @@ class ModelPrice(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model}: {self.input_per_million}/{self.output_per_million} {self.currency} per 1M"
+
+    def cost_of(self, input_tokens: int, output_tokens: int) -> Decimal:
+        spent = Decimal(input_tokens) * self.input_per_million + Decimal(output_tokens) * self.output_per_million
+        return spent / Decimal(1_000_000)
 
 
 class Rating(models.Model):

@@ -27,6 +27,7 @@ from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
 from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
 from sessions_app.provider_config import configured_provider, model_info
+from sessions_app.team_budgets import session_budget_spent
 
 
 @cache
@@ -42,6 +43,7 @@ def get_runtime() -> Runtime:
         provider=provider,
         rules=session_policy,
         agent=session_agent,
+        budget=session_budget_spent,
     )
 
 

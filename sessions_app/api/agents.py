@@ -1,5 +1,5 @@
-"""The agents API (docs/agents.md): list, create, read and save versions of agents, and
-move a session to another version. Thin: parse, call an action, shape the answer."""
+"""The agents API (docs/agents.md): list, create, read and save versions of agents,
+move a session to another version, and a team's budget. Thin: parse, call an action, shape the answer."""
 
 from __future__ import annotations
 
@@ -11,9 +11,11 @@ from django.http import HttpResponse
 from sectr.errors import ValidationFailed
 from sessions_app import actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
+from sessions_app.actions.team_budgets import do_set_budget
 from sessions_app.api.views import ApiCall, check_fields, check_id, json_response, optional
 from sessions_app.journal.snapshots import snapshot
 from sessions_app.models import Agent, AgentVersion
+from sessions_app.team_budgets import budget_status
 
 
 def version_dict(version: AgentVersion) -> dict[str, Any]:
@@ -127,3 +129,22 @@ async def move_session_agent(call: ApiCall, session_id: str) -> HttpResponse:
         return snapshot(session)
 
     return json_response(await sync_to_async(move)())
+
+
+# ---- a team's budget ----
+
+
+async def get_budget(call: ApiCall, name: str) -> HttpResponse:
+    def read() -> dict[str, Any]:
+        team = actions.get_team_for_user(call.user, name)
+        return budget_status(team.pk)
+
+    return json_response(await sync_to_async(read)())
+
+
+async def set_budget(call: ApiCall, name: str) -> HttpResponse:
+    def save() -> dict[str, Any]:
+        budget = do_set_budget(call.user, name, call.body)
+        return budget_status(budget.team_id)
+
+    return json_response(await sync_to_async(save)())

@@ -142,6 +142,8 @@ AGENT_INPUT: dict[str, Any] = {
     "limits": ref("Limits"),
     "handler": {"type": "string", "pattern": r"^[A-Za-z0-9_.:\-]{1,200}$"},
 }
+#: A decimal amount as a string (no float rounding): "100", "12.50".
+DECIMAL = {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,4})?$"}
 AGENT_SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 AGENT_NOTE = {"type": "string", "maxLength": 500}
 
@@ -493,6 +495,27 @@ SCHEMAS: dict[str, Any] = {
     "AgentList": _object({"agents": {"type": "array", "items": ref("Agent")}}, ("agents",)),
     "CreateAgent": _request({"slug": AGENT_SLUG, "note": AGENT_NOTE, **AGENT_INPUT}, ("slug", "name")),
     "SaveAgent": _request({"note": AGENT_NOTE, **AGENT_INPUT}),
+    "Budget": _object(
+        {
+            "monthly_tokens": nullable(INTEGER),
+            "monthly_cost": nullable(DECIMAL),
+            "alert_thresholds": {"type": "array", "items": {"type": "number"}},
+            "spent_tokens": INTEGER,
+            "spent_cost": DECIMAL,
+        },
+        ("monthly_tokens", "monthly_cost", "alert_thresholds", "spent_tokens", "spent_cost"),
+    ),
+    "BudgetInput": _object(
+        {
+            "monthly_tokens": nullable({"type": "integer", "minimum": 0, "maximum": 10**15}),
+            "monthly_cost": nullable(DECIMAL),
+            "alert_thresholds": {
+                "type": "array",
+                "maxItems": 10,
+                "items": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
+            },
+        }
+    ),
     "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 

@@ -390,6 +390,25 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
+        "teams/<str:name>/budget",
+        "team-budget",
+        {
+            "GET": op(
+                agents_api.get_budget,
+                "A team's monthly budget and this month's spend",
+                response="Budget",
+                errors=(404,),
+            ),
+            "PUT": op(
+                agents_api.set_budget,
+                "Set a team's monthly budget (moderators of the team; fields left out stay)",
+                request="BudgetInput",
+                response="Budget",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
         f"{SESSION}/agent",
         "session-agent",
         {

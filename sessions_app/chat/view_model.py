@@ -516,7 +516,10 @@ class ChatViewModel:
                 "timeout": "the time limit",
                 "cancelled": "a stop",
             }.get(str(stop), str(stop))
-            self._append(NoticeView(envelope.seq, "stopped", f"The run ended at {label}", f"stop reason: {stop}"))
+            text = f"The run ended at {label}"
+            if stop == "budget" and envelope.payload.get("budget") == "team":
+                text = "The run ended: the team's monthly budget is spent. A moderator of the team can raise it."
+            self._append(NoticeView(envelope.seq, "stopped", text, f"stop reason: {stop}"))
 
     def _on_invocation_suspended(self, envelope: Envelope) -> None:
         self._close_open_messages(None)

@@ -40,6 +40,7 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from sessions_app.models import NotificationDelivery
+from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
 log = logging.getLogger("sectr.notifications")
 
@@ -108,6 +109,9 @@ def post_webhook(delivery: NotificationDelivery) -> int:
 
 def send_email(delivery: NotificationDelivery) -> None:
     payload: dict[str, Any] = delivery.payload
+    if delivery.event == BUDGET_EVENT:
+        send_mail(*budget_email(payload), None, list(delivery.recipients))
+        return
     title = payload.get("session_title") or "an untitled session"
     subject = f"[Sectr] {payload.get('requester')} asks to run {payload.get('tool')} ({payload.get('team')})"
     arguments = json.dumps(payload.get("arguments"), indent=2, ensure_ascii=False)

@@ -27,10 +27,17 @@ from sessions_app.actions.tokens import do_issue_token
 from sessions_app.journal import DatabaseJournal, run_in_db_thread
 from sessions_app.models import Agent, AgentVersion, Run, Session
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
+from sessions_app.team_budgets import session_budget_spent
 from sessions_app.worker import Worker
 
 E = EventType
-RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005), rules=session_policy, agent=session_agent)
+RUNTIME = Runtime(
+    DatabaseJournal(),
+    provider=DemoProvider(delay=0.0005),
+    rules=session_policy,
+    agent=session_agent,
+    budget=session_budget_spent,
+)
 INSTRUCTIONS = "You are the release assistant. Be brief."
 
 
