@@ -357,6 +357,8 @@ SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
 SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
 SECTR_WS_RESYNC_SECONDS = env_float("SECTR_WS_RESYNC_SECONDS", 10.0, above_minimum=True)
 SECTR_WS_ACCESS_SECONDS = env_float("SECTR_WS_ACCESS_SECONDS", 60.0, above_minimum=True)
+# How long a process keeps a team's budget figure before reading it again (docs/agents.md).
+SECTR_BUDGET_CHECK_SECONDS = env_float("SECTR_BUDGET_CHECK_SECONDS", 5.0)
 SECTR_SSE_HEARTBEAT_SECONDS = env_float("SECTR_SSE_HEARTBEAT_SECONDS", 15.0, above_minimum=True)
 
 # ---- the agent: model provider, handler, tools ----

@@ -190,7 +190,7 @@ def forget_team(team_id: int) -> None:
 
 
 def _check_seconds() -> float:
-    return float(getattr(settings, "SECTR_BUDGET_CHECK_SECONDS", 5.0))
+    return float(settings.SECTR_BUDGET_CHECK_SECONDS)
 
 
 def _read_for_session(session_id: str, team_id: int | None, known: bool) -> tuple[int | None, TeamFigure | None]:

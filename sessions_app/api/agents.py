@@ -13,7 +13,7 @@ from sessions_app import actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
 from sessions_app.actions.team_budgets import do_set_budget
 from sessions_app.api.views import ApiCall, check_fields, check_id, json_response, optional
-from sessions_app.journal.snapshots import snapshot
+from sessions_app.display.snapshots import snapshot
 from sessions_app.models import Agent, AgentVersion
 from sessions_app.team_budgets import budget_status
 

@@ -24,7 +24,8 @@ from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.journal import DatabaseJournal, run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Agent, AgentVersion, Run, Session
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
