@@ -1,4 +1,6 @@
-"""The journal's vocabulary: event types, the Envelope, reason shapes, JSON round-trip."""
+"""The journal's vocabulary: event types, the Envelope, reason shapes, JSON round-trip.
+
+The rules an event's payload follows are checked by `sectr.payloads`."""
 
 from __future__ import annotations
 
@@ -138,26 +140,6 @@ def retry_reason(of_invocation_id: str) -> dict[str, Any]:
 
 def recover_reason(of_invocation_id: str) -> dict[str, Any]:
     return {"kind": "recover", "of_invocation_id": of_invocation_id}
-
-
-def validate_reason(reason: Any) -> dict[str, Any]:
-    """Check a reason's shape; raises ValueError naming what is wrong."""
-    if not isinstance(reason, dict) or reason.get("kind") not in REASON_KINDS:
-        raise ValueError(f"reason.kind must be one of {sorted(REASON_KINDS)}")
-    kind = reason["kind"]
-    if kind == "user_message":
-        inp = reason.get("input")
-        if not isinstance(inp, dict) or not isinstance(inp.get("content"), str | list):
-            raise ValueError("user_message reason needs input.content (a string or a list of parts)")
-    elif kind == "approval_decision":
-        if not isinstance(reason.get("ask_id"), str):
-            raise ValueError("approval_decision reason needs ask_id")
-        decision = reason.get("decision")
-        if not isinstance(decision, dict) or not isinstance(decision.get("approved"), bool):
-            raise ValueError("approval_decision reason needs decision.approved (bool)")
-    elif not isinstance(reason.get("of_invocation_id"), str):
-        raise ValueError(f"{kind} reason needs of_invocation_id")
-    return reason
 
 
 def usage_dict(

@@ -19,6 +19,7 @@ from typing import Any
 
 from sectr.events import TERMINAL_TYPES, Envelope, EventType
 from sectr.journal import Journal, NewEvent
+from sectr.payloads import check_event
 
 #: What only the platform journals on a person's (or the expiry policy's) behalf.
 PEOPLE_ONLY_TYPES = frozenset({EventType.INVOCATION_STARTED, EventType.APPROVAL_VOTED, EventType.SESSION_CREATED})
@@ -172,6 +173,11 @@ class InvocationWriter:
     async def _write_now(self, events: Sequence[NewEvent]) -> list[Envelope]:
         async with self._write_lock:
             self._check_open()
+            for event in events:
+                # What a handler, a tool or the model produced follows the journal's rules
+                # (the import checks a file with the same rules): a malformed payload is
+                # refused here with its reason, never stored for the fold to trip on.
+                check_event(event.type, event.payload, event.invocation_id)
             envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
             self.appends += 1
             if any(e.type in TERMINAL_TYPES for e in envelopes):
