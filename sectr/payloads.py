@@ -21,6 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from sectr.events import DECISION_SCOPES, MODES, REASON_KINDS, VERDICTS, EventType
+from sectr.rules import MAX_APPROVALS
+from sectr.state import TITLE_MAX
 
 #: The largest magnitude of an integer anywhere in a payload: 2**53 - 1, the largest
 #: integer a JSON reader with doubles (JavaScript) reads exactly.
@@ -28,6 +30,14 @@ INT_BOUND = 2**53 - 1
 #: How deep a payload may nest (objects and lists): the deepest the platform writes is
 #: a compaction's messages with their content parts, far below this.
 MAX_DEPTH = 64
+#: The longest identifiers and names a session's projection keeps in columns of their
+#: own (the Django app's Session, Envelope and AskIndex rows): longer would not store.
+ID_MAX = 40
+ASK_ID_MAX = 64
+MODEL_MAX = 200
+SETTING_MAX = 16
+#: An ask's expiry: a rule's is at most a year, a team's default a 32-bit count of seconds.
+EXPIRY_MAX = 2**31 - 1
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 DELTA_KEYS = frozenset({"message_id", "text", "reasoning"})
 #: What an envelope written by a run (an invocation's writer) may not be without an
@@ -91,12 +101,16 @@ def _check_text(text: str, path: str) -> None:
 # ---- shapes ----
 
 
-def _string(payload: dict[str, Any], key: str, where: str, *, required: bool = True, empty: bool = True) -> None:
+def _string(
+    payload: dict[str, Any], key: str, where: str, *, required: bool = True, empty: bool = True, max_length: int = 0
+) -> None:
     value = payload.get(key)
     if value is None and not required:
         return
     if not isinstance(value, str) or (not empty and not value):
         raise InvalidEvent(f"{where}.{key} must be a {'non-empty ' if not empty else ''}string")
+    if max_length and len(value) > max_length:
+        raise InvalidEvent(f"{where}.{key} is longer than {max_length} characters")
 
 
 def _boolean(payload: dict[str, Any], key: str, where: str, *, required: bool = True) -> None:
@@ -107,12 +121,14 @@ def _boolean(payload: dict[str, Any], key: str, where: str, *, required: bool = 
         raise InvalidEvent(f"{where}.{key} must be true or false")
 
 
-def _count(payload: dict[str, Any], key: str, where: str, *, minimum: int = 0, required: bool = True) -> None:
+def _count(
+    payload: dict[str, Any], key: str, where: str, *, minimum: int = 0, maximum: int = INT_BOUND, required: bool = True
+) -> None:
     value = payload.get(key)
     if value is None and not required:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= INT_BOUND:
-        raise InvalidEvent(f"{where}.{key} must be an integer from {minimum} to {INT_BOUND}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidEvent(f"{where}.{key} must be an integer from {minimum} to {maximum}")
 
 
 def _one_of(payload: dict[str, Any], key: str, where: str, choices: tuple[str, ...], *, required: bool = True) -> None:
@@ -169,8 +185,10 @@ def check_reason(reason: Any, where: str = "payload.reason") -> None:
 
 
 def _settings(p: dict[str, Any], w: str) -> None:
-    for key in ("title", "model", "reasoning_effort", "title_source"):
-        _string(p, key, w, required=False)
+    _string(p, "title", w, required=False, max_length=TITLE_MAX)
+    _string(p, "model", w, required=False, max_length=MODEL_MAX)
+    _string(p, "reasoning_effort", w, required=False, max_length=SETTING_MAX)
+    _string(p, "title_source", w, required=False, max_length=SETTING_MAX)
     _one_of(p, "mode", w, MODES, required=False)
     limits = p.get("limits")
     if limits is not None:
@@ -193,7 +211,7 @@ def _session_created(p: dict[str, Any], w: str) -> None:
 def _message_start(p: dict[str, Any], w: str) -> None:
     _string(p, "message_id", w, empty=False)
     _one_of(p, "role", w, ("assistant",))
-    _string(p, "model", w, required=False)
+    _string(p, "model", w, required=False, max_length=MODEL_MAX)
 
 
 def _message_delta(p: dict[str, Any], w: str) -> None:
@@ -211,7 +229,7 @@ def _message_delta(p: dict[str, Any], w: str) -> None:
 def _message_end(p: dict[str, Any], w: str) -> None:
     _string(p, "message_id", w, empty=False)
     _string(p, "finish_reason", w, required=False)
-    _string(p, "model", w, required=False)
+    _string(p, "model", w, required=False, max_length=MODEL_MAX)
     if p.get("usage") is not None:
         check_usage(p["usage"], f"{w}.usage")
 
@@ -236,14 +254,14 @@ def _tool_started(p: dict[str, Any], w: str) -> None:
 
 
 def _approval_requested(p: dict[str, Any], w: str) -> None:
-    _string(p, "ask_id", w, empty=False)
+    _string(p, "ask_id", w, empty=False, max_length=ASK_ID_MAX)
     _string(p, "tool_call_id", w, required=False)
     _string(p, "name", w, empty=False)
     if not isinstance(p.get("arguments"), dict):
         raise InvalidEvent(f"{w}.arguments must be an object")
     _string(p, "rule_id", w, required=False)
-    _count(p, "approvals_required", w, minimum=1, required=False)
-    _count(p, "expires_after_s", w, required=False)
+    _count(p, "approvals_required", w, minimum=1, maximum=MAX_APPROVALS, required=False)
+    _count(p, "expires_after_s", w, maximum=EXPIRY_MAX, required=False)
     if p.get("decision") is not None:
         check_decision(p["decision"], f"{w}.decision")
 
@@ -335,8 +353,8 @@ def check_event(type: Any, payload: Any, invocation_id: Any = None) -> EventType
     its EventType, raises InvalidEvent naming the first thing wrong."""
     kind = event_type(type)
     if invocation_id is not None:
-        if not isinstance(invocation_id, str) or not invocation_id:
-            raise InvalidEvent("invocation_id must be a non-empty string or null")
+        if not isinstance(invocation_id, str) or not 0 < len(invocation_id) <= ID_MAX:
+            raise InvalidEvent(f"invocation_id must be a string of 1 to {ID_MAX} characters, or null")
         _check_text(invocation_id, "invocation_id")
     elif kind in INVOCATION_TYPES:
         raise InvalidEvent(f"{kind.value} needs an invocation_id")

@@ -16,6 +16,7 @@ from sectr.errors import LeaseLost
 from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages
 from sectr.journal import MemoryJournal, NewEvent
+from sectr.payloads import InvalidEvent
 from sectr.providers.demo import DemoProvider
 from sectr.writer import InvocationWriter
 
@@ -274,3 +275,28 @@ async def test_a_write_in_flight_when_the_run_is_cancelled_is_still_seen_by_the_
     assert result.payload["tool_call_id"] == call_env.payload["tool_call_id"]
     assert call_env.seq < result.seq < outcome.seq
     assert envelopes[-1] == outcome
+
+
+@pytest.mark.parametrize(
+    ("type", "payload", "reason"),
+    [
+        (EventType.MESSAGE_DELTA, {"message_id": "m1", "text": 5}, "payload.text must be a string"),
+        (EventType.MESSAGE_DELTA, {"message_id": "m1", "txt": "hi"}, "unknown key"),
+        (EventType.TOOL_RESULT, {"tool_call_id": "c1", "name": "t", "content": "a\x00b"}, "NUL"),
+        (EventType.STEER_RECEIVED, {"text": "\ud800"}, "lone surrogate"),
+        (EventType.MESSAGE_END, {"message_id": "m1", "usage": {"input_tokens": 10**30}}, "out of bounds"),
+        (EventType.MESSAGE_END, {"message_id": "m1", "usage": {"output_tokens": -1}}, "output_tokens must be"),
+        (EventType.TOOL_CALL, {"message_id": "m1", "tool_call_id": "c1", "name": "t", "arguments": {}}, "arguments"),
+    ],
+)
+async def test_the_writer_refuses_a_payload_that_breaks_the_journals_rules(
+    type: EventType, payload: dict[str, Any], reason: str
+) -> None:
+    journal = MemoryJournal()
+    writer, sid, _ = new_writer(journal)
+    with pytest.raises(InvalidEvent, match=reason):
+        await writer.append(writer.event(type, payload))
+    assert journal.read(sid) == []
+    # The writer goes on: a good event after a refused one is written.
+    await writer.emit(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant"})
+    assert types_of(journal.read(sid)) == ["MESSAGE_START"]
