@@ -53,6 +53,14 @@ VERDICTS = ("allow_once", "allow_always", "deny")
 #: later gated calls of the same assistant message that would otherwise ask.
 DECISION_SCOPES = ("turn",)
 MODES = ("default", "plan", "accept_edits")
+#: How an imported journal names the people in it (`imported:alice`): an import restores a
+#: transcript, not other people's decisions, so a vote or a decision in it is never a live
+#: user's (the audit's actor, a quorum's count, a filter by user all see the prefix).
+IMPORTED_PREFIX = "imported:"
+
+
+def imported_name(name: str) -> str:
+    return name if name.startswith(IMPORTED_PREFIX) else IMPORTED_PREFIX + name
 
 
 def utcnow() -> datetime:

@@ -24,6 +24,7 @@ from sectr.errors import (
 )
 from sectr.events import (
     DECISION_SCOPES,
+    IMPORTED_PREFIX,
     MODES,
     VERDICTS,
     Envelope,
@@ -368,7 +369,9 @@ def vote_events(
     if note:
         vote["note"] = note
     events = [NewEvent(EventType.APPROVAL_VOTED, vote)]
-    approvals = [v for v in votes if v.get("verdict") != "deny"] + ([vote] if verdict != "deny" else [])
+    # An imported vote is history, not a live approval: it never counts toward a quorum.
+    live = [v for v in votes if not str(v.get("approver") or "").startswith(IMPORTED_PREFIX)]
+    approvals = [v for v in live if v.get("verdict") != "deny"] + ([vote] if verdict != "deny" else [])
     if verdict != "deny" and len(approvals) < required:
         return None, events
     if verdict == "deny":

@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr.asks import ASK_EVENT_TYPES, ask_changes
-from sectr.events import Envelope
+from sectr.events import IMPORTED_PREFIX, Envelope
 from sectr.rules import EXPIRED_APPROVER
 from sectr.state import SessionState
 from sessions_app import models
@@ -60,6 +60,9 @@ def matched_rule(ask: dict[str, Any]) -> str:
 
 
 def decision_kind(approver: str) -> str:
+    # An imported decision (`imported:rule:<id>`, sectr.events.imported_name) keeps its
+    # kind; its actor keeps the prefix, so it is never a live user's (or rule's) row.
+    approver = approver.removeprefix(IMPORTED_PREFIX)
     if approver.startswith(RULE_APPROVER_PREFIX):
         return models.AuditEntry.RULE
     if approver == EXPIRED_APPROVER:
@@ -100,7 +103,7 @@ def audit_rows(
             **fields,
         )
         if not row.rule and kind == models.AuditEntry.RULE:
-            row.rule = actor[len(RULE_APPROVER_PREFIX) :]
+            row.rule = actor.removeprefix(IMPORTED_PREFIX).removeprefix(RULE_APPROVER_PREFIX)
         if asked_at is not None and kind != models.AuditEntry.ASK:
             row.seconds_to_decide = max(0.0, (envelope.created_at - asked_at).total_seconds())
         rows.append(row)
