@@ -75,7 +75,7 @@ from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import publish_on_commit, queue_publication
-from sessions_app.telemetry.metrics import count_appended
+from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
 logger = logging.getLogger("sectr.journal")
@@ -205,7 +205,8 @@ class DatabaseJournal:
         with transaction.atomic(using=self.using):
             envelopes = self._append_locked(session_id, list(events), fence, locked=locked)
             if envelopes:
-                transaction.on_commit(functools.partial(count_appended, envelopes), using=self.using)
+                counted = functools.partial(count_appended_numbers, *appended_numbers(envelopes))
+                transaction.on_commit(counted, using=self.using)
             if self.publish and envelopes:
                 publish_on_commit(envelopes, using=self.using)
         return envelopes

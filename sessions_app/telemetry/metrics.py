@@ -49,10 +49,18 @@ SSE_CLIENTS = Gauge("sectr_sse_clients", "Open SSE run-event streams.", multipro
 
 def count_appended(envelopes: Sequence[Envelope]) -> None:
     """Count one committed append batch."""
-    if not envelopes:
-        return
-    ENVELOPES.inc(len(envelopes))
-    deltas = sum(1 for envelope in envelopes if envelope.type is EventType.MESSAGE_DELTA)
+    count_appended_numbers(*appended_numbers(envelopes))
+
+
+def appended_numbers(envelopes: Sequence[Envelope]) -> tuple[int, int]:
+    """(envelopes, deltas) of an append batch: what an on-commit count keeps, rather than
+    the batch itself (an import appends batch after batch in one transaction)."""
+    return len(envelopes), sum(1 for envelope in envelopes if envelope.type is EventType.MESSAGE_DELTA)
+
+
+def count_appended_numbers(envelopes: int, deltas: int) -> None:
+    if envelopes:
+        ENVELOPES.inc(envelopes)
     if deltas:
         DELTAS.inc(deltas)
 
