@@ -306,6 +306,9 @@ SECTR_API_RATE_LIMIT = env_rate("SECTR_API_RATE_LIMIT", "600/60")  # requests/se
 SECTR_LOGIN_LIMIT_PER_ACCOUNT = env_rate("SECTR_LOGIN_LIMIT_PER_ACCOUNT", "10/300")
 SECTR_LOGIN_LIMIT_PER_ADDRESS = env_rate("SECTR_LOGIN_LIMIT_PER_ADDRESS", "50/300")
 SECTR_SESSION_CREATE_LIMIT = env_rate("SECTR_SESSION_CREATE_LIMIT", "30/60")  # new sessions per user
+# `manage.py sectr_import` refuses a file larger than this many bytes (it reads the file
+# piece by piece, but appends it in one transaction).
+SECTR_IMPORT_MAX_BYTES = env_int("SECTR_IMPORT_MAX_BYTES", 64 * 1024 * 1024, minimum=1)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -1,28 +1,48 @@
 """Export and import: the journal exactly, as JSON (one session) or JSONL (many).
 
 The JSON export is the session's envelopes exactly as stored (seq, invocation_id, type,
-payload, created_at), plus a header naming the format. `import_session` (manage.py
-sectr_import) appends those envelopes, in order, to a new session through the journal's
-one write door, so its projection, search index and usage rows are built as for any
-session, and its fold equals the original's. Ask ids are rewritten (consistently) on
-import: they are global keys (AskIndex), and the original session still owns them.
+payload, created_at), plus a header naming the format.
+
+An import (`import_file`, manage.py sectr_import) restores a transcript, not other
+people's decisions, and trusts nothing in its file:
+
+* A first pass reads the file envelope by envelope (export_reader: memory follows one
+  envelope, never the file; the size is capped by SECTR_IMPORT_MAX_BYTES) and checks each
+  against the journal's rules (sectr.payloads, as an invocation's writer does), their
+  order (seqs 1, 2, 3 ..., one SESSION_CREATED, first) and their projection. The first
+  envelope that breaks one refuses the whole import, naming its index, its seq and why.
+* A second pass appends them, in order and in batches, to a new session through the
+  journal's one write door, all in one transaction, so its projection, search index and
+  usage rows are built as for any session, and its fold equals the original's.
+* Every person the journal names (who voted, decided, cancelled, wrote or steered) is
+  renamed `imported:<name>`: the audit, a quorum and a filter by user never take an
+  imported vote or decision for a live user's. The new session's owner is whoever the
+  operator names (`--owner`), never the file's.
+* Ask ids are rewritten (consistently): they are global keys (AskIndex), and the
+  original session still owns them.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import uuid
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
-from sectr.errors import ValidationFailed
-from sectr.events import Envelope, EventType
+from sectr.events import Envelope, EventType, imported_name
 from sectr.journal import NewEvent
+from sectr.payloads import INT_BOUND, InvalidEvent, JournalOrder, check_event
+from sectr.state import SessionState, apply_envelope
 from sessions_app.journal.database import DatabaseJournal
 from sessions_app.models import Session
+from sessions_app.review.export_reader import ENVELOPE, ExportReader, refused, too_large
 from sessions_app.review.transcript import build_timeline, timeline_markdown
 
 FORMAT = "sectr.journal"
@@ -83,38 +103,168 @@ def export_jsonl(sessions: Any) -> Iterator[str]:
 
 # ---- import ----
 
+#: The keys of an envelope record in the file (what `envelope_record` writes).
+RECORD_KEYS = frozenset({"seq", "invocation_id", "type", "payload", "created_at"})
+HEADER_KEYS = frozenset({"format", "version", "session"})
+#: A source of an export's items (export_reader.ExportReader.items), read once per pass.
+Items = Callable[[], Iterator[tuple[str, Any]]]
 
-def parse_export(data: Any) -> list[dict[str, Any]]:
-    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
-        raise ValidationFailed(f"not a {FORMAT} version {VERSION} export", code="format")
-    records = data.get("envelopes")
-    if not isinstance(records, list) or not records:
-        raise ValidationFailed("the export has no envelopes", code="format")
-    for expected, record in enumerate(records, start=1):
-        if not isinstance(record, dict) or record.get("seq") != expected:
-            raise ValidationFailed(f"envelope {expected} is missing or out of order", code="format")
+
+@dataclass
+class ImportPlan:
+    """What the checking pass learns for the writing pass."""
+
+    count: int
+    created_at: datetime
+    asks: dict[str, str]  # ask id in the file -> the new session's
+
+
+def file_items(path: str | Path, max_bytes: int) -> Items:
+    """The items of an export file (export_reader), read anew by each pass."""
+
+    def items() -> Iterator[tuple[str, Any]]:
         try:
-            EventType(record.get("type"))
-        except ValueError:
-            raise ValidationFailed(f"envelope {expected} has an unknown type", code="format") from None
-        if not isinstance(record.get("payload"), dict):
-            raise ValidationFailed(f"envelope {expected} has no payload object", code="format")
-    if records[0]["type"] != EventType.SESSION_CREATED.value:
-        raise ValidationFailed("an export starts with SESSION_CREATED", code="format")
-    return records
+            with open(path, "rb") as handle:
+                if os.fstat(handle.fileno()).st_size > max_bytes:
+                    raise too_large(max_bytes)
+                yield from ExportReader(handle, max_bytes=max_bytes).items()
+        except OSError as exc:
+            raise refused(f"cannot read the file: {exc.strerror or exc}") from None
+
+    return items
 
 
-def _renamed_asks(records: list[dict[str, Any]]) -> dict[str, str]:
-    asks = {}
-    for record in records:
-        if record["type"] == EventType.APPROVAL_REQUESTED.value:
-            ask_id = record["payload"].get("ask_id")
-            if isinstance(ask_id, str):
-                asks[ask_id] = f"ask_{uuid.uuid4().hex}"
-    return asks
+def document_items(data: Any) -> Items:
+    """The items of an export already in memory (a parsed document)."""
+
+    def items() -> Iterator[tuple[str, Any]]:
+        if not isinstance(data, dict):
+            raise refused(f"not a {FORMAT} version {VERSION} export")
+        for key, value in data.items():
+            if key == ENVELOPE:
+                if not isinstance(value, list):
+                    raise refused("envelopes must be a list")
+                for record in value:
+                    yield ENVELOPE, record
+            else:
+                yield key, value
+
+    return items
+
+
+def _envelopes(items: Items) -> Iterator[tuple[int, dict[str, Any], EventType]]:
+    """(index, record, type) of every envelope, each checked against the journal's rules
+    (sectr.payloads) and the file's header checked as it comes; refuses with the index and
+    seq of the first envelope that breaks one."""
+    order = JournalOrder()
+    header: dict[str, Any] = {}
+    index = 0
+    for key, value in items():
+        if key != ENVELOPE:
+            _check_header(key, value)
+            header[key] = value
+            continue
+        index += 1
+        yield index, _checked_record(index, value, order), EventType(value["type"])
+    if header.get("format") != FORMAT or header.get("version") != VERSION:
+        raise refused(f"not a {FORMAT} version {VERSION} export")
+    if index == 0:
+        raise refused("the export has no envelopes")
+
+
+def _check_header(key: str, value: Any) -> None:
+    if key not in HEADER_KEYS:
+        raise refused(f"unknown key {key[:40]!r} in the export")
+    if (key == "format" and value != FORMAT) or (key == "version" and value != VERSION):
+        raise refused(f"not a {FORMAT} version {VERSION} export")
+
+
+def _checked_record(index: int, record: Any, order: JournalOrder) -> dict[str, Any]:
+    seq = record.get("seq") if isinstance(record, dict) else None
+    where = f"envelope {index} (seq {str(seq)[:20]})"
+    try:
+        if not isinstance(record, dict):
+            raise InvalidEvent("is not an object")
+        unknown = sorted(set(record) - RECORD_KEYS)
+        if unknown:
+            raise InvalidEvent(f"has unknown key(s) {', '.join(str(k)[:40] for k in unknown[:5])}")
+        kind = check_event(record.get("type"), record.get("payload"), record.get("invocation_id"))
+        order.check(seq, kind)
+        _created_at(record)
+    except InvalidEvent as exc:
+        raise refused(f"{where}: {exc}") from None
+    return record
+
+
+def _created_at(record: dict[str, Any]) -> datetime:
+    value = record.get("created_at")
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidEvent("created_at must be an ISO 8601 date and time") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def check_import(items: Items) -> ImportPlan:
+    """The first pass: every envelope checked and folded into a projection (what the
+    journal will do on append), nothing written. Memory: one envelope and the projection."""
+    state = SessionState(session_id="import")
+    asks: dict[str, str] = {}
+    created_at: datetime | None = None
+    count = 0
+    for index, record, kind in _envelopes(items):
+        count = index
+        if created_at is None:
+            created_at = _created_at(record)
+        if kind is EventType.APPROVAL_REQUESTED:
+            ask_id = record["payload"]["ask_id"]
+            if ask_id in asks:
+                raise refused(f"envelope {index} (seq {index}): ask {ask_id[:64]!r} is asked twice")
+            asks[ask_id] = f"ask_{uuid.uuid4().hex}"
+        envelope = Envelope("import", index, record.get("invocation_id"), kind, record["payload"], created_at)
+        if kind is not EventType.MESSAGE_DELTA:
+            apply_envelope(state, envelope)
+            for model, usage in state.usage.items():
+                if any(value > INT_BOUND for value in usage.values()):
+                    where = f"envelope {index} (seq {index})"
+                    raise refused(f"{where}: the usage of {model[:60]!r} adds up past {INT_BOUND}")
+    assert created_at is not None  # _envelopes refuses an export without envelopes
+    return ImportPlan(count=count, created_at=created_at, asks=asks)
+
+
+def attributed(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]:
+    """`payload` (a copy of the file's, changed in place) with every person it names as
+    `imported:<name>`: who voted, decided (and every approver of a quorum), cancelled,
+    wrote a message or steered. An import restores a transcript; the people in it did
+    not act here, so the audit, a quorum and a filter by user never take them for a
+    live user."""
+
+    def rename(holder: Any, key: str) -> None:
+        if isinstance(holder, dict) and isinstance(holder.get(key), str) and holder[key]:
+            holder[key] = imported_name(holder[key])
+
+    if kind is EventType.APPROVAL_VOTED:
+        rename(payload, "approver")
+    elif kind is EventType.APPROVAL_REQUESTED:
+        rename(payload.get("decision"), "approver")
+    elif kind is EventType.INVOCATION_STARTED:
+        reason = payload["reason"]
+        rename(reason, "author")
+        decision = reason.get("decision")
+        rename(decision, "approver")
+        if isinstance(decision, dict) and isinstance(decision.get("approvers"), list):
+            decision["approvers"] = [imported_name(name) for name in decision["approvers"]]
+    elif kind is EventType.STEER_RECEIVED:
+        rename(payload, "author")
+    elif kind is EventType.INVOCATION_CANCELLED:
+        rename(payload, "by")
+    return payload
 
 
 def _rewrite(value: Any, asks: dict[str, str]) -> Any:
+    """A copy of `value` with every ask id renamed (ask ids are global keys: AskIndex)."""
     if isinstance(value, dict):
         return {
             k: (asks.get(v, v) if k == "ask_id" and isinstance(v, str) else _rewrite(v, asks)) for k, v in value.items()
@@ -124,26 +274,42 @@ def _rewrite(value: Any, asks: dict[str, str]) -> Any:
     return value
 
 
-def import_session(data: Any, owner: Any) -> Session:
-    """A new session of `owner` holding the export's journal (see the module docstring).
-    All or nothing: one transaction."""
-    records = parse_export(data)
-    asks = _renamed_asks(records)
+def write_import(items: Items, plan: ImportPlan, owner: Any) -> Session:
+    """The second pass: the checked envelopes appended to a new session of `owner` in
+    batches of IMPORT_BATCH, all in one transaction (a failure, or a file that changed
+    since the first pass, leaves nothing)."""
     journal = DatabaseJournal(publish=False)
     with transaction.atomic():
-        session = Session.objects.create(owner=owner, created_at=_created_at(records[0]))
-        for start in range(0, len(records), IMPORT_BATCH):
-            batch = records[start : start + IMPORT_BATCH]
-            journal.append_sync(
-                session.pk,
-                [NewEvent(EventType(r["type"]), _rewrite(r["payload"], asks), r.get("invocation_id")) for r in batch],
-            )
+        session = Session.objects.create(owner=owner, created_at=plan.created_at)
+        batch: list[NewEvent] = []
+        count = 0
+        for _index, record, kind in _envelopes(items):
+            count += 1
+            payload = attributed(kind, _rewrite(record["payload"], plan.asks))
+            batch.append(NewEvent(kind, payload, record.get("invocation_id")))
+            if len(batch) >= IMPORT_BATCH:
+                journal.append_sync(session.pk, batch)
+                batch = []
+        if batch:
+            journal.append_sync(session.pk, batch)
+        if count != plan.count:
+            raise refused("the file changed while it was imported")
     session.refresh_from_db()
     return session
 
 
-def _created_at(record: dict[str, Any]) -> datetime:
-    try:
-        return datetime.fromisoformat(str(record.get("created_at")))
-    except ValueError:
-        raise ValidationFailed("the first envelope has no valid created_at", code="format") from None
+def import_items(items: Items, owner: Any) -> Session:
+    """A new session of `owner` holding the export's journal (see the module docstring):
+    checked whole first, then written; all or nothing."""
+    return write_import(items, check_import(items), owner)
+
+
+def import_session(data: Any, owner: Any) -> Session:
+    """`import_items` for an export already parsed into memory."""
+    return import_items(document_items(data), owner)
+
+
+def import_file(path: str | Path, owner: Any, *, max_bytes: int | None = None) -> Session:
+    """`import_items` for an export file, read piece by piece (twice: check, then write)."""
+    limit = settings.SECTR_IMPORT_MAX_BYTES if max_bytes is None else max_bytes
+    return import_items(file_items(path, limit), owner)
