@@ -40,19 +40,6 @@ SETTING_MAX = 16
 EXPIRY_MAX = 2**31 - 1
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 DELTA_KEYS = frozenset({"message_id", "text", "reasoning"})
-#: What an envelope written by a run (an invocation's writer) may not be without an
-#: invocation id; the others may be session-level (invocation_id null).
-INVOCATION_TYPES = frozenset(
-    {
-        EventType.INVOCATION_STARTED,
-        EventType.INVOCATION_SUSPENDED,
-        EventType.INVOCATION_COMPLETED,
-        EventType.INVOCATION_FAILED,
-        EventType.INVOCATION_CANCELLED,
-    }
-)
-
-
 class InvalidEvent(ValueError):
     """An event that breaks the journal's rules; the message names the field and why."""
 
@@ -356,7 +343,7 @@ def check_event(type: Any, payload: Any, invocation_id: Any = None) -> EventType
         if not isinstance(invocation_id, str) or not 0 < len(invocation_id) <= ID_MAX:
             raise InvalidEvent(f"invocation_id must be a string of 1 to {ID_MAX} characters, or null")
         _check_text(invocation_id, "invocation_id")
-    elif kind in INVOCATION_TYPES:
+    elif kind is EventType.INVOCATION_STARTED:
         raise InvalidEvent(f"{kind.value} needs an invocation_id")
     if not isinstance(payload, dict):
         raise InvalidEvent("payload must be an object")
