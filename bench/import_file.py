@@ -66,6 +66,7 @@ def main() -> int:
     if not os.environ.get("DATABASE_URL"):
         os.environ["SECTR_VAR_DIR"] = str(workdir)
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sectr_web.settings")
+    os.environ["DEBUG"] = "0"  # as in production: DEBUG keeps every query's SQL in memory
     os.environ["SECTR_IMPORT_MAX_BYTES"] = str(1 << 40)
 
     import django
