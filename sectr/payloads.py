@@ -40,6 +40,8 @@ SETTING_MAX = 16
 EXPIRY_MAX = 2**31 - 1
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 DELTA_KEYS = frozenset({"message_id", "text", "reasoning"})
+
+
 class InvalidEvent(ValueError):
     """An event that breaks the journal's rules; the message names the field and why."""
 
