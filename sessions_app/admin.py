@@ -473,7 +473,8 @@ class ReviewQueueItemInline(admin.TabularInline):
 
 @admin.register(ReviewQueue)
 class ReviewQueueAdmin(admin.ModelAdmin):
-    list_display = ("name", "created_by", "created_at")
+    list_display = ("name", "team", "created_by", "created_at")
+    list_filter = ("team",)
     search_fields = ("name",)
     filter_horizontal = ("reviewers",)
     raw_id_fields = ("created_by",)

@@ -792,12 +792,20 @@ class ReviewMark(models.Model):
 
 
 class ReviewQueue(models.Model):
-    """A named list of sessions to review, worked through by its assigned reviewers."""
+    """A named list of one team's sessions to review, worked through by its assigned reviewers.
 
-    name = models.CharField(max_length=100, unique=True)
+    Everything about a queue follows its team's roles (sessions_app.review.actions): who
+    sees it, lists it, fills it, works it and may be assigned to it. A queue without a
+    team (made before queues had one, and not attributable to one) is staff's alone."""
+
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="review_queues")
+    name = models.CharField(max_length=100)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="sectr_review_queues")
     created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="reviewqueue_team_name_uniq")]
 
     def __str__(self) -> str:
         return self.name

@@ -13,13 +13,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max
+from django.db.models import Max, Q, QuerySet
 from django.utils import timezone
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access
 from sessions_app.models import (
     Envelope,
+    Membership,
     Rating,
     ReviewMark,
     ReviewNote,
@@ -27,6 +28,7 @@ from sessions_app.models import (
     ReviewQueueItem,
     Session,
     ShareLink,
+    Team,
 )
 
 MAX_TAGS = 10
@@ -159,11 +161,33 @@ def do_add_note(actor: Any, session_id: str, body: Any, seq: int | None = None) 
 
 
 # ---- queues ----
+#
+# A queue belongs to one team, and everything about it follows that team's roles: its
+# reviewers and moderators (and staff) may be given it; among them its creator, the
+# reviewers it names and the team's moderators see it, list it, count it and work it; only
+# the team's sessions go in it, only the team's reviewers are assigned to it. Everyone else
+# gets NotFound, as for a session they may not read. A role in some other team counts for
+# nothing here.
 
 
-def is_moderator(user: Any) -> bool:
-    """A moderator of some team (or staff): sees every item of the queues they open."""
-    return access.has_any_role(user, "moderator")
+def is_queue_moderator(user: Any, queue: ReviewQueue) -> bool:
+    """A moderator of the queue's team (or staff): sees and works every item of it."""
+    return access.has_team_role(user, queue.team_id, "moderator") or access.is_staff(user)
+
+
+def queues_for(user: Any) -> QuerySet[ReviewQueue]:
+    """The queues `user` may open (get_queue_for_user), as one query: for lists and counts."""
+    if access.is_staff(user):
+        return ReviewQueue.objects.all()
+    if user is None or not user.is_authenticated:
+        return ReviewQueue.objects.none()
+    roles = Membership.objects.filter(user_id=user.pk)
+    reviewing = roles.filter(role__in=(Membership.REVIEWER, Membership.MODERATOR)).values("team_id")
+    moderating = roles.filter(role=Membership.MODERATOR).values("team_id")
+    named = ReviewQueue.reviewers.through.objects.filter(user_id=user.pk).values("reviewqueue_id")
+    return ReviewQueue.objects.filter(team_id__in=reviewing).filter(
+        Q(team_id__in=moderating) | Q(created_by_id=user.pk) | Q(pk__in=named)
+    )
 
 
 def check_queue_name(name: Any) -> str:
@@ -173,48 +197,79 @@ def check_queue_name(name: Any) -> str:
     return text
 
 
-def _require_reviewer(actor: Any) -> None:
-    if not access.has_any_role(actor, "reviewer"):
-        raise Forbidden("review queues are for reviewers and moderators")
+def check_queue_team(actor: Any, team: Any) -> Team:
+    """The team a new queue of `actor` belongs to: `team` by name, where the actor reviews
+    or moderates (staff: any); None or "" means their one such team, if they have one."""
+    reviewing = access.teams_for(actor, "reviewer").order_by("name")
+    if team in (None, ""):
+        teams = list(reviewing[:2])
+        if len(teams) != 1:
+            raise ValidationFailed("choose the team the queue is for", code="team")
+        return teams[0]
+    found = reviewing.filter(name=team).first() if isinstance(team, str) and len(team) <= 64 else None
+    if found is None:
+        raise ValidationFailed("you review no team of that name", code="team")
+    return found
 
 
-def do_create_queue(actor: Any, name: Any, reviewers: Iterable[Any] = ()) -> ReviewQueue:
-    _require_reviewer(actor)
+def check_queue_reviewers(team: Team, people: Iterable[Any], code: str = "reviewers") -> list[Any]:
+    """`people` if every one reviews or moderates `team` (staff included); ValidationFailed otherwise."""
+    chosen = list(people)
+    for person in chosen:
+        if person is None or not access.has_team_role(person, team.pk, "reviewer"):
+            name = person.get_username() if person is not None else "nobody"
+            raise ValidationFailed(f"{name} is not a reviewer of team {team.name}", code=code)
+    return chosen
+
+
+def do_create_queue(actor: Any, name: Any, reviewers: Iterable[Any] = (), team: Any = None) -> ReviewQueue:
+    """A queue of `team` (by name; default: the actor's one team where they review)."""
     text = check_queue_name(name)
-    people = list(reviewers)
-    for person in people:
-        if not access.has_any_role(person, "reviewer"):
-            raise ValidationFailed(f"{person.get_username()} is not a reviewer", code="reviewers")
+    home = check_queue_team(actor, team)
+    people = check_queue_reviewers(home, reviewers)
     try:
         with transaction.atomic():
-            queue = ReviewQueue.objects.create(name=text, created_by=actor)
+            queue = ReviewQueue.objects.create(team=home, name=text, created_by=actor)
             queue.reviewers.set(people)
     except IntegrityError:
-        raise SectrError(f"a queue named {text!r} exists already", code="queue_exists", status=409) from None
+        raise SectrError(
+            f"team {home.name} has a queue named {text!r} already", code="queue_exists", status=409
+        ) from None
     return queue
 
 
 def get_queue_for_user(actor: Any, queue_id: int) -> ReviewQueue:
-    """A queue its reviewers, its creator and moderators may work with; 404 for others."""
-    queue = ReviewQueue.objects.filter(pk=queue_id).first()
-    if queue is None or not access.has_any_role(actor, "reviewer"):
+    """A queue its team's moderators, its creator and its reviewers may work with, while
+    they review or moderate its team; NotFound for everyone else."""
+    queue = ReviewQueue.objects.select_related("team").filter(pk=queue_id).first()
+    if queue is None:
         raise NotFound("no such queue")
-    if not (is_moderator(actor) or queue.created_by_id == actor.pk or queue.reviewers.filter(pk=actor.pk).exists()):
+    if access.is_staff(actor):
+        return queue
+    if not access.has_team_role(actor, queue.team_id, "reviewer"):
+        raise NotFound("no such queue")
+    if not (
+        is_queue_moderator(actor, queue)
+        or queue.created_by_id == actor.pk
+        or queue.reviewers.filter(pk=actor.pk).exists()
+    ):
         raise NotFound("no such queue")
     return queue
 
 
 def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> tuple[int, int]:
-    """Put sessions in a queue, assigned round-robin to its reviewers (unassigned when it
-    has none). Sessions already in it are refused (skipped), never doubled.
+    """Put sessions of the queue's team in it, assigned round-robin to its reviewers
+    (unassigned when it has none). Sessions already in it are refused (skipped), never
+    doubled; sessions of other teams (or none) are never added.
     Returns (added, refused as duplicates). Takes the queue row lock, so two people
     adding at once number their items without gaps or clashes."""
     with transaction.atomic():
         queue = get_queue_for_user(actor, queue_id)
         ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()
-        # One query for the whole batch (a search may put thousands in): what `actor` may review.
+        # One query for the whole batch (a search may put thousands in): what `actor` may
+        # review, of the queue's team.
         wanted = [s.pk for s in sessions]
-        candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted))
+        candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted, team_id=queue.team_id))
         present = set(
             ReviewQueueItem.objects.filter(queue=queue, session__in=[s.pk for s in candidates]).values_list(
                 "session_id", flat=True
@@ -237,9 +292,11 @@ def do_assign(actor: Any, item_id: int, assignee: Any | None) -> ReviewQueueItem
     item = ReviewQueueItem.objects.select_related("queue").filter(pk=item_id).first()
     if item is None:
         raise NotFound("no such queue item")
-    get_queue_for_user(actor, item.queue_id)
-    if assignee is not None and not access.has_any_role(assignee, "reviewer"):
-        raise ValidationFailed(f"{assignee.get_username()} is not a reviewer", code="assignee")
+    queue = get_queue_for_user(actor, item.queue_id)
+    if assignee is not None and queue.team is not None:
+        check_queue_reviewers(queue.team, [assignee], code="assignee")
+    elif assignee is not None:
+        raise ValidationFailed("a queue without a team takes no assignees", code="assignee")
     ReviewQueueItem.objects.filter(pk=item.pk).update(assignee=assignee)
     item.assignee = assignee
     return item
@@ -249,12 +306,22 @@ def do_mark_item_done(actor: Any, item_id: int, done: bool = True) -> ReviewQueu
     item = ReviewQueueItem.objects.filter(pk=item_id).first()
     if item is None:
         raise NotFound("no such queue item")
-    get_queue_for_user(actor, item.queue_id)
-    if item.assignee_id not in (None, actor.pk) and not is_moderator(actor):
+    queue = get_queue_for_user(actor, item.queue_id)
+    if item.assignee_id not in (None, actor.pk) and not is_queue_moderator(actor, queue):
         raise Forbidden("this item is assigned to someone else")
+    item.queue = queue
     item.done_at = timezone.now() if done else None
     ReviewQueueItem.objects.filter(pk=item.pk).update(done_at=item.done_at)
     return item
+
+
+def queue_items_for(actor: Any, queue: ReviewQueue) -> QuerySet[ReviewQueueItem]:
+    """The items of `queue` `actor` works through: all of them for its team's moderators,
+    else those assigned to them or to nobody."""
+    items = ReviewQueueItem.objects.filter(queue=queue)
+    if not is_queue_moderator(actor, queue):
+        items = items.filter(Q(assignee_id=actor.pk) | Q(assignee__isnull=True))
+    return items.order_by("position")
 
 
 # ---- share links ----

@@ -27,8 +27,6 @@ from sessions_app.models import (
     Rating,
     ReviewMark,
     ReviewNote,
-    ReviewQueue,
-    ReviewQueueItem,
     Session,
 )
 from sessions_app.review import actions, export, search, usage
@@ -73,8 +71,7 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
     rows = page.object_list
     found = search.snippets_for([s.pk for s in rows], filters.q)
     reviewed = set(ReviewMark.objects.filter(session__in=rows).values_list("session_id", flat=True))
-    # _require_reviewer passed: the user reviews somewhere (no second look at memberships).
-    queues = ReviewQueue.objects.order_by("name")
+    queues = actions.queues_for(request.user).select_related("team").order_by("team__name", "name")
     context = {
         "page": page,
         "rows": [(s, found.get(s.pk), s.pk in reviewed) for s in rows],
@@ -124,7 +121,7 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
         queue = actions.get_queue_for_user(user, int(queue_id))
     except NotFound:
         return None
-    items = list(_my_items(user, queue).values_list("pk", "session_id", "done_at"))
+    items = list(actions.queue_items_for(user, queue).values_list("pk", "session_id", "done_at"))
     index = next((i for i, (_, sid, _) in enumerate(items) if sid == session.pk), None)
     if index is None:
         return None
@@ -138,13 +135,6 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
         "previous": items[index - 1][1] if index > 0 else None,
         "next": items[index + 1][1] if index + 1 < len(items) else None,
     }
-
-
-def _my_items(user: Any, queue: ReviewQueue) -> Any:
-    items = ReviewQueueItem.objects.filter(queue=queue)
-    if not actions.is_moderator(user):
-        items = items.filter(Q(assignee=user) | Q(assignee__isnull=True))
-    return items.order_by("position")
 
 
 @login_required
@@ -181,7 +171,10 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "fork_children": children,
         "mark": mark,
         "can_review": access.can_review(request.user, session),
-        "queues": ReviewQueue.objects.order_by("name") if access.has_any_role(request.user, "reviewer") else [],
+        # Only the queues of the session's team take it (sessions_app.review.actions).
+        "queues": actions.queues_for(request.user).filter(team_id=session.team_id).order_by("name")
+        if session.team_id is not None
+        else [],
         "queue_nav": _queue_nav(request.user, session, request.GET.get("queue")),
         "here": request.get_full_path(),
     }
@@ -256,15 +249,21 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
             if missing:
                 messages.error(request, f"No such user: {', '.join(sorted(missing))}")
             else:
-                queue = actions.do_create_queue(request.user, request.POST.get("name"), people)
+                queue = actions.do_create_queue(
+                    request.user, request.POST.get("name"), people, team=request.POST.get("team") or None
+                )
                 messages.success(request, f"Queue {queue.name} created.")
                 return redirect("review_queue", queue_id=queue.pk)
         except SectrError as exc:
             messages.error(request, exc.message)
-    listed = ReviewQueue.objects.annotate(
-        total=Count("items"), done=Count("items", filter=Q(items__done_at__isnull=False))
-    ).order_by("name")
-    return render(request, "review/queues.html", {"queues": listed})
+    listed = (
+        actions.queues_for(request.user)
+        .select_related("team")
+        .annotate(total=Count("items"), done=Count("items", filter=Q(items__done_at__isnull=False)))
+        .order_by("team__name", "name")
+    )
+    teams = access.teams_for(request.user, "reviewer").order_by("name")
+    return render(request, "review/queues.html", {"queues": listed, "teams": teams})
 
 
 @login_required
@@ -272,7 +271,7 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
 @review_refusals
 def review_queue(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
     queue = actions.get_queue_for_user(request.user, queue_id)
-    items = list(_my_items(request.user, queue).select_related("session", "assignee"))
+    items = list(actions.queue_items_for(request.user, queue).select_related("session", "assignee"))
     first_open = next((item for item in items if item.done_at is None), None)
     context = {
         "queue": queue,
@@ -308,8 +307,10 @@ def add_to_queue(request: HtmxHttpRequest) -> HttpResponse:
 @review_refusals
 def queue_item_done(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = actions.do_mark_item_done(request.user, item_id, request.POST.get("done", "1") == "1")
+    # `then` names the session to review next; it leads only to another item of this
+    # queue the user works through (anything else, however it is spelled, goes back).
     target = request.POST.get("then")
-    if target:
+    if target and actions.queue_items_for(request.user, item.queue).filter(session_id=target).exists():
         return redirect(f"{reverse('review_session', args=[target])}?queue={item.queue_id}")
     return redirect(_back(request))
 

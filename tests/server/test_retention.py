@@ -30,6 +30,7 @@ from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Envelope, MediaBlob, PeriodicJob, Run, Session, SessionMedia, Team
 from sessions_app.ops import retention
 from sessions_app.worker import Worker
+from tests.server.conftest import join_team
 from tests.server.test_media import PNG, image_part
 
 pytestmark = [pytest.mark.django_db]
@@ -176,6 +177,7 @@ def test_review_queues_and_live_share_links_keep_a_session_until_released(make_s
     queued, shared, plain = make_session(title="queued"), make_session(title="shared"), make_session(title="plain")
     for session in (queued, shared, plain):
         idle_for(session, 60)
+    join_team(owner, "moderator", owner)  # a queue is a team's: the sessions go in the owner's team
     queue = review_actions.do_create_queue(owner, "weekly")
     review_actions.do_add_to_queue(owner, queue.pk, [queued])
     link = review_actions.do_create_share(owner, shared.pk)
