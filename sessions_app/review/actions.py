@@ -269,7 +269,9 @@ def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> t
         # One query for the whole batch (a search may put thousands in): what `actor` may
         # review, of the queue's team.
         wanted = [s.pk for s in sessions]
-        candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted, team_id=queue.team_id))
+        candidates: list[Session] = []
+        if queue.team_id is not None:  # (a queue from before teams, staff's, takes no more)
+            candidates = list(access.reviewable_sessions(actor).filter(pk__in=wanted, team_id=queue.team_id))
         present = set(
             ReviewQueueItem.objects.filter(queue=queue, session__in=[s.pk for s in candidates]).values_list(
                 "session_id", flat=True
