@@ -1,4 +1,4 @@
-"""Open websockets re-check who is on the other end.
+"""Open websockets and SSE streams re-check who is on the other end.
 
 A socket is authorised once, at connect(); without more, a user who logs out, is
 deactivated, changes their password or loses the role that let them read a session
@@ -19,6 +19,11 @@ commits, to the user's group (`user_access_group`, every socket of that user, in
 process) or to the session's group. Polling every socket every 3 s instead cost each
 process one check per socket per 3 s whatever happened: at 5,000 idle sockets on one
 Daphne that is 1,700 checks a second and the process could no longer open sockets.
+
+When to re-check is AccessWatch's one job, for every kind of stream: a websocket consumer
+(RecheckedConsumer) and an API event stream (sessions_app.api.sse, whose check is the
+bearer token and the session's read access) each give it their check and what to do when
+it fails; revoking or deleting an API token signals the same way as the rest.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import random
+from collections.abc import Awaitable, Callable, Iterable
 from importlib import import_module
 from types import SimpleNamespace
 from typing import Any
@@ -52,6 +58,76 @@ def user_access_group(user_id: Any) -> str:
     return f"sectr.access.user.{int(user_id)}"
 
 
+class AccessWatch:
+    """When a live stream's access is re-checked: at once when `changed()` is called (an
+    `access.changed` message reached the stream), and every SECTR_WS_ACCESS_SECONDS
+    (staggered) as the safety net. `check` answers None while the stream may go on, else a
+    close code; the first code makes it call `revoke(code)` once, and stop."""
+
+    def __init__(
+        self,
+        check: Callable[[], Awaitable[int | None]],
+        revoke: Callable[[int], Awaitable[None]],
+        revoked: Callable[[], bool],
+    ) -> None:
+        self._check = check
+        self._revoke = revoke
+        self._revoked = revoked
+        self._net: asyncio.Task[None] | None = None
+        self._soon: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the safety net (call once the stream is open)."""
+        self._net = asyncio.ensure_future(self._recheck_forever())
+
+    async def stop(self) -> None:
+        for attribute in ("_net", "_soon"):
+            task = getattr(self, attribute)
+            setattr(self, attribute, None)
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+
+    async def _recheck_forever(self) -> None:
+        while not self._revoked():
+            await asyncio.sleep(settings.SECTR_WS_ACCESS_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 - staggering
+            if await self.recheck_now():
+                return
+
+    async def recheck_now(self) -> bool:
+        """Re-check now; True if the stream was revoked."""
+        try:
+            code = await self._check()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a database hiccup is not a reason to drop a reader
+            logger.warning("access re-check failed", exc_info=True)
+            return False
+        if code is not None and not self._revoked():
+            await self._revoke(code)
+        return code is not None
+
+    def changed(self) -> None:
+        """Something that may revoke this stream's access happened: re-check soon (one
+        check at a time; a change during a check gets a check of its own after it)."""
+        if self._revoked():
+            return
+        previous = self._soon
+
+        async def after_previous() -> None:
+            if previous is not None:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await previous
+            await self.recheck_now()
+
+        self._soon = asyncio.ensure_future(after_previous())
+
+
+def is_access_changed(message: dict[str, Any]) -> bool:
+    return message.get("type") == ACCESS_CHANGED_MESSAGE_TYPE
+
+
 def current_login(scope: dict[str, Any]) -> Any | None:
     """The socket's user as the database has them now, while the Django session the
     socket was opened with still logs them in; else None."""
@@ -67,11 +143,10 @@ def current_login(scope: dict[str, Any]) -> Any | None:
 
 
 class RecheckedConsumer(AsyncWebsocketConsumer):
-    """A websocket consumer whose access is re-checked while it is open."""
+    """A websocket consumer whose access is re-checked while it is open (AccessWatch)."""
 
     access_revoked = False
-    _access_task: asyncio.Task[None] | None = None
-    _soon: asyncio.Task[None] | None = None
+    _watch: AccessWatch | None = None
     groups_joined: list[str]
 
     async def dispatch(self, message: dict[str, Any]) -> None:
@@ -91,6 +166,11 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
         caches its permissions)."""
         return None
 
+    def _access_watch(self) -> AccessWatch:
+        if self._watch is None:
+            self._watch = AccessWatch(self.recheck, self.revoke, lambda: self.access_revoked)
+        return self._watch
+
     async def start_rechecking(self) -> None:
         """Join the user's access group, then start the safety net. Call after accept()."""
         user = self.scope.get("user")
@@ -98,51 +178,19 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
             group = user_access_group(user.pk)
             await self.channel_layer.group_add(group, self.channel_name)
             self.groups_joined = [*getattr(self, "groups_joined", []), group]
-        self._access_task = asyncio.ensure_future(self.recheck_forever())
+        self._access_watch().start()
 
     async def stop_rechecking(self) -> None:
-        for attribute in ("_access_task", "_soon"):
-            task = getattr(self, attribute)
-            setattr(self, attribute, None)
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
-
-    async def recheck_forever(self) -> None:
-        while not self.access_revoked:
-            # The safety net's period, each socket waiting 0.5 to 1 times it (staggered).
-            await asyncio.sleep(settings.SECTR_WS_ACCESS_SECONDS * random.uniform(0.5, 1.0))  # noqa: S311 - staggering
-            if await self.recheck_and_revoke():
-                return
+        if self._watch is not None:
+            await self._watch.stop()
 
     async def recheck_and_revoke(self) -> bool:
         """Re-check now; True if the socket was closed."""
-        try:
-            code = await self.recheck()
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a database hiccup is not a reason to drop a reader
-            logger.warning("access re-check failed", exc_info=True)
-            return False
-        if code is not None and not self.access_revoked:
-            await self.revoke(code)
-        return code is not None
+        return await self._access_watch().recheck_now()
 
     async def access_changed(self, message: dict[str, Any]) -> None:
-        """Something that may revoke this socket's access happened: re-check now (one
-        check at a time; a change during a check gets a check of its own after it)."""
-        if self.access_revoked:
-            return
-        previous = self._soon
-
-        async def after_previous() -> None:
-            if previous is not None:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await previous
-            await self.recheck_and_revoke()
-
-        self._soon = asyncio.ensure_future(after_previous())
+        """Something that may revoke this socket's access happened: re-check now."""
+        self._access_watch().changed()
 
     async def recheck(self) -> int | None:
         return await database_sync_to_async(self._recheck_now)()
@@ -174,6 +222,13 @@ def _notify(group: str) -> None:
     publish_on_commit_messages([(group, {"type": ACCESS_CHANGED_MESSAGE_TYPE})])
 
 
+def notify_user_access_changed(user_ids: Iterable[Any]) -> None:
+    """Re-check every open stream of these users once the transaction commits: for a
+    change no signal sees (a bulk update, as the admin's token revocation makes)."""
+    for user_id in sorted(set(user_ids)):
+        _notify(user_access_group(user_id))
+
+
 def _user_changed(sender: Any, instance: Any = None, user: Any = None, **_kwargs: Any) -> None:
     who = user if user is not None else instance
     if who is not None and getattr(who, "pk", None) is not None:
@@ -182,6 +237,11 @@ def _user_changed(sender: Any, instance: Any = None, user: Any = None, **_kwargs
 
 def _membership_changed(sender: Any, instance: Any, **_kwargs: Any) -> None:
     if instance.user_id is not None:
+        _notify(user_access_group(instance.user_id))
+
+
+def _token_changed(sender: Any, instance: Any, created: bool = False, **_kwargs: Any) -> None:
+    if not created and instance.user_id is not None:  # a revoked (or deleted) token
         _notify(user_access_group(instance.user_id))
 
 
@@ -195,7 +255,7 @@ def connect_access_signals() -> None:
     from django.contrib.auth.signals import user_logged_out
     from django.db.models.signals import post_delete, post_save
 
-    from sessions_app.models import Membership, Session
+    from sessions_app.models import ApiToken, Membership, Session
 
     user_model = get_user_model()
     user_logged_out.connect(_user_changed, dispatch_uid="sectr-access-logout")
@@ -203,4 +263,6 @@ def connect_access_signals() -> None:
     post_delete.connect(_user_changed, sender=user_model, dispatch_uid="sectr-access-user-deleted")
     post_save.connect(_membership_changed, sender=Membership, dispatch_uid="sectr-access-membership-saved")
     post_delete.connect(_membership_changed, sender=Membership, dispatch_uid="sectr-access-membership-deleted")
+    post_save.connect(_token_changed, sender=ApiToken, dispatch_uid="sectr-access-token-saved")
+    post_delete.connect(_token_changed, sender=ApiToken, dispatch_uid="sectr-access-token-deleted")
     post_delete.connect(_session_deleted, sender=Session, dispatch_uid="sectr-access-session-deleted")

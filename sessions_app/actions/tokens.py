@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from sectr.errors import NotFound, ValidationFailed
 from sessions_app.models import TOKEN_PREFIX, TOKEN_PREFIX_LENGTH, ApiToken, hash_token
+from sessions_app.socket_access import notify_user_access_changed
 
 TOKEN_NAME_MAX = 100
 
@@ -65,7 +66,11 @@ def do_revoke_token_by_id(user: Any, token_id: int) -> ApiToken:
 def do_revoke_tokens(tokens: QuerySet[ApiToken]) -> int:
     """Revoke the live tokens among `tokens` (the admin's action); how many."""
     with transaction.atomic():
-        return tokens.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+        live = tokens.filter(revoked_at__isnull=True)
+        owners = list(live.values_list("user_id", flat=True).distinct())
+        count = live.update(revoked_at=timezone.now())
+        notify_user_access_changed(owners)  # a bulk update sends no post_save: streams re-check
+        return count
 
 
 def do_revoke_tokens_of_inactive_user(user: Any) -> int:

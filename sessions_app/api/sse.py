@@ -17,6 +17,12 @@ so proxies keep an idle stream open.
 Every journal read starts at the run's first envelope, whatever the client asked for:
 the run's ``result`` (its text and usage) is computed from all its envelopes, and events
 at or below the client's cursor are simply not sent.
+
+Access is re-checked while the stream is open, as for websockets (sessions_app.socket_access:
+the same signals, the same safety net): the stream also listens on its user's access
+group, and when the bearer token is revoked, the user deactivated or deleted, or they can
+no longer read the session (a team role lost, the session deleted), it sends nothing more
+and ends. A client that reconnects then gets the 401 or 404 that explains why.
 """
 
 from __future__ import annotations
@@ -31,11 +37,13 @@ from channels.layers import get_channel_layer
 from django.conf import settings
 
 from sectr.events import Envelope, EventType
+from sessions_app.access import can_read
 from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
+from sessions_app.models import ApiToken, Run, Session
 from sessions_app.models import Envelope as EnvelopeRow
-from sessions_app.models import Run
+from sessions_app.socket_access import AccessWatch, is_access_changed, user_access_group
 from sessions_app.telemetry.metrics import SSE_CLIENTS
 
 POLL_SECONDS = 3.0
@@ -76,12 +84,36 @@ def replay_run(run: Run) -> RunEvents:
     return tracker
 
 
-class RunStream:
-    """One client's stream of one run (see the module docstring)."""
+#: Why a stream's access ended (the websockets' close codes, for the log).
+TOKEN_GONE = 4401
+SESSION_GONE = 4404
 
-    def __init__(self, run: Run, after: int) -> None:
+
+def stream_access_now(token_id: int | None, session_id: str) -> int | None:
+    """None while the holder of token `token_id` may still read the session (sync); else
+    why not: the token is revoked or gone, or its user inactive (TOKEN_GONE), or the
+    user can no longer read the session, or it was deleted (SESSION_GONE)."""
+    token = ApiToken.objects.select_related("user").filter(pk=token_id).first() if token_id is not None else None
+    if token is None or token.revoked_at is not None or not token.user.is_active:
+        return TOKEN_GONE
+    session = Session.objects.filter(pk=session_id).first()
+    if session is None or not can_read(token.user, session):
+        return SESSION_GONE
+    return None
+
+
+class RunStream:
+    """One client's stream of one run (see the module docstring), for the holder of API
+    token `token` (None: no re-checks, for callers that are not a token's)."""
+
+    def __init__(self, run: Run, after: int, token: ApiToken | None = None) -> None:
         self.run = run
         self.after = after
+        self.token_id = token.pk if token is not None else None
+        self.user_id = token.user_id if token is not None else None
+        self.revoked = False
+        self._revoked = asyncio.Event()
+        self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
         self.tracker = run_tracker(run)
         self.cursor = first_cursor(run)
         self.layer: Any = get_channel_layer()
@@ -93,19 +125,36 @@ class RunStream:
         self.group = session_group(run.session_id)
 
     async def frames(self) -> AsyncIterator[bytes]:
+        groups = [self.group]
+        if self.user_id is not None:
+            groups.append(user_access_group(self.user_id))
         if self.layer is not None:
             self.channel = await self.layer.new_channel("sectr.sse.")
-            await self.layer.group_add(self.group, self.channel)
+            for group in groups:
+                await self.layer.group_add(group, self.channel)
+        if self.token_id is not None:
+            self.watch.start()
         try:
             with SSE_CLIENTS.track_inprogress():
                 async for frame in self._frames():
+                    if self.revoked:
+                        break  # not one frame once access has gone
                     yield frame
         finally:
+            await self.watch.stop()
             if self._receiving is not None:
                 self._receiving.cancel()
             if self.channel is not None:
-                with contextlib.suppress(Exception):
-                    await self.layer.group_discard(self.group, self.channel)
+                for group in groups:
+                    with contextlib.suppress(Exception):
+                        await self.layer.group_discard(group, self.channel)
+
+    async def _recheck(self) -> int | None:
+        return await run_in_db_thread(stream_access_now, self.token_id, self.run.session_id)
+
+    async def _revoke(self, code: int) -> None:
+        self.revoked = True
+        self._revoked.set()  # wakes the stream out of its wait at once
 
     async def _frames(self) -> AsyncIterator[bytes]:
         # Seconds of silence before a ``: ping`` comment.
@@ -123,8 +172,10 @@ class RunStream:
         if frame:
             yield frame
             last_write = time.monotonic()
-        while not self.tracker.finished:
+        while not self.tracker.finished and not self.revoked:
             message = await self._receive(min(POLL_SECONDS, max(heartbeat - (time.monotonic() - last_write), 0.1)))
+            if self.revoked:
+                return
             if message is None:
                 frame = await self._catch_up()  # the layer may have dropped the newest appends
             else:
@@ -137,23 +188,32 @@ class RunStream:
                 last_write = time.monotonic()
 
     async def _receive(self, wait: float) -> dict[str, Any] | None:
-        if self.channel is None:
-            await asyncio.sleep(wait)
-            return None
-        if self._receiving is None:
-            self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-        done, _ = await asyncio.wait({self._receiving}, timeout=wait)
-        if not done:
+        """The next message for the stream (None after `wait` seconds, or once access has
+        gone); an `access.changed` one is handed to the access watch and reads as None."""
+        revoked = asyncio.ensure_future(self._revoked.wait())
+        try:
+            if self.channel is None:
+                await asyncio.wait({revoked}, timeout=wait)
+                return None
+            if self._receiving is None:
+                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+            done, _ = await asyncio.wait({self._receiving, revoked}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            revoked.cancel()
+        if self._receiving not in done:
             return None
         receiving, self._receiving = self._receiving, None
         message: dict[str, Any] = receiving.result()
+        if is_access_changed(message):
+            self.watch.changed()
+            return None
         return message
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
         """Wait until a pending run is promoted (or cancelled before it started)."""
         heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
         last_write = time.monotonic()
-        while True:
+        while not self.revoked:
             run = await run_in_db_thread(Run.objects.get, pk=self.run.pk)
             self.run = run
             if run.start_seq is not None:

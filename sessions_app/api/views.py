@@ -461,7 +461,9 @@ async def run_events(call: ApiCall, run_id: str) -> HttpResponseBase:
     # lookup) for as long as the stream lasts; the stream reads through the journal's
     # threads, so give it back now (PostgreSQL's pool is small).
     await sync_to_async(connections.close_all)()
-    response = StreamingHttpResponse(RunStream(run, after).frames(), content_type="text/event-stream; charset=utf-8")
+    response = StreamingHttpResponse(
+        RunStream(run, after, call.token).frames(), content_type="text/event-stream; charset=utf-8"
+    )
     response["Cache-Control"] = "no-cache, no-transform"
     response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
     return response
