@@ -53,16 +53,32 @@ def revoke_token(request: HtmxHttpRequest, token_id: int) -> HttpResponse:
 @login_required
 @require_GET
 def shares(request: HtmxHttpRequest) -> HttpResponse:
-    """The user's share links, newest first, with `Revoke`."""
+    """The user's share links, newest first, with `Revoke`; for a team's moderators (and
+    staff) also every link of their teams' sessions, whoever made it, with `Revoke`."""
     user: Any = request.user
-    listed = ShareLink.objects.filter(created_by=user).select_related("session").order_by("-created_at")
+    listed = ShareLink.objects.filter(created_by=user).select_related("session", "created_by").order_by("-created_at")
+    team_links = (
+        review_actions.team_shares_for(user)
+        .select_related("session", "session__team", "created_by")
+        .order_by("session__team__name", "-created_at")
+    )
     new_id = request.GET.get("new", "")
     context = {
-        "shares": [(share, request.build_absolute_uri(reverse("shared", args=[share.token]))) for share in listed],
+        "shares": [
+            (share, request.build_absolute_uri(reverse("shared", args=[share.token])), _works(share))
+            for share in listed
+        ],
+        # No URL here: the token is the credential, and a moderator's part is to revoke.
+        "team_shares": [(share, _works(share)) for share in team_links],
+        "moderates": review_actions.moderates_any_team(user),
         "new_id": int(new_id) if new_id.isdigit() else None,
         "now": timezone.now(),
     }
     return render(request, "accounts/shares.html", context)
+
+
+def _works(share: ShareLink) -> bool:
+    return share.revoked_at is None and share.is_live() and review_actions.creator_still_shares(share)
 
 
 @login_required

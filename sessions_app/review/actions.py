@@ -350,9 +350,18 @@ def do_create_share(actor: Any, session_id: str, *, days: Any = 7, require_login
     )
 
 
+def may_revoke_share(actor: Any, share: ShareLink) -> bool:
+    """Its creator, a moderator of its session's team, and staff revoke a link."""
+    return (
+        share.created_by_id == actor.pk
+        or access.is_staff(actor)
+        or access.has_team_role(actor, share.session.team_id, "moderator")
+    )
+
+
 def do_revoke_share(actor: Any, share_id: int) -> ShareLink:
-    share = ShareLink.objects.filter(pk=share_id, created_by=actor).first()
-    if share is None:
+    share = ShareLink.objects.select_related("session").filter(pk=share_id).first()
+    if share is None or not may_revoke_share(actor, share):
         raise NotFound("no such share link")
     if share.revoked_at is None:
         share.revoked_at = timezone.now()
@@ -360,13 +369,36 @@ def do_revoke_share(actor: Any, share_id: int) -> ShareLink:
     return share
 
 
+def team_shares_for(actor: Any) -> QuerySet[ShareLink]:
+    """The share links of the sessions of every team `actor` moderates (staff: every
+    team's), for the moderators' list with `Revoke`."""
+    if access.is_staff(actor):
+        return ShareLink.objects.filter(session__team__isnull=False)
+    moderated = Membership.objects.filter(user_id=actor.pk, role=Membership.MODERATOR).values("team_id")
+    return ShareLink.objects.filter(session__team_id__in=moderated)
+
+
+def moderates_any_team(actor: Any) -> bool:
+    return access.has_any_role(actor, "moderator")
+
+
+def creator_still_shares(share: ShareLink) -> bool:
+    """A link works only while its creator could make it now: an active user who may still
+    review (and so share) the session. Leaving the team, a demotion below reviewer or a
+    deactivation stops every link they made; checked at every view, so no change of role,
+    however it is made, leaves a link behind."""
+    creator = share.created_by
+    return bool(creator.is_active) and access.can_review(creator, share.session)
+
+
 def live_share(token: str, user: Any) -> ShareLink:
     """The share link `token` names if it is live (and the viewer logged in when it asks
-    for that); NotFound for anything else: revoked, expired, unknown, malformed."""
+    for that); NotFound for anything else: revoked, expired, unknown, malformed, or made
+    by someone who may no longer share the session."""
     if not isinstance(token, str) or not 16 <= len(token) <= 64:
         raise NotFound("no such link")
-    share = ShareLink.objects.select_related("session").filter(token=token).first()
-    if share is None or not share.is_live():
+    share = ShareLink.objects.select_related("session", "created_by").filter(token=token).first()
+    if share is None or not share.is_live() or not creator_still_shares(share):
         raise NotFound("no such link")
     if share.require_login and not user.is_authenticated:
         raise NotFound("no such link")
