@@ -522,7 +522,7 @@ def test_expired_login_required_and_unknown_links_are_404(reviewer: Any, session
         actions.do_create_share(reviewer, session.pk, days=0)
 
 
-def test_only_the_creator_revokes_a_share(reviewer: Any, outsider: Any, session: Session) -> None:
+def test_an_outsider_cannot_revoke_a_share(reviewer: Any, outsider: Any, session: Session) -> None:
     share = actions.do_create_share(reviewer, session.pk)
     assert logged_in(outsider).post(f"/settings/shares/{share.pk}/revoke").status_code == 404
     assert ShareLink.objects.get().revoked_at is None
