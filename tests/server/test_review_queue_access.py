@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.test import Client
 
 from sectr.errors import NotFound, ValidationFailed
 from sessions_app.models import Membership, ReviewQueue, ReviewQueueItem, Session, Team

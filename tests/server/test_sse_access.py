@@ -55,7 +55,7 @@ class Stream:
         """The next chunk, "" when the response ended, None when nothing came in time."""
         try:
             message = await self.communicator.receive_output(timeout=timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         assert message["type"] == "http.response.body", message
         chunk = message.get("body", b"").decode()
