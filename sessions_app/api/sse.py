@@ -112,7 +112,8 @@ class RunStream:
         self.token_id = token.pk if token is not None else None
         self.user_id = token.user_id if token is not None else None
         self.revoked = False
-        self._revoked = asyncio.Event()
+        # Done once access has gone: every wait of the stream waits on it too.
+        self._gone: asyncio.Future[None] | None = None
         self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
         self.tracker = run_tracker(run)
         self.cursor = first_cursor(run)
@@ -154,7 +155,8 @@ class RunStream:
 
     async def _revoke(self, code: int) -> None:
         self.revoked = True
-        self._revoked.set()  # wakes the stream out of its wait at once
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)  # wakes the stream out of its wait at once
 
     async def _frames(self) -> AsyncIterator[bytes]:
         # Seconds of silence before a ``: ping`` comment.
@@ -190,16 +192,16 @@ class RunStream:
     async def _receive(self, wait: float) -> dict[str, Any] | None:
         """The next message for the stream (None after `wait` seconds, or once access has
         gone); an `access.changed` one is handed to the access watch and reads as None."""
-        revoked = asyncio.ensure_future(self._revoked.wait())
-        try:
-            if self.channel is None:
-                await asyncio.wait({revoked}, timeout=wait)
-                return None
-            if self._receiving is None:
-                self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-            done, _ = await asyncio.wait({self._receiving, revoked}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            revoked.cancel()
+        if self._gone is None:
+            self._gone = asyncio.get_running_loop().create_future()
+        if self.revoked:
+            return None
+        if self.channel is None:
+            await asyncio.wait({self._gone}, timeout=wait)
+            return None
+        if self._receiving is None:
+            self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
+        done, _ = await asyncio.wait({self._receiving, self._gone}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
         if self._receiving not in done:
             return None
         receiving, self._receiving = self._receiving, None
