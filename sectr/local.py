@@ -213,10 +213,11 @@ class LocalRuntime:
         await self.journal.append(new_id, events)
         return new_id
 
-    async def clear(self, session_id: str) -> str:
+    async def clear(self, session_id: str, *, worktree_selector: Any = None) -> str:
         state = await self.journal.state(session_id)
+        events = operations.clear_events(state, worktree_selector=worktree_selector)
         new_id = self.journal.create()
-        await self.journal.append(new_id, operations.clear_events(state))
+        await self.journal.append(new_id, events)
         return new_id
 
     async def compact(self, session_id: str) -> bool:

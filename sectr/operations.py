@@ -7,6 +7,7 @@ rule exists once.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,6 +98,45 @@ def check_model_value(model: Any) -> str:
 
 # ---- create, clear, fork ----
 
+#: A worktree selector is stored and returned, never read: a bound keeps it a label.
+WORKTREE_SELECTOR_MAX = 2048
+
+
+def check_worktree_selector(value: Any) -> str | dict[str, Any] | None:
+    """A session's worktree selector: a non-empty string or a JSON object (at most 2 KiB:
+    characters of a string, bytes of an object's JSON), kept as given. The server never
+    interprets it; the snapshot's `placement` returns it."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        size = len(value)
+    elif isinstance(value, dict):
+        try:
+            size = len(json.dumps(value, allow_nan=False).encode())
+        except (TypeError, ValueError):
+            raise ValidationFailed("worktree_selector must be plain JSON", code="invalid_worktree_selector") from None
+    else:
+        raise ValidationFailed("worktree_selector is a string or an object", code="invalid_worktree_selector")
+    if not 1 <= size <= WORKTREE_SELECTOR_MAX:
+        raise ValidationFailed(
+            f"worktree_selector must hold 1 to {WORKTREE_SELECTOR_MAX} characters", code="invalid_worktree_selector"
+        )
+    return value
+
+
+def check_model_choice(model: Any, provider_id: Any, model_id: Any, served_provider: str) -> str | None:
+    """The model a fork asks for: `model`, or `model_id` (the same name), optionally
+    with the `provider_id` that serves it, which must be this server's provider."""
+    if provider_id is not None and provider_id != served_provider:
+        raise ValidationFailed(
+            f"provider_id {str(provider_id)[:80]!r} is not served here (this server's provider is {served_provider!r})",
+            code="invalid_provider_id",
+        )
+    if model is not None and model_id is not None and model != model_id:
+        raise ValidationFailed("model and model_id name different models; give one", code="invalid_model")
+    chosen = model_id if model_id is not None else model
+    return check_model_value(chosen) if chosen is not None else None
+
 
 def created_event(
     *,
@@ -107,6 +147,7 @@ def created_event(
     reasoning_effort: str | None = None,
     forked_from: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
+    worktree_selector: str | dict[str, Any] | None = None,
 ) -> NewEvent:
     payload: dict[str, Any] = {"mode": mode, "model": model, "limits": limits}
     if agent:
@@ -117,6 +158,8 @@ def created_event(
         payload["reasoning_effort"] = reasoning_effort
     if forked_from:
         payload["forked_from"] = forked_from
+    if worktree_selector is not None:
+        payload["worktree_selector"] = worktree_selector
     return NewEvent(EventType.SESSION_CREATED, payload)
 
 
@@ -160,9 +203,12 @@ def agent_moved_events(state: SessionState, pin: dict[str, Any]) -> list[NewEven
     return [NewEvent(EventType.SESSION_UPDATED, {"agent": dict(pin)})]
 
 
-def clear_events(state: SessionState, *, agent: dict[str, Any] | None = None) -> list[NewEvent]:
-    """A new empty session inheriting mode, model, reasoning effort, limits and the agent
-    pin (`agent`: another pin instead)."""
+def clear_events(
+    state: SessionState, *, agent: dict[str, Any] | None = None, worktree_selector: Any = None
+) -> list[NewEvent]:
+    """A new empty session inheriting mode, model, reasoning effort, limits, the agent pin
+    (`agent`: another pin instead) and the worktree selector (unless one is given)."""
+    selector = check_worktree_selector(worktree_selector)
     return [
         created_event(
             title=None,
@@ -171,6 +217,7 @@ def clear_events(state: SessionState, *, agent: dict[str, Any] | None = None) ->
             limits=dict(state.limits),
             reasoning_effort=state.reasoning_effort,
             agent=agent if agent is not None else state.agent,
+            worktree_selector=selector if selector is not None else state.worktree_selector,
         )
     ]
 
@@ -207,6 +254,7 @@ def fork_events(
     reasoning_effort: str | None = None,
     reason: str | None = None,
     agent: dict[str, Any] | None = None,
+    worktree_selector: Any = None,
 ) -> list[NewEvent]:
     """SESSION_CREATED(forked_from) + TRANSCRIPT_COMPACTED holding the source's fold.
 
@@ -222,6 +270,7 @@ def fork_events(
         at_seq = source.last_seq
     elif not isinstance(at_seq, int) or isinstance(at_seq, bool) or at_seq < 1 or at_seq > source.last_seq:
         raise ValidationFailed(f"at_seq must be between 1 and {source.last_seq}", code="invalid_seq")
+    selector = check_worktree_selector(worktree_selector)
     messages = strip_trailing_unanswered(fold_messages(e for e in source_envelopes if e.seq <= at_seq))
     created = created_event(
         title=check_title(title)
@@ -235,6 +284,7 @@ def fork_events(
         else source.reasoning_effort,
         forked_from={"session_id": source.session_id, "seq": at_seq, **({"reason": reason} if reason else {})},
         agent=agent if agent is not None else source.agent,
+        worktree_selector=selector if selector is not None else source.worktree_selector,
     )
     compacted = NewEvent(EventType.TRANSCRIPT_COMPACTED, {"messages": messages, "through_seq": 0})
     return [created, compacted]

@@ -38,6 +38,7 @@ class SessionState:
     #: The agent version the session is pinned to ({"id", "slug", "team", "version"});
     #: None: the built-in default agent.
     agent: dict[str, Any] | None = None
+    worktree_selector: str | dict[str, Any] | None = None  # stored and returned, never interpreted
     current_invocation_id: str | None = None  # the active invocation, while running
     last_invocation_id: str | None = None
     last_reason: dict[str, Any] | None = None
@@ -143,6 +144,8 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         _apply_settings(state, p)
         if p.get("forked_from"):
             state.forked_from = p["forked_from"]
+        if p.get("worktree_selector") is not None:
+            state.worktree_selector = p["worktree_selector"]
     elif t is EventType.SESSION_UPDATED:
         _apply_settings(state, p)
     elif t is EventType.INVOCATION_STARTED:

@@ -9,13 +9,19 @@
         if event.kind == "message.delta":
             print(event.text, end="")
 
-`AsyncClient` is the asyncio twin. Built on httpx; never imports Django.
+`AsyncClient` is the asyncio twin. Built on httpx and nothing else: it imports
+neither Django nor the runtime's model providers.
+
+Every call takes request controls besides its own options, as keywords (``timeout=``,
+``deadline=``, ``headers=``, ``cancel=``) or as one ``controls=RequestControls(...)``;
+any other keyword is a TypeError naming the method.
 """
 
 from sectr.client.aio import AsyncClient, AsyncRun, AsyncSession
 from sectr.client.errors import (
     AskAlreadyResolvedError,
     AuthenticationError,
+    DeadlineExceededError,
     InvalidRequestError,
     InvalidStateError,
     NotFoundError,
@@ -36,21 +42,30 @@ from sectr.client.models import (
     RunResult,
     SessionMode,
     Snapshot,
+    Title,
     Transcript,
     TranscriptMessage,
     Verdict,
+)
+from sectr.client.parts import (
     audio_part_from_bytes,
     audio_part_from_path,
+    check_parts,
     image_part_from_bytes,
     image_part_from_path,
     image_part_from_url,
     text_part,
 )
-from sectr.client.protocol import Cancellation
+from sectr.client.protocol import AFFINITY_HEADER, Cancellation, RequestControls
 from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, SessionPage
 from sectr.client.sync import Client, Decision, Run, Session
 
 __all__ = [
+    "AFFINITY_HEADER",
+    "DeadlineExceededError",
+    "RequestControls",
+    "Title",
+    "check_parts",
     "ApprovalRule",
     "AskAlreadyResolvedError",
     "AskInfo",

@@ -17,20 +17,26 @@ import httpx
 
 from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
 from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript, Verdict
+from sectr.client.parts import check_parts
 from sectr.client.protocol import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
     MAX_RECONNECTS,
     Cancellation,
+    Deadline,
+    RequestControls,
     RunFollower,
     SSEDecoder,
     backoff,
     base_url_from_env,
     check_stream_answer,
+    checked_calls,
     client_headers,
+    control_options,
     decode_answer,
     is_event_stream,
     run_event_from_sse,
+    session_headers,
     stream_timeout,
     timeout_for,
     token_from_env,
@@ -132,23 +138,35 @@ class AsyncClient:
         *,
         json: Any = None,
         params: dict[str, Any] | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx per-phase limit; `deadline` is the total
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: float | Deadline | None = None,
+        controls: RequestControls | None = None,
+        session_id: str | None = None,
     ) -> Any:
+        if controls is not None:
+            flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+            timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+            deadline = deadline if deadline is not None else flat.get("deadline")
+        limit = Deadline.of(deadline)
+        what = f"{method} {path}"
+        limit.check(what)
         request = self._http.build_request(
             method,
             API_PREFIX + path,
             json=json,
             params=params,
-            headers=headers,
+            headers=session_headers(session_id, headers),
             timeout=timeout_for(timeout, self.timeout),
         )
         with _CancelScope(cancel):
             try:
-                response = await self._http.send(request)
+                response = await asyncio.wait_for(self._http.send(request), limit.remaining())
+            except TimeoutError:
+                raise limit.error(what) from None
             except httpx.HTTPError as exc:
-                raise transport_error(exc, f"{method} {path}") from exc
+                raise transport_error(exc, what) from exc
         return decode_answer(response)
 
     @asynccontextmanager
@@ -157,12 +175,13 @@ class AsyncClient:
         run_id: str,
         headers: dict[str, str],
         timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        limit: Deadline | None = None,
     ) -> AsyncIterator[httpx.Response]:
         request = self._http.build_request(
             "GET",
             f"{API_PREFIX}/runs/{run_id}/events",
             headers={"Accept": "text/event-stream", **headers},
-            timeout=stream_timeout(timeout),
+            timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
         )
         response = await self._http.send(request, stream=True)
         try:
@@ -177,6 +196,7 @@ class AsyncClient:
         return AsyncSession(self, session_id)
 
 
+@checked_calls
 class AsyncSessions:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -197,7 +217,7 @@ class AsyncSessions:
         return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
 
     async def get(self, session_id: str, **options: Any) -> AsyncSession:
-        data = await self._client.request("GET", f"/sessions/{session_id}", **options)
+        data = await self._client.request("GET", f"/sessions/{session_id}", session_id=session_id, **options)
         return AsyncSession(self._client, session_id, Snapshot.from_json(data))
 
     async def list(self, *, limit: int = 50, offset: int = 0, **options: Any) -> SessionPage:
@@ -212,13 +232,18 @@ class AsyncSessions:
         reasoning_effort: str | None = None,
         model: str | None = None,
         at_seq: int | None = None,
+        provider_id: str | None = None,
+        model_id: str | None = None,
+        worktree_selector: str | dict[str, Any] | None = None,
         **options: Any,
     ) -> AsyncSession:
-        body = fork_body(title, reasoning_effort, model, at_seq)
-        data = await self._client.request("POST", f"/sessions/{session_id}/fork", json=body, **options)
+        body = fork_body(title, reasoning_effort, model, at_seq, provider_id, model_id, worktree_selector)
+        path = f"/sessions/{session_id}/fork"
+        data = await self._client.request("POST", path, json=body, session_id=session_id, **options)
         return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
 
 
+@checked_calls
 class AsyncSession:
     def __init__(self, client: AsyncClient, session_id: str, snapshot: Snapshot | None = None) -> None:
         self._client = client
@@ -230,7 +255,7 @@ class AsyncSession:
         return f"<AsyncSession {self.id}>"
 
     async def _request(self, method: str, suffix: str = "", **kwargs: Any) -> Any:
-        return await self._client.request(method, f"/sessions/{self.id}{suffix}", **kwargs)
+        return await self._client.request(method, f"/sessions/{self.id}{suffix}", session_id=self.id, **kwargs)
 
     def _snapshot(self, data: Any) -> Snapshot:
         self.last_snapshot = Snapshot.from_json(data)
@@ -260,12 +285,34 @@ class AsyncSession:
     async def compact(self, **options: Any) -> bool:
         return bool((await self._request("POST", "/compact", **options))["compacted"])
 
-    async def clear(self, **options: Any) -> AsyncSession:
-        data = await self._request("POST", "/clear", **options)
+    async def clear(self, *, worktree_selector: str | dict[str, Any] | None = None, **options: Any) -> AsyncSession:
+        body = {"worktree_selector": worktree_selector} if worktree_selector is not None else None
+        data = await self._request("POST", "/clear", json=body, **options)
         return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
 
-    async def fork(self, **kwargs: Any) -> AsyncSession:
-        return await self._client.sessions.fork(self.id, **kwargs)
+    async def fork(
+        self,
+        *,
+        title: str | None = None,
+        reasoning_effort: str | None = None,
+        model: str | None = None,
+        at_seq: int | None = None,
+        provider_id: str | None = None,
+        model_id: str | None = None,
+        worktree_selector: str | dict[str, Any] | None = None,
+        **options: Any,
+    ) -> AsyncSession:
+        return await self._client.sessions.fork(
+            self.id,
+            title=title,
+            reasoning_effort=reasoning_effort,
+            model=model,
+            at_seq=at_seq,
+            provider_id=provider_id,
+            model_id=model_id,
+            worktree_selector=worktree_selector,
+            **options,
+        )
 
     async def close(self, **options: Any) -> Snapshot:
         return self._snapshot(await self._request("POST", "/close", **options))
@@ -282,13 +329,24 @@ class AsyncSession:
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         queue: bool = False,
+        deadline: float | None = None,
+        controls: RequestControls | None = None,
     ) -> AsyncRun:
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+        limit = Deadline.of(deadline if deadline is not None else flat.get("deadline"))
+        body = run_body(content, queue)
+        if isinstance(content, list):
+            if self.last_snapshot is None:
+                await self.snapshot(timeout=timeout, headers=headers, cancel=cancel, deadline=limit)
+            check_parts(content, self.last_snapshot.media if self.last_snapshot is not None else None)
         if not queue and self._active is not None and not self._active.finished:
-            status = (await self._client.runs.get(self._active.id, timeout=timeout, headers=headers)).status
+            active = self._active.id
+            status = (await self._client.runs.get(active, timeout=timeout, headers=headers, deadline=limit)).status
             if status in ACTIVE_RUN_STATUSES:
-                raise SessionBusyError(f"run {self._active.id} of this session is still {status}", code="session_busy")
+                raise SessionBusyError(f"run {active} of this session is still {status}", code="session_busy")
         data = await self._request(
-            "POST", "/runs", json=run_body(content, queue), timeout=timeout, headers=headers, cancel=cancel
+            "POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit
         )
         run = AsyncRun(
             self._client,
@@ -297,6 +355,8 @@ class AsyncSession:
             timeout=timeout,
             headers=headers,
             cancel=cancel,
+            deadline=limit,
+            session_id=self.id,
         )
         self._active = run
         return run
@@ -308,8 +368,13 @@ class AsyncSession:
         timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: float | None = None,
+        controls: RequestControls | None = None,
     ) -> AsyncRun:
-        data = await self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel)
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+        limit = Deadline.of(deadline if deadline is not None else flat.get("deadline"))
+        data = await self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel, deadline=limit)
         run = AsyncRun(
             self._client,
             data["run_id"],
@@ -317,11 +382,14 @@ class AsyncSession:
             timeout=timeout,
             headers=headers,
             cancel=cancel,
+            deadline=limit,
+            session_id=self.id,
         )
         self._active = run
         return run
 
 
+@checked_calls
 class AsyncRuns:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -329,10 +397,28 @@ class AsyncRuns:
     async def get(self, run_id: str, **options: Any) -> RunInfo:
         return RunInfo.from_json(await self._client.request("GET", f"/runs/{run_id}", **options))
 
-    def attach(self, run_id: str, *, on_permission_ask: AsyncResponder | None = None, **options: Any) -> AsyncRun:
-        return AsyncRun(self._client, run_id, on_permission_ask=on_permission_ask, **options)
+    def attach(
+        self,
+        run_id: str,
+        *,
+        on_permission_ask: AsyncResponder | None = None,
+        session_id: str | None = None,
+        **options: Any,
+    ) -> AsyncRun:
+        flat = control_options(options)
+        return AsyncRun(
+            self._client,
+            run_id,
+            on_permission_ask=on_permission_ask,
+            timeout=flat.get("timeout"),
+            headers=flat.get("headers"),
+            cancel=flat.get("cancel"),
+            deadline=Deadline.of(flat.get("deadline")),
+            session_id=session_id,
+        )
 
 
+@checked_calls
 class AsyncAsks:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -379,6 +465,7 @@ class AsyncAsks:
         return decision.run
 
 
+@checked_calls
 class AsyncTeams:
     """A team's approval rules: read by its members, changed by its moderators."""
 
@@ -433,6 +520,7 @@ class Decision:
     ask: AskInfo | None
 
 
+@checked_calls
 class AsyncRun:
     """The async twin of `Run`: ``async for event in run`` or ``await run.result()``, once."""
 
@@ -445,13 +533,17 @@ class AsyncRun:
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: Deadline | None = None,
+        session_id: str | None = None,
     ) -> None:
         self._client = client
         self._follower = RunFollower(run_id)
         self._responder = on_permission_ask
         self._timeout = timeout
-        self._headers = dict(headers or {})
+        self._headers = session_headers(session_id, headers)
         self._cancel = cancel
+        self._deadline = deadline or Deadline(None)
+        self.session_id = session_id
         self._consumed: str | None = None
 
     def __repr__(self) -> str:
@@ -523,24 +615,31 @@ class AsyncRun:
 
     async def _events(self) -> AsyncGenerator[RunEvent, None]:
         failures = 0
+        limit = self._deadline
         with _CancelScope(self._cancel):
             while not self._follower.finished:
+                limit.check(f"run {self.id}")
                 mark = (self._follower.run_id, self._follower.last_seq)
                 try:
                     async for event in self._follow_stream():
                         yield event
                 except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
+                    if limit.expired:
+                        raise limit.error(f"run {self.id}") from exc
                     failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
                     if failures > self._client.max_reconnects:
                         raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
-                    await asyncio.sleep(backoff(failures))
+                    left = limit.remaining()
+                    await asyncio.sleep(backoff(failures) if left is None else min(backoff(failures), left))
 
     async def _follow_stream(self) -> AsyncGenerator[RunEvent, None]:
         follower = self._follower
         headers = {**self._headers, **follower.resume_headers()}
-        async with self._client._event_stream(follower.run_id, headers, self._timeout) as response:
+        limit = self._deadline
+        async with self._client._event_stream(follower.run_id, headers, self._timeout, limit) as response:
             decoder = SSEDecoder()
             async for chunk in response.aiter_bytes():
+                limit.check(f"run {self.id}")
                 for sse in decoder.feed(chunk):
                     step = follower.accept(run_event_from_sse(sse))
                     if step.deliver is not None:

@@ -18,7 +18,8 @@ awaiting_approval
 ======================  =========================================================
 
 Client-side failures: TransportError (the connection failed, timed out, or
-reconnecting gave up; `RequestCancelled` when a Cancellation stopped it),
+reconnecting gave up; `RequestCancelled` when a Cancellation stopped it,
+`DeadlineExceededError` when the call's `deadline` passed),
 ProtocolError (the server's answer was not what the API promises: a 2xx that is not
 JSON, or `RedirectError` for a 3xx, with `location` naming where it points),
 InvalidStateError (a run consumed twice). The status of a client-side error is 0,
@@ -116,6 +117,13 @@ class TransportError(SectrError):
 
 class RequestCancelled(TransportError):
     code = "cancelled"
+
+
+class DeadlineExceededError(TransportError):
+    """A call's (or a run's consumption's) `deadline` passed before it finished. Only the
+    client stopped waiting: the run goes on on the server (`run.cancel()` stops it)."""
+
+    code = "deadline_exceeded"
 
 
 class ProtocolError(SectrError):

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import base64
-import mimetypes
 from dataclasses import dataclass, field
 from enum import Enum
-from pathlib import Path
 from typing import Any
 
-from sectr.client.errors import InvalidRequestError, ProtocolError
+from sectr.client.errors import ProtocolError
 
 
 class SessionMode(str, Enum):
@@ -36,6 +33,17 @@ def _require(data: Any, *keys: str) -> dict[str, Any]:
     return data
 
 
+class Title(str):
+    """A session's title: a string, also readable as ``title.value`` (the TypeScript
+    SDK's ``snapshot.title?.value``)."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> str:
+        return str(self)
+
+
 @dataclass(frozen=True)
 class ResolvedModel:
     provider_id: str
@@ -51,7 +59,7 @@ class Snapshot:
     id: str
     state: str
     mode: str
-    title: str | None
+    title: Title | None
     resolved_model: ResolvedModel
     limits: dict[str, int]
     turns: int
@@ -75,7 +83,7 @@ class Snapshot:
                 id=data["id"],
                 state=data["state"],
                 mode=data["mode"],
-                title=data.get("title"),
+                title=Title(data["title"]) if isinstance(data.get("title"), str) else None,
                 resolved_model=ResolvedModel(**_require(data["resolved_model"], "provider_id", "model_id")),
                 limits=dict(data.get("limits") or {}),
                 turns=int(data.get("turns", 0)),
@@ -207,58 +215,3 @@ class RunResult:
     @property
     def awaiting_approval(self) -> bool:
         return self.stop_reason == "awaiting_approval"
-
-
-# ---- prompt parts ----
-
-IMAGE_TYPES = {
-    ".png": "image/png",
-    ".jpg": "image/jpeg",
-    ".jpeg": "image/jpeg",
-    ".gif": "image/gif",
-    ".webp": "image/webp",
-}
-AUDIO_FORMATS = {".wav": "wav", ".mp3": "mp3", ".flac": "flac", ".ogg": "ogg", ".oga": "ogg"}
-
-
-def text_part(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
-
-
-def image_part_from_bytes(data: bytes, mime_type: str, *, detail: str | None = None) -> dict[str, Any]:
-    image: dict[str, Any] = {"url": f"data:{mime_type};base64,{base64.b64encode(data).decode()}"}
-    if detail:
-        image["detail"] = detail
-    return {"type": "image_url", "image_url": image}
-
-
-def image_part_from_path(
-    path: str | Path, *, mime_type: str | None = None, detail: str | None = None
-) -> dict[str, Any]:
-    """An image upload part from a file (png, jpeg, gif, webp); the server checks its bytes."""
-    path = Path(path)
-    mime = mime_type or IMAGE_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0]
-    if not mime:
-        raise InvalidRequestError(f"cannot tell the image type of {path.name}; pass mime_type", code="mime_type")
-    return image_part_from_bytes(path.read_bytes(), mime, detail=detail)
-
-
-def image_part_from_url(url: str, *, detail: str | None = None) -> dict[str, Any]:
-    """An image by https URL (the provider fetches it; Sectr never does)."""
-    image: dict[str, Any] = {"url": url}
-    if detail:
-        image["detail"] = detail
-    return {"type": "image_url", "image_url": image}
-
-
-def audio_part_from_bytes(data: bytes, audio_format: str) -> dict[str, Any]:
-    return {"type": "input_audio", "input_audio": {"data": base64.b64encode(data).decode(), "format": audio_format}}
-
-
-def audio_part_from_path(path: str | Path, *, audio_format: str | None = None) -> dict[str, Any]:
-    """An audio upload part from a file (wav, mp3, flac, ogg)."""
-    path = Path(path)
-    fmt = audio_format or AUDIO_FORMATS.get(path.suffix.lower())
-    if not fmt:
-        raise InvalidRequestError(f"cannot tell the audio format of {path.name}; pass audio_format", code="mime_type")
-    return audio_part_from_bytes(path.read_bytes(), fmt)

@@ -10,16 +10,26 @@ of one envelope loses nothing and repeats nothing.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
-from sectr.client.errors import ProtocolError, RedirectError, RequestCancelled, SectrError, error_from_response
+from sectr.client.errors import (
+    DeadlineExceededError,
+    ProtocolError,
+    RedirectError,
+    RequestCancelled,
+    SectrError,
+    error_from_response,
+)
 from sectr.client.models import PermissionAsk, RunEvent, RunResult
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000"
@@ -29,6 +39,144 @@ DEFAULT_TIMEOUT = 30.0
 STREAM_READ_TIMEOUT = 45.0
 MAX_RECONNECTS = 8
 RECONNECT_BACKOFF = 0.25  # seconds, doubled per attempt in a row, capped at 5 s
+
+
+#: Sent with every request about a known session, so a load balancer can keep a
+#: session's calls on one server.
+AFFINITY_HEADER = "X-Sectr-Session"
+
+
+# ---- request controls ----
+
+
+@dataclass(frozen=True)
+class RequestControls:
+    """How one call is made, apart from what it asks for (``controls=RequestControls(...)``,
+    or the same names as keywords: ``timeout=``, ``deadline=``, ``headers=``, ``cancel=``).
+
+    `timeout` is httpx's limit per phase (connect, each read...); `deadline` is the total
+    time in seconds for the call, and for a run, for starting and consuming it
+    (DeadlineExceededError when it passes); `headers` are added to the request;
+    `cancel` is a Cancellation that stops the call from another thread or task.
+    """
+
+    timeout: float | None = None
+    deadline: float | None = None
+    headers: Mapping[str, str] | None = None
+    cancel: Cancellation | None = None
+
+
+#: The keyword arguments every SDK call takes besides its own (its request controls).
+CONTROL_NAMES = ("timeout", "deadline", "headers", "cancel", "controls")
+
+F = TypeVar("F", bound=Callable[..., Any])
+C = TypeVar("C", bound=type)
+
+
+def _check_keywords(method: F) -> F:
+    signature = inspect.signature(method)
+    own = {
+        name
+        for name, param in signature.parameters.items()
+        if param.kind not in (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    }
+    known = own | set(CONTROL_NAMES)
+
+    @functools.wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        for name in kwargs:
+            if name not in known:
+                raise TypeError(
+                    f"{method.__qualname__}() got an unexpected keyword argument {name!r} "
+                    f"(its options: {', '.join(sorted(own - {'self'})) or 'none'}; "
+                    f"request controls: {', '.join(CONTROL_NAMES)})"
+                )
+        return method(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
+
+
+def checked_calls(cls: C) -> C:
+    """Make every public method of `cls` that forwards ``**options`` refuse a keyword
+    that is neither its own nor a request control, naming the method: a typo in
+    ``session.run("hi", on_permision_ask=...)`` says ``Session.run()``, not the
+    transport's ``Client.request()``."""
+    for name, value in list(vars(cls).items()):
+        if name.startswith("_") or not inspect.isfunction(value):
+            continue
+        params = inspect.signature(value).parameters.values()
+        if any(param.kind is inspect.Parameter.VAR_KEYWORD for param in params):
+            setattr(cls, name, _check_keywords(value))
+    return cls
+
+
+def control_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The flat request controls of a call, with ``controls=`` spread out (a keyword
+    given as well wins over the RequestControls field)."""
+    flat = {key: value for key, value in options.items() if key != "controls"}
+    controls = options.get("controls")
+    if controls is None:
+        return flat
+    if not isinstance(controls, RequestControls):
+        raise TypeError(f"controls must be a RequestControls, not {type(controls).__name__}")
+    for key in ("timeout", "deadline", "headers", "cancel"):
+        value = getattr(controls, key)
+        if value is not None and flat.get(key) is None:
+            flat[key] = dict(value) if key == "headers" else value
+    return flat
+
+
+class Deadline:
+    """A point in time a call must finish by (None: no deadline)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        if seconds is not None and (isinstance(seconds, bool) or not seconds > 0):
+            raise ValueError("deadline is a number of seconds above zero")
+        self.seconds = seconds
+        self.end = time.monotonic() + seconds if seconds is not None else None
+
+    @classmethod
+    def of(cls, value: float | Deadline | None) -> Deadline:
+        return value if isinstance(value, Deadline) else cls(value)
+
+    def remaining(self) -> float | None:
+        return None if self.end is None else max(self.end - time.monotonic(), 0.0)
+
+    @property
+    def expired(self) -> bool:
+        return self.end is not None and time.monotonic() >= self.end
+
+    def error(self, what: str) -> DeadlineExceededError:
+        return DeadlineExceededError(f"{what}: the deadline of {self.seconds:g} s passed")
+
+    def check(self, what: str) -> None:
+        if self.expired:
+            raise self.error(what)
+
+    def cap(self, timeout: httpx.Timeout) -> httpx.Timeout:
+        """`timeout` with no phase longer than the time left (a little slack so the
+        deadline, not a phase, reports it)."""
+        left = self.remaining()
+        if left is None:
+            return timeout
+
+        def capped(value: float | None) -> float:
+            return min(value, left + 0.05) if value is not None else left + 0.05
+
+        return httpx.Timeout(
+            connect=capped(timeout.connect),
+            read=capped(timeout.read),
+            write=capped(timeout.write),
+            pool=capped(timeout.pool),
+        )
+
+
+def session_headers(session_id: str | None, headers: Mapping[str, str] | None) -> dict[str, str]:
+    """`headers` plus the affinity header when the session is known."""
+    out = dict(headers or {})
+    if session_id:
+        out.setdefault(AFFINITY_HEADER, session_id)
+    return out
 
 
 def base_url_from_env(base_url: str | None) -> str:

@@ -34,9 +34,25 @@ def session_body(
     return body
 
 
-def fork_body(title: str | None, reasoning_effort: str | None, model: str | None, at_seq: int | None) -> dict[str, Any]:
+def fork_body(
+    title: str | None,
+    reasoning_effort: str | None,
+    model: str | None,
+    at_seq: int | None,
+    provider_id: str | None = None,
+    model_id: str | None = None,
+    worktree_selector: str | dict[str, Any] | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {}
-    for key, value in (("title", title), ("reasoning_effort", reasoning_effort), ("model", model), ("at_seq", at_seq)):
+    for key, value in (
+        ("title", title),
+        ("reasoning_effort", reasoning_effort),
+        ("model", model),
+        ("at_seq", at_seq),
+        ("provider_id", provider_id),
+        ("model_id", model_id),
+        ("worktree_selector", worktree_selector),
+    ):
         if value is not None:
             body[key] = value
     return body

@@ -12,20 +12,26 @@ import httpx
 
 from sectr.client.errors import InvalidStateError, RequestCancelled, SessionBusyError, TransportError
 from sectr.client.models import PermissionAsk, RunEvent, RunResult, SessionMode, Snapshot, Transcript, Verdict
+from sectr.client.parts import check_parts
 from sectr.client.protocol import (
     API_PREFIX,
     DEFAULT_TIMEOUT,
     MAX_RECONNECTS,
     Cancellation,
+    Deadline,
+    RequestControls,
     RunFollower,
     SSEDecoder,
     backoff,
     base_url_from_env,
     check_stream_answer,
+    checked_calls,
     client_headers,
+    control_options,
     decode_answer,
     is_event_stream,
     run_event_from_sse,
+    session_headers,
     stream_timeout,
     timeout_for,
     token_from_env,
@@ -110,21 +116,34 @@ class Client:
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: float | Deadline | None = None,
+        controls: RequestControls | None = None,
+        session_id: str | None = None,
     ) -> Any:
-        """One API call: the decoded JSON answer, or a typed SectrError."""
+        """One API call: the decoded JSON answer, or a typed SectrError. `session_id`
+        (when the call is about a known session) adds the affinity header."""
+        if controls is not None:
+            flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+            timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+            deadline = deadline if deadline is not None else flat.get("deadline")
+        limit = Deadline.of(deadline)
+        what = f"{method} {path}"
+        limit.check(what)
         request = self._http.build_request(
             method,
             API_PREFIX + path,
             json=json,
             params=params,
-            headers=headers,
-            timeout=timeout_for(timeout, self.timeout),
+            headers=session_headers(session_id, headers),
+            timeout=limit.cap(timeout_for(timeout, self.timeout)),
         )
         if cancel is not None:
             cancel.check()
         try:
             response = self._http.send(request, stream=True)
         except httpx.HTTPError as exc:
+            if limit.expired:
+                raise limit.error(what) from exc
             raise transport_error(exc, f"{method} {path}") from exc
         remove = cancel.on_cancel(response.close) if cancel is not None else None
         try:
@@ -132,6 +151,8 @@ class Client:
         except Exception as exc:
             if cancel is not None and cancel.cancelled:
                 raise RequestCancelled("the call was cancelled") from None
+            if limit.expired:
+                raise limit.error(what) from exc
             raise transport_error(exc, f"{method} {path}") from exc
         finally:
             response.close()
@@ -141,13 +162,18 @@ class Client:
 
     @contextmanager
     def _event_stream(
-        self, run_id: str, headers: dict[str, str], timeout: float | None, cancel: Cancellation | None
+        self,
+        run_id: str,
+        headers: dict[str, str],
+        timeout: float | None,
+        cancel: Cancellation | None,
+        limit: Deadline | None = None,
     ) -> Iterator[httpx.Response]:
         request = self._http.build_request(
             "GET",
             f"{API_PREFIX}/runs/{run_id}/events",
             headers={"Accept": "text/event-stream", **headers},
-            timeout=stream_timeout(timeout),
+            timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
         )
         response = self._http.send(request, stream=True)
         remove = cancel.on_cancel(response.close) if cancel is not None else None
@@ -166,6 +192,7 @@ class Client:
         return Session(self, session_id)
 
 
+@checked_calls
 class Sessions:
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -187,7 +214,7 @@ class Sessions:
         return Session(self._client, data["id"], Snapshot.from_json(data))
 
     def get(self, session_id: str, **options: Any) -> Session:
-        data = self._client.request("GET", f"/sessions/{session_id}", **options)
+        data = self._client.request("GET", f"/sessions/{session_id}", session_id=session_id, **options)
         return Session(self._client, session_id, Snapshot.from_json(data))
 
     def list(self, *, limit: int = 50, offset: int = 0, **options: Any) -> SessionPage:
@@ -202,13 +229,21 @@ class Sessions:
         reasoning_effort: str | None = None,
         model: str | None = None,
         at_seq: int | None = None,
+        provider_id: str | None = None,
+        model_id: str | None = None,
+        worktree_selector: str | dict[str, Any] | None = None,
         **options: Any,
     ) -> Session:
-        body = fork_body(title, reasoning_effort, model, at_seq)
-        data = self._client.request("POST", f"/sessions/{session_id}/fork", json=body, **options)
+        """A new session from this one's conversation (now, or at `at_seq`). `model`, or
+        `provider_id` + `model_id`, picks its model; `worktree_selector` (default: the
+        source's) is stored and returned in the snapshot's `placement`, uninterpreted."""
+        body = fork_body(title, reasoning_effort, model, at_seq, provider_id, model_id, worktree_selector)
+        path = f"/sessions/{session_id}/fork"
+        data = self._client.request("POST", path, json=body, session_id=session_id, **options)
         return Session(self._client, data["id"], Snapshot.from_json(data))
 
 
+@checked_calls
 class Session:
     """A handle on one session. At most one run at a time: see `run`."""
 
@@ -222,7 +257,7 @@ class Session:
         return f"<Session {self.id}>"
 
     def _request(self, method: str, suffix: str = "", **kwargs: Any) -> Any:
-        return self._client.request(method, f"/sessions/{self.id}{suffix}", **kwargs)
+        return self._client.request(method, f"/sessions/{self.id}{suffix}", session_id=self.id, **kwargs)
 
     def _snapshot(self, data: Any) -> Snapshot:
         self.last_snapshot = Snapshot.from_json(data)
@@ -251,12 +286,36 @@ class Session:
     def compact(self, **options: Any) -> bool:
         return bool(self._request("POST", "/compact", **options)["compacted"])
 
-    def clear(self, **options: Any) -> Session:
-        data = self._request("POST", "/clear", **options)
+    def clear(self, *, worktree_selector: str | dict[str, Any] | None = None, **options: Any) -> Session:
+        """A new empty session with this one's mode, model, limits and worktree selector
+        (or `worktree_selector`, stored and returned in `placement`, uninterpreted)."""
+        body = {"worktree_selector": worktree_selector} if worktree_selector is not None else None
+        data = self._request("POST", "/clear", json=body, **options)
         return Session(self._client, data["id"], Snapshot.from_json(data))
 
-    def fork(self, **kwargs: Any) -> Session:
-        return self._client.sessions.fork(self.id, **kwargs)
+    def fork(
+        self,
+        *,
+        title: str | None = None,
+        reasoning_effort: str | None = None,
+        model: str | None = None,
+        at_seq: int | None = None,
+        provider_id: str | None = None,
+        model_id: str | None = None,
+        worktree_selector: str | dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Session:
+        return self._client.sessions.fork(
+            self.id,
+            title=title,
+            reasoning_effort=reasoning_effort,
+            model=model,
+            at_seq=at_seq,
+            provider_id=provider_id,
+            model_id=model_id,
+            worktree_selector=worktree_selector,
+            **options,
+        )
 
     def close(self, **options: Any) -> Snapshot:
         return self._snapshot(self._request("POST", "/close", **options))
@@ -273,18 +332,33 @@ class Session:
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         queue: bool = False,
+        deadline: float | None = None,
+        controls: RequestControls | None = None,
     ) -> Run:
         """Start a run with a user message (a string, or parts: text_part, image_part_from_path...).
 
+        Parts are checked before anything is sent (count, source, type by their bytes,
+        size, and the snapshot's media capabilities): PromptValidationError.
         SessionBusyError while this handle's previous run (or any run of the session) is
-        still active, unless `queue`: the message then waits for its turn.
+        still active, unless `queue`: the message then waits for its turn. `deadline`
+        (seconds) bounds starting the run and consuming it: DeadlineExceededError.
         """
-        if not queue and self._active is not None and not self._active.finished:
-            status = self._client.runs.get(self._active.id, timeout=timeout, headers=headers).status
-            if status in ACTIVE_RUN_STATUSES:
-                raise SessionBusyError(f"run {self._active.id} of this session is still {status}", code="session_busy")
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+        limit = Deadline.of(deadline if deadline is not None else flat.get("deadline"))
         body = run_body(content, queue)
-        data = self._request("POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel)
+        if isinstance(content, list):
+            if self.last_snapshot is None:
+                self.snapshot(timeout=timeout, headers=headers, cancel=cancel, deadline=limit)
+            check_parts(content, self.last_snapshot.media if self.last_snapshot is not None else None)
+        if not queue and self._active is not None and not self._active.finished:
+            active = self._active.id
+            status = self._client.runs.get(active, timeout=timeout, headers=headers, deadline=limit).status
+            if status in ACTIVE_RUN_STATUSES:
+                raise SessionBusyError(f"run {active} of this session is still {status}", code="session_busy")
+        data = self._request(
+            "POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit
+        )
         run = Run(
             self._client,
             data["run_id"],
@@ -292,6 +366,8 @@ class Session:
             timeout=timeout,
             headers=headers,
             cancel=cancel,
+            deadline=limit,
+            session_id=self.id,
         )
         self._active = run
         return run
@@ -303,9 +379,14 @@ class Session:
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: float | None = None,
+        controls: RequestControls | None = None,
     ) -> Run:
         """Retry the failed step (only after a retryable failure; else InvalidStateError)."""
-        data = self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel)
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
+        limit = Deadline.of(deadline if deadline is not None else flat.get("deadline"))
+        data = self._request("POST", "/retry", timeout=timeout, headers=headers, cancel=cancel, deadline=limit)
         run = Run(
             self._client,
             data["run_id"],
@@ -313,11 +394,14 @@ class Session:
             timeout=timeout,
             headers=headers,
             cancel=cancel,
+            deadline=limit,
+            session_id=self.id,
         )
         self._active = run
         return run
 
 
+@checked_calls
 class Runs:
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -325,11 +409,30 @@ class Runs:
     def get(self, run_id: str, **options: Any) -> RunInfo:
         return RunInfo.from_json(self._client.request("GET", f"/runs/{run_id}", **options))
 
-    def attach(self, run_id: str, *, on_permission_ask: Responder | None = None, **options: Any) -> Run:
-        """A Run handle on an existing run (to stream or await it from another process)."""
-        return Run(self._client, run_id, on_permission_ask=on_permission_ask, **options)
+    def attach(
+        self,
+        run_id: str,
+        *,
+        on_permission_ask: Responder | None = None,
+        session_id: str | None = None,
+        **options: Any,
+    ) -> Run:
+        """A Run handle on an existing run (to stream or await it from another process);
+        `session_id`, when known, adds the affinity header."""
+        flat = control_options(options)
+        return Run(
+            self._client,
+            run_id,
+            on_permission_ask=on_permission_ask,
+            timeout=flat.get("timeout"),
+            headers=flat.get("headers"),
+            cancel=flat.get("cancel"),
+            deadline=Deadline.of(flat.get("deadline")),
+            session_id=session_id,
+        )
 
 
+@checked_calls
 class Asks:
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -376,6 +479,7 @@ class Asks:
         return decision.run
 
 
+@checked_calls
 class Teams:
     """A team's approval rules: read by its members, changed by its moderators."""
 
@@ -430,6 +534,7 @@ class Decision:
     ask: AskInfo | None
 
 
+@checked_calls
 class Run:
     """One run, consumed once: iterate its events, or call `result()` (not both).
 
@@ -447,13 +552,17 @@ class Run:
         timeout: float | None = None,
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
+        deadline: Deadline | None = None,
+        session_id: str | None = None,
     ) -> None:
         self._client = client
         self._follower = RunFollower(run_id)
         self._responder = on_permission_ask
         self._timeout = timeout
-        self._headers = dict(headers or {})
+        self._headers = session_headers(session_id, headers)
         self._cancel = cancel
+        self._deadline = deadline or Deadline(None)
+        self.session_id = session_id
         self._consumed: str | None = None
 
     def __repr__(self) -> str:
@@ -529,28 +638,35 @@ class Run:
 
     def _events(self) -> Generator[RunEvent, None, None]:
         failures = 0
+        limit = self._deadline
         while not self._follower.finished:
             if self._cancel is not None:
                 self._cancel.check()
+            limit.check(f"run {self.id}")
             mark = (self._follower.run_id, self._follower.last_seq)
             try:
                 yield from self._follow_stream()
             except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
                 if self._cancel is not None and self._cancel.cancelled:
                     raise RequestCancelled("the call was cancelled") from None
+                if limit.expired:
+                    raise limit.error(f"run {self.id}") from exc
                 # Attempts in a row without a new event count towards the limit.
                 failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
                 if failures > self._client.max_reconnects:
                     raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
-                time.sleep(backoff(failures))
+                left = limit.remaining()
+                time.sleep(backoff(failures) if left is None else min(backoff(failures), left))
 
     def _follow_stream(self) -> Generator[RunEvent, None, None]:
         """Stream one connection's events until the current server run is over."""
         follower = self._follower
         headers = {**self._headers, **follower.resume_headers()}
-        with self._client._event_stream(follower.run_id, headers, self._timeout, self._cancel) as response:
+        limit = self._deadline
+        with self._client._event_stream(follower.run_id, headers, self._timeout, self._cancel, limit) as response:
             decoder = SSEDecoder()
             for chunk in response.iter_bytes():
+                limit.check(f"run {self.id}")
                 for sse in decoder.feed(chunk):
                     step = follower.accept(run_event_from_sse(sse))
                     if step.deliver is not None:

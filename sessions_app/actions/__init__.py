@@ -26,6 +26,7 @@ from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update
 from sessions_app.actions.sessions import (
     DeletedSession,
     check_content,
+    check_model_choice,
     check_new_session_budget,
     do_cancel,
     do_cancel_current,
@@ -58,6 +59,7 @@ from sessions_app.actions.teams import (
 from sessions_app.runs import promote_pending_run
 
 __all__ = [
+    "check_model_choice",
     "DEFAULT_TEAM",
     "do_create_agent",
     "do_create_rule",

@@ -299,6 +299,12 @@ def do_set_model(actor: Any, session_id: str, model: str, reasoning_effort: str 
     return Session.objects.get(pk=session_id)
 
 
+def check_model_choice(model: Any, provider_id: Any, model_id: Any) -> str | None:
+    """The model a fork names by `model` or by `provider_id` + `model_id` (the provider
+    must be the one this server runs), or None to keep the source's."""
+    return operations.check_model_choice(model, provider_id, model_id, get_runtime().provider.provider_id)
+
+
 def do_fork(
     actor: Any,
     session_id: str,
@@ -309,9 +315,13 @@ def do_fork(
     reasoning_effort: str | None = None,
     reason: str | None = None,
     agent_version: Any = None,
+    worktree_selector: Any = None,
 ) -> Session:
     """A new session owned by `actor` starting from the source's fold (now, or at `at_seq`),
-    pinned to the source's agent version (or, with `agent_version`, another version of it)."""
+    pinned to the source's agent version (or, with `agent_version`, another version of it).
+
+    `worktree_selector` (default: the source's) is stored as given and returned in the
+    snapshot's placement; the server never interprets it."""
     source = get_session_for_user(actor, session_id, "read")
     state = source.projection()
     pin = _repinned(actor, source, state, agent_version)
@@ -335,6 +345,7 @@ def do_fork(
         reasoning_effort=reasoning_effort,
         reason=reason,
         agent=pin,
+        worktree_selector=worktree_selector,
     )
     with transaction.atomic():
         fork = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
@@ -414,10 +425,14 @@ def _repinned(actor: Any, source: Session, state: SessionState, agent_version: A
     return target.spec().pin if target is not None else None
 
 
-def do_clear(actor: Any, session_id: str, *, agent_version: Any = None) -> Session:
+def do_clear(actor: Any, session_id: str, *, agent_version: Any = None, worktree_selector: Any = None) -> Session:
+    """A new empty session inheriting the source's settings, agent pin (or another
+    version of its agent) and worktree selector (unless one is given)."""
     source = get_session_for_user(actor, session_id, "write")
     state = source.projection()
-    events = operations.clear_events(state, agent=_repinned(actor, source, state, agent_version))
+    events = operations.clear_events(
+        state, agent=_repinned(actor, source, state, agent_version), worktree_selector=worktree_selector
+    )
     with transaction.atomic():
         cleared = Session.objects.create(owner=actor, team_id=_inherited_team(actor, source))
         get_journal().append_sync(cleared.pk, events)

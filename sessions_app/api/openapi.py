@@ -40,6 +40,8 @@ NONEMPTY = {"type": "string", "minLength": 1}
 INTEGER = {"type": "integer"}
 BOOLEAN = {"type": "boolean"}
 OBJECT = {"type": "object"}
+#: A label for where a session should run, stored and returned as given (at most 2 KiB of JSON).
+WORKTREE_SELECTOR = {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 2048}, {"type": "object"}]}
 DATETIME = {"type": "string", "format": "date-time"}
 MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
 VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
@@ -196,6 +198,8 @@ SCHEMAS: dict[str, Any] = {
             "placement": nullable(
                 _object(
                     {
+                        # As the fork or clear that made the session gave it; never interpreted.
+                        "worktree_selector": WORKTREE_SELECTOR,
                         "run_id": STRING,
                         "run_status": STRING,
                         "worker": nullable(STRING),
@@ -336,11 +340,17 @@ SCHEMAS: dict[str, Any] = {
         {
             "title": {"type": "string", "minLength": 1, "maxLength": 120},
             "model": NONEMPTY,
+            # provider_id + model_id name the model as a snapshot's resolved_model does;
+            # provider_id must be the server's own provider.
+            "provider_id": NONEMPTY,
+            "model_id": NONEMPTY,
             "reasoning_effort": REASONING_EFFORT,
             "at_seq": {"type": "integer", "minimum": 1},
             "agent_version": {"type": "integer", "minimum": 1},
+            "worktree_selector": WORKTREE_SELECTOR,
         }
     ),
+    "Clear": _request({"worktree_selector": WORKTREE_SELECTOR, "agent_version": {"type": "integer", "minimum": 1}}),
     "Rename": _request({"title": {"type": "string", "minLength": 1, "maxLength": 120}}, ("title",)),
     "SetMode": _request({"mode": MODE}, ("mode",)),
     "SetModel": _request({"model": NONEMPTY, "reasoning_effort": REASONING_EFFORT}, ("model",)),

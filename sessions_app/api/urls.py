@@ -117,10 +117,11 @@ ROUTES: tuple[Route, ...] = (
         {
             "POST": op(
                 views.clear_session,
-                "A new empty session with the same mode, model and limits",
+                "A new empty session with the same mode, model, limits and worktree selector",
                 status=201,
+                request="Clear",
                 response="Snapshot",
-                errors=(403, 404),
+                errors=(400, 403, 404),
             )
         },
     ),

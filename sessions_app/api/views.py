@@ -346,7 +346,21 @@ async def get_transcript(call: ApiCall, session_id: str) -> HttpResponse:
 
 async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
     body = call.body
-    check_fields(body, "title", "model", "reasoning_effort", "at_seq", "agent_version")
+    check_fields(
+        body,
+        "title",
+        "model",
+        "provider_id",
+        "model_id",
+        "reasoning_effort",
+        "at_seq",
+        "worktree_selector",
+        "agent_version",
+    )
+    model = actions.check_model_choice(
+        optional(body, "model", str), optional(body, "provider_id", str), optional(body, "model_id", str)
+    )
+    selector = optional(body, "worktree_selector", (str, dict))
 
     def fork() -> dict[str, Any]:
         actions.check_new_session_budget(call.user)
@@ -355,9 +369,10 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
             check_id(session_id, "session"),
             at_seq=optional(body, "at_seq", int),
             title=optional(body, "title", str),
-            model=optional(body, "model", str),
+            model=model,
             reasoning_effort=optional(body, "reasoning_effort", str),
             agent_version=optional(body, "agent_version", int),
+            worktree_selector=selector,
         )
         return _snapshot_of(call.user, forked.pk)
 
@@ -365,9 +380,16 @@ async def fork_session(call: ApiCall, session_id: str) -> HttpResponse:
 
 
 async def clear_session(call: ApiCall, session_id: str) -> HttpResponse:
+    body = call.body
+    check_fields(body, "worktree_selector", "agent_version")
+    selector = optional(body, "worktree_selector", (str, dict))
+    agent_version = optional(body, "agent_version", int)
+
     def clear() -> dict[str, Any]:
         actions.check_new_session_budget(call.user)
-        cleared = actions.do_clear(call.user, check_id(session_id, "session"))
+        cleared = actions.do_clear(
+            call.user, check_id(session_id, "session"), worktree_selector=selector, agent_version=agent_version
+        )
         return _snapshot_of(call.user, cleared.pk)
 
     return json_response(await sync_to_async(clear)(), status=201)

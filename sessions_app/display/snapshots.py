@@ -38,8 +38,10 @@ def _iso(value: Any) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def placement(session_id: str) -> dict[str, Any] | None:
-    """Which worker holds the session's active run (for operators), or None."""
+def placement(session_id: str, worktree_selector: Any = None) -> dict[str, Any] | None:
+    """Which worker holds the session's active run (for operators), and the worktree
+    selector the session was created with (as given), or None when neither is known."""
+    selector = {"worktree_selector": worktree_selector} if worktree_selector is not None else {}
     run = (
         Run.objects.filter(session_id=session_id, status__in=(Run.QUEUED, Run.RUNNING))
         .order_by("-created_at")
@@ -47,8 +49,9 @@ def placement(session_id: str) -> dict[str, Any] | None:
         .first()
     )
     if run is None:
-        return None
+        return selector or None
     return {
+        **selector,
         "run_id": run["id"],
         "run_status": run["status"],
         "worker": run["lease_owner"],
@@ -81,7 +84,9 @@ def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]
             "by_model": {model: _usage(usage) for model, usage in sorted(state.usage.items())},
         },
         "media": {"image": info.image_input, "audio": info.audio_input},
-        "placement": placement(session.pk) if with_placement else None,
+        "placement": placement(session.pk, state.worktree_selector)
+        if with_placement
+        else ({"worktree_selector": state.worktree_selector} if state.worktree_selector is not None else None),
         "pending_ask": _ask(state.pending_ask),
         "created_at": _iso(state.created_at or session.created_at),
         "updated_at": _iso(state.updated_at or session.updated_at),
@@ -144,9 +149,7 @@ def transcript(session: Session, view: str = "model") -> dict[str, Any]:
         raise ValueError(f"unknown transcript view {view!r}")
     if view == "model":
         envelopes = get_journal().load_since_compaction_sync(session.pk)
-        starts_well = bool(envelopes) and (
-            envelopes[0].seq == 1 or envelopes[0].type is EventType.TRANSCRIPT_COMPACTED
-        )
+        starts_well = bool(envelopes) and (envelopes[0].seq == 1 or envelopes[0].type is EventType.TRANSCRIPT_COMPACTED)
         complete = starts_well and _gapless(envelopes)
         messages = fold_messages(envelopes)
         last_seq = envelopes[-1].seq if envelopes else 0

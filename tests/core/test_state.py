@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import UTC, datetime
+from typing import Any
 
 from sectr.state import SessionState
 
@@ -36,3 +37,28 @@ def test_to_dict_is_every_field_with_iso_times_and_round_trips() -> None:
     data["asks"]["ask_1"]["arguments"]["paths"].append("c")
     assert state.asks["ask_1"]["arguments"]["paths"] == ["a", {"b": 1}]  # a deep copy
     assert SessionState.from_dict(state.to_dict()) == state
+
+
+def test_a_worktree_selector_is_folded_from_the_journal_and_inherited() -> None:
+    import pytest
+
+    from sectr import operations
+    from sectr.errors import ValidationFailed
+    from sectr.events import Envelope
+    from sectr.state import project
+
+    def fold(events: list[Any], session_id: str) -> SessionState:
+        return project(
+            Envelope(session_id, seq, None, event.type, event.payload) for seq, event in enumerate(events, 1)
+        )
+
+    selector = {"repo": "app", "branch": "x"}
+    source = fold(operations.clear_events(SessionState("ses_a"), worktree_selector=selector), "ses_a")
+    assert source.worktree_selector == selector
+    assert SessionState.from_dict(source.to_dict()).worktree_selector == selector  # the cached projection
+    assert fold(operations.clear_events(source), "ses_b").worktree_selector == selector
+    forked = fold(operations.fork_events(source, [], at_seq=None, worktree_selector="wt-2"), "ses_c")
+    assert forked.worktree_selector == "wt-2"
+    for bad in ("", 5, ["x"], "x" * 2049, {"k": "v" * 2048}):
+        with pytest.raises(ValidationFailed):
+            operations.clear_events(source, worktree_selector=bad)
