@@ -23,10 +23,18 @@ pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e 
 echo "== tests: SQLite + in-memory channel layer"
 DATABASE_URL= REDIS_URL= pytest_run -q tests/core tests/server
 
+echo "== TypeScript SDK (sdk/typescript): build, then node --test against a live Sectr"
+bash scripts/ensure_node.sh
+(cd sdk/typescript && npm ci --no-audit --no-fund && npm run build)
+(cd sdk/typescript && DATABASE_URL= REDIS_URL= SECTR_PYTHON="$PWD/../../$PY" node --test --test-concurrency=1 test/)
+
 if "$PY" scripts/reachable.py "$PG_URL" "$REDIS_URL_T"; then
   echo "== tests: PostgreSQL + Redis channel layer (the fault tests run a cluster behind HAProxy)"
   bash scripts/ensure_haproxy.sh
   DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" pytest_run -q tests/server
+  echo "== TypeScript SDK through the production topology (PostgreSQL, Redis, a separate worker)"
+  (cd sdk/typescript && DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" SECTR_PYTHON="$PWD/../../$PY" \
+    node --test --test-concurrency=1 test/)
 else
   echo "== PostgreSQL/Redis not reachable at $PG_URL / $REDIS_URL_T: skipped that pass"
 fi

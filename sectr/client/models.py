@@ -1,4 +1,4 @@
-"""What the SDK hands back: snapshots, transcripts, run events and results, and prompt parts."""
+"""What the SDK hands back: snapshots, transcripts, run events and results."""
 
 from __future__ import annotations
 
@@ -7,6 +7,23 @@ from enum import Enum
 from typing import Any
 
 from sectr.client.errors import ProtocolError
+
+#: The kinds of a run's events, in the order they can come (`result` always last).
+EVENT_KINDS = (
+    "turn.start",
+    "message.delta",
+    "reasoning.delta",
+    "tool.call",
+    "tool.result",
+    "permission.ask",
+    "approval",
+    "steer",
+    "compaction",
+    "session.title",
+    "recover_notice",
+    "turn.end",
+    "result",
+)
 
 
 class SessionMode(str, Enum):

@@ -74,6 +74,15 @@ def client(api: LiveApi, recorder: Recorder) -> Iterator[Client]:
         yield client
 
 
+def test_the_servers_event_kinds_are_the_sdks() -> None:
+    import json
+
+    from sessions_app.api.events import EVENT_KINDS
+
+    surface = json.loads((Path(__file__).resolve().parents[2] / "sdk" / "surface.json").read_text())
+    assert list(EVENT_KINDS) == surface["event_kinds"]
+
+
 # ---- fork and clear ----
 
 

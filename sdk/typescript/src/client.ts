@@ -1,0 +1,762 @@
+/** `SectrClient`: sessions, runs and asks over Sectr's HTTP API, with fetch and web streams. */
+
+import {
+  DeadlineExceededError,
+  InvalidStateError,
+  ProtocolError,
+  RedirectError,
+  RequestCancelledError,
+  SectrError,
+  SessionBusyError,
+  TransportError,
+  errorFromResponse,
+} from "./errors.js";
+import {
+  type PermissionAsk,
+  type RunEvent,
+  type RunInfo,
+  type RunResult,
+  SessionMode,
+  type Snapshot,
+  type Transcript,
+  Verdict,
+  permissionAskFromPayload,
+  runEventFromJson,
+  runInfoFromJson,
+  snapshotFromJson,
+  transcriptFromJson,
+} from "./models.js";
+import { type Prompt, checkParts } from "./parts.js";
+import { SSEDecoder } from "./sse.js";
+
+export const API_PREFIX = "/api/v1";
+/** Sent with every request about a known session, so a load balancer can keep it on one server. */
+export const AFFINITY_HEADER = "X-Sectr-Session";
+const MAX_RECONNECTS = 8;
+const DEFAULT_TIMEOUT_MS = 30_000;
+/** The server sends a comment every 15 s; a stream silent this long is reconnected. */
+const STREAM_SILENCE_MS = 45_000;
+
+/** How one call is made, apart from what it asks for: the last argument of every call. */
+export interface RequestControls {
+  /** Aborting it stops the call (RequestCancelledError); a run goes on on the server. */
+  signal?: AbortSignal;
+  /** Added to the request's headers. */
+  headers?: Record<string, string>;
+  /** The total time for the call; for `run` and `retry`, for starting the run and
+   * consuming it (DeadlineExceededError). */
+  timeoutMs?: number;
+}
+
+export interface ClientOptions {
+  /** Where Sectr runs, e.g. "https://sectr.example.com" (the API is under /api/v1). */
+  baseUrl: string;
+  /** An API token (`python manage.py sectr_token USERNAME`, or the web UI). */
+  token?: string;
+  headers?: Record<string, string>;
+  /** The default total time of a call that is not a run (30 s). */
+  timeoutMs?: number;
+  maxReconnects?: number;
+  fetch?: typeof fetch;
+}
+
+/** A run's responders: answer a permission ask and the same Run follows the resumed run. */
+export interface Responders {
+  onPermissionAsk?: (ask: PermissionAsk) => Verdict | string | undefined | null | Promise<Verdict | string | undefined | null>;
+}
+
+export interface RunOptions extends Responders {
+  /** Wait for the session's active run to end instead of SessionBusyError. */
+  queue?: boolean;
+}
+
+export interface CreateOptions {
+  title?: string;
+  mode?: SessionMode | string;
+  model?: string;
+  limits?: Record<string, number>;
+  reasoningEffort?: string;
+  team?: string | null;
+}
+
+export interface ForkOptions {
+  title?: string;
+  reasoningEffort?: string;
+  model?: string;
+  providerId?: string;
+  modelId?: string;
+  worktreeSelector?: string | Record<string, unknown>;
+  atSeq?: number;
+}
+
+export interface ClearOptions {
+  worktreeSelector?: string | Record<string, unknown>;
+}
+
+/** Refuse an option the method does not know, naming the method (a typo is not ignored). */
+function checkOptions(method: string, options: object | undefined, allowed: readonly string[]): void {
+  if (options == null) return;
+  if (typeof options !== "object") throw new TypeError(`${method}: options must be an object`);
+  for (const key of Object.keys(options)) {
+    if (!allowed.includes(key)) {
+      throw new TypeError(`${method}: unknown option '${key}' (its options: ${allowed.join(", ") || "none"})`);
+    }
+  }
+}
+
+/** The request controls every call takes as its last argument. */
+export const CONTROL_KEYS = ["signal", "headers", "timeoutMs"] as const;
+
+function checkControls(method: string, controls: RequestControls | undefined): void {
+  checkOptions(`${method} (request controls)`, controls, CONTROL_KEYS);
+}
+
+/** A point in time a call must finish by. */
+class Deadline {
+  readonly end: number | undefined;
+  constructor(readonly ms: number | undefined) {
+    if (ms !== undefined && !(ms > 0)) throw new TypeError("timeoutMs is a number of milliseconds above zero");
+    this.end = ms === undefined ? undefined : Date.now() + ms;
+  }
+  remaining(): number | undefined {
+    return this.end === undefined ? undefined : Math.max(this.end - Date.now(), 0);
+  }
+  get expired(): boolean {
+    return this.end !== undefined && Date.now() >= this.end;
+  }
+  error(what: string): DeadlineExceededError {
+    return new DeadlineExceededError(`${what}: the deadline of ${this.ms} ms passed`);
+  }
+}
+
+/** One attempt's abort: the caller's signal, the deadline, or a silence timer. */
+class Scope {
+  readonly controller = new AbortController();
+  why: "cancelled" | "deadline" | "silent" | undefined;
+  private timers: ReturnType<typeof setTimeout>[] = [];
+  private silence: ReturnType<typeof setTimeout> | undefined;
+  private readonly onAbort = (): void => this.abort("cancelled");
+
+  constructor(private readonly signal: AbortSignal | undefined, deadline: Deadline) {
+    if (signal?.aborted) this.abort("cancelled");
+    signal?.addEventListener("abort", this.onAbort, { once: true });
+    const left = deadline.remaining();
+    if (left !== undefined) this.timers.push(setTimeout(() => this.abort("deadline"), left));
+  }
+
+  abort(why: "cancelled" | "deadline" | "silent"): void {
+    if (this.why) return;
+    this.why = why;
+    this.controller.abort();
+  }
+
+  /** (Re)arm the timer that treats a silent stream as cut. */
+  heard(ms: number): void {
+    if (this.silence) clearTimeout(this.silence);
+    this.silence = setTimeout(() => this.abort("silent"), ms);
+  }
+
+  dispose(): void {
+    this.signal?.removeEventListener("abort", this.onAbort);
+    for (const timer of this.timers) clearTimeout(timer);
+    if (this.silence) clearTimeout(this.silence);
+  }
+}
+
+function mergedHeaders(...sets: (Record<string, string> | undefined)[]): Record<string, string> {
+  return Object.assign({}, ...sets.filter(Boolean)) as Record<string, string>;
+}
+
+interface CallOptions {
+  body?: unknown;
+  query?: Record<string, string | number | undefined>;
+  sessionId?: string;
+  deadline?: Deadline;
+}
+
+export class SectrClient {
+  readonly baseUrl: string;
+  readonly sessions: Sessions;
+  readonly runs: Runs;
+  readonly asks: Asks;
+  readonly maxReconnects: number;
+  private readonly headers: Record<string, string>;
+  private readonly timeoutMs: number;
+  private readonly fetchImpl: typeof fetch;
+
+  constructor(options: ClientOptions) {
+    checkOptions("new SectrClient()", options, ["baseUrl", "token", "headers", "timeoutMs", "maxReconnects", "fetch"]);
+    if (!options?.baseUrl) throw new TypeError("new SectrClient(): baseUrl is required");
+    this.baseUrl = options.baseUrl.replace(/\/+$/, "");
+    this.headers = mergedHeaders(
+      { Accept: "application/json" },
+      options.token ? { Authorization: `Bearer ${options.token}` } : undefined,
+      options.headers,
+    );
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.maxReconnects = options.maxReconnects ?? MAX_RECONNECTS;
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.sessions = new Sessions(this);
+    this.runs = new Runs(this);
+    this.asks = new Asks(this);
+  }
+
+  /** A handle on a session by id, without a request (`sessions.get` checks it exists). */
+  session(sessionId: string): Session {
+    return new Session(this, sessionId);
+  }
+
+  /** One API call: the decoded JSON answer, or a typed SectrError. */
+  async request(method: string, path: string, options: CallOptions = {}, controls: RequestControls = {}): Promise<any> {
+    const deadline = options.deadline ?? new Deadline(controls.timeoutMs ?? this.timeoutMs);
+    const what = `${method} ${path}`;
+    if (deadline.expired) throw deadline.error(what);
+    const scope = new Scope(controls.signal, deadline);
+    let url = this.baseUrl + API_PREFIX + path;
+    const query = Object.entries(options.query ?? {}).filter(([, v]) => v !== undefined);
+    if (query.length) url += "?" + new URLSearchParams(query.map(([k, v]) => [k, String(v)])).toString();
+    const headers = mergedHeaders(
+      this.headers,
+      options.body !== undefined ? { "Content-Type": "application/json" } : undefined,
+      options.sessionId ? { [AFFINITY_HEADER]: options.sessionId } : undefined,
+      controls.headers,
+    );
+    try {
+      const response = await this.fetchImpl(url, {
+        method,
+        headers,
+        body: options.body !== undefined ? JSON.stringify(options.body) : undefined,
+        signal: scope.controller.signal,
+        redirect: "manual",
+      });
+      const text = await response.text();
+      return decodeAnswer(response, text);
+    } catch (error) {
+      throw scopeError(error, scope, deadline, what);
+    } finally {
+      scope.dispose();
+    }
+  }
+
+  /** @internal One connection of a run's event stream. */
+  async openStream(runId: string, headers: Record<string, string>, scope: Scope): Promise<Response> {
+    const response = await this.fetchImpl(`${this.baseUrl}${API_PREFIX}/runs/${runId}/events`, {
+      headers: mergedHeaders(this.headers, { Accept: "text/event-stream" }, headers),
+      signal: scope.controller.signal,
+      redirect: "manual",
+    });
+    const type = response.headers.get("content-type") ?? "";
+    if (response.ok && type.toLowerCase().startsWith("text/event-stream") && response.body) return response;
+    const text = await response.text();
+    if (response.status >= 300) decodeAnswer(response, text);
+    throw new ProtocolError(`the server answered ${response.status} with ${type || "no content type"}, not text/event-stream`, {
+      status: response.status,
+    });
+  }
+}
+
+function decodeAnswer(response: Response, text: string): any {
+  const status = response.status;
+  if (status >= 400) throw errorFromResponse(status, text, response.headers);
+  if (status >= 300 || response.type === "opaqueredirect") {
+    const error = new RedirectError(`the server answered ${status || "a redirect"}: point baseUrl at the API itself`, {
+      status,
+    });
+    error.location = response.headers.get("location") ?? undefined;
+    throw error;
+  }
+  if (status === 204) return undefined;
+  if (!(response.headers.get("content-type") ?? "").toLowerCase().includes("json")) {
+    throw new ProtocolError(`the server answered ${status}, not JSON`, { status });
+  }
+  try {
+    return JSON.parse(text);
+  } catch {
+    throw new ProtocolError(`the server answered ${status} with a body that is not JSON`, { status });
+  }
+}
+
+function scopeError(error: unknown, scope: Scope, deadline: Deadline, what: string): SectrError {
+  if (error instanceof SectrError) return error;
+  if (scope.why === "cancelled") return new RequestCancelledError(`${what}: the call was cancelled`);
+  if (scope.why === "deadline" || deadline.expired) return deadline.error(what);
+  const message = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+  return new TransportError(`${what}: ${message}`);
+}
+
+function sessionBody(options: CreateOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  if (options.team !== undefined) body["team"] = options.team || null;
+  if (options.title !== undefined) body["title"] = options.title;
+  if (options.mode !== undefined) body["mode"] = String(options.mode);
+  if (options.model !== undefined) body["model"] = options.model;
+  if (options.limits !== undefined) body["limits"] = options.limits;
+  if (options.reasoningEffort !== undefined) body["reasoning_effort"] = options.reasoningEffort;
+  return body;
+}
+
+const FORK_KEYS = ["title", "reasoningEffort", "model", "providerId", "modelId", "worktreeSelector", "atSeq"] as const;
+
+function forkBody(options: ForkOptions): Record<string, unknown> {
+  const names: Record<(typeof FORK_KEYS)[number], string> = {
+    title: "title",
+    reasoningEffort: "reasoning_effort",
+    model: "model",
+    providerId: "provider_id",
+    modelId: "model_id",
+    worktreeSelector: "worktree_selector",
+    atSeq: "at_seq",
+  };
+  const body: Record<string, unknown> = {};
+  for (const key of FORK_KEYS) if (options[key] !== undefined) body[names[key]] = options[key];
+  return body;
+}
+
+export class Sessions {
+  constructor(private readonly client: SectrClient) {}
+
+  async create(options: CreateOptions = {}, controls: RequestControls = {}): Promise<Session> {
+    checkOptions("sessions.create()", options, ["title", "mode", "model", "limits", "reasoningEffort", "team"]);
+    checkControls("sessions.create()", controls);
+    const data = await this.client.request("POST", "/sessions", { body: sessionBody(options) }, controls);
+    return new Session(this.client, String(data.id), snapshotFromJson(data));
+  }
+
+  async get(sessionId: string, controls: RequestControls = {}): Promise<Session> {
+    checkControls("sessions.get()", controls);
+    const data = await this.client.request("GET", `/sessions/${sessionId}`, { sessionId }, controls);
+    return new Session(this.client, sessionId, snapshotFromJson(data));
+  }
+
+  async list(
+    options: { limit?: number; offset?: number } = {},
+    controls: RequestControls = {},
+  ): Promise<{ sessions: Snapshot[]; count: number; nextOffset: number | null }> {
+    checkOptions("sessions.list()", options, ["limit", "offset"]);
+    checkControls("sessions.list()", controls);
+    const data = await this.client.request("GET", "/sessions", { query: { limit: options.limit, offset: options.offset } }, controls);
+    if (!Array.isArray(data?.sessions)) throw new ProtocolError("a session list without sessions");
+    return { sessions: data.sessions.map(snapshotFromJson), count: Number(data.count ?? 0), nextOffset: data.next_offset ?? null };
+  }
+
+  /** A new session from this one's conversation. `model`, or `providerId` + `modelId`,
+   * picks its model; `worktreeSelector` comes back in `snapshot().placement`. */
+  async fork(sessionId: string, options: ForkOptions = {}, controls: RequestControls = {}): Promise<Session> {
+    checkOptions("sessions.fork()", options, FORK_KEYS);
+    checkControls("sessions.fork()", controls);
+    const data = await this.client.request("POST", `/sessions/${sessionId}/fork`, { body: forkBody(options), sessionId }, controls);
+    return new Session(this.client, String(data.id), snapshotFromJson(data));
+  }
+}
+
+export class Session {
+  /** The snapshot of the latest answer that carried one. */
+  lastSnapshot: Snapshot | undefined;
+  private active: Run | undefined;
+
+  constructor(
+    private readonly client: SectrClient,
+    readonly id: string,
+    snapshot?: Snapshot,
+  ) {
+    this.lastSnapshot = snapshot;
+  }
+
+  private call(method: string, suffix: string, body: unknown, controls: RequestControls, deadline?: Deadline): Promise<any> {
+    return this.client.request(method, `/sessions/${this.id}${suffix}`, { body, sessionId: this.id, deadline }, controls);
+  }
+
+  private keep(data: unknown): Snapshot {
+    this.lastSnapshot = snapshotFromJson(data);
+    return this.lastSnapshot;
+  }
+
+  async snapshot(controls: RequestControls = {}): Promise<Snapshot> {
+    checkControls("session.snapshot()", controls);
+    return this.keep(await this.call("GET", "", undefined, controls));
+  }
+
+  /** What the model sees (`view: "model"`) or everything people saw (`"history"`). */
+  async transcript(options: { view?: "model" | "history" } = {}, controls: RequestControls = {}): Promise<Transcript> {
+    checkOptions("session.transcript()", options, ["view"]);
+    checkControls("session.transcript()", controls);
+    const data = await this.client.request(
+      "GET",
+      `/sessions/${this.id}/transcript`,
+      { query: { view: options.view ?? "model" }, sessionId: this.id },
+      controls,
+    );
+    return transcriptFromJson(data);
+  }
+
+  async rename(title: string, controls: RequestControls = {}): Promise<Snapshot> {
+    checkControls("session.rename()", controls);
+    return this.keep(await this.call("POST", "/rename", { title }, controls));
+  }
+
+  async setMode(mode: SessionMode | string, controls: RequestControls = {}): Promise<Snapshot> {
+    checkControls("session.setMode()", controls);
+    return this.keep(await this.call("POST", "/mode", { mode: String(mode) }, controls));
+  }
+
+  async setModel(model: string, options: { reasoningEffort?: string } = {}, controls: RequestControls = {}): Promise<Snapshot> {
+    checkOptions("session.setModel()", options, ["reasoningEffort"]);
+    checkControls("session.setModel()", controls);
+    const body: Record<string, unknown> = { model };
+    if (options.reasoningEffort !== undefined) body["reasoning_effort"] = options.reasoningEffort;
+    return this.keep(await this.call("POST", "/model", body, controls));
+  }
+
+  /** True when the model-visible history got shorter, false for a no-op. */
+  async compact(controls: RequestControls = {}): Promise<boolean> {
+    checkControls("session.compact()", controls);
+    return Boolean((await this.call("POST", "/compact", undefined, controls)).compacted);
+  }
+
+  /** A new empty session with this one's mode, model, limits and worktree selector. */
+  async clear(options: ClearOptions = {}, controls: RequestControls = {}): Promise<Session> {
+    checkOptions("session.clear()", options, ["worktreeSelector"]);
+    checkControls("session.clear()", controls);
+    const body = options.worktreeSelector !== undefined ? { worktree_selector: options.worktreeSelector } : undefined;
+    const data = await this.call("POST", "/clear", body, controls);
+    return new Session(this.client, String(data.id), snapshotFromJson(data));
+  }
+
+  fork(options: ForkOptions = {}, controls: RequestControls = {}): Promise<Session> {
+    return this.client.sessions.fork(this.id, options, controls);
+  }
+
+  async close(controls: RequestControls = {}): Promise<Snapshot> {
+    checkControls("session.close()", controls);
+    return this.keep(await this.call("POST", "/close", undefined, controls));
+  }
+
+  async delete(controls: RequestControls = {}): Promise<void> {
+    checkControls("session.delete()", controls);
+    await this.call("DELETE", "", undefined, controls);
+  }
+
+  /** Start a run with a prompt (text, or parts checked before anything is sent). */
+  async run(prompt: Prompt, options: RunOptions = {}, controls: RequestControls = {}): Promise<Run> {
+    checkOptions("session.run()", options, ["onPermissionAsk", "queue"]);
+    checkControls("session.run()", controls);
+    const deadline = new Deadline(controls.timeoutMs);
+    if (typeof prompt !== "string") {
+      const snapshot = this.lastSnapshot ?? (await this.keepFrom(controls, deadline));
+      checkParts(prompt, snapshot.media);
+    }
+    if (!options.queue && this.active && !this.active.finished) {
+      const info = await this.client.runs.get(this.active.id, { ...controls, timeoutMs: deadline.remaining() });
+      if (info.active) {
+        throw new SessionBusyError(`run ${this.active.id} of this session is still ${info.status}`, { code: "session_busy" });
+      }
+    }
+    const body: Record<string, unknown> = { content: prompt };
+    if (options.queue) body["queue"] = true;
+    const data = await this.call("POST", "/runs", body, controls, deadline);
+    this.active = new Run(this.client, String(data.run_id), this.id, options, controls, deadline);
+    return this.active;
+  }
+
+  /** Retry the failed step (only after a retryable failure; else InvalidStateError). */
+  async retry(options: Responders = {}, controls: RequestControls = {}): Promise<Run> {
+    checkOptions("session.retry()", options, ["onPermissionAsk"]);
+    checkControls("session.retry()", controls);
+    const deadline = new Deadline(controls.timeoutMs);
+    const data = await this.call("POST", "/retry", undefined, controls, deadline);
+    this.active = new Run(this.client, String(data.run_id), this.id, options, controls, deadline);
+    return this.active;
+  }
+
+  private async keepFrom(controls: RequestControls, deadline: Deadline): Promise<Snapshot> {
+    return this.keep(await this.call("GET", "", undefined, controls, deadline));
+  }
+}
+
+export class Runs {
+  constructor(private readonly client: SectrClient) {}
+
+  async get(runId: string, controls: RequestControls = {}): Promise<RunInfo> {
+    checkControls("runs.get()", controls);
+    return runInfoFromJson(await this.client.request("GET", `/runs/${runId}`, {}, controls));
+  }
+
+  /** A Run handle on an existing run (to stream or await it from elsewhere). */
+  attach(runId: string, options: Responders & { sessionId?: string } = {}, controls: RequestControls = {}): Run {
+    checkOptions("runs.attach()", options, ["onPermissionAsk", "sessionId"]);
+    checkControls("runs.attach()", controls);
+    return new Run(this.client, runId, options.sessionId, options, controls, new Deadline(controls.timeoutMs));
+  }
+}
+
+export class Asks {
+  constructor(private readonly client: SectrClient) {}
+
+  /** Decide (or vote on) an ask: the resumed run, or null while a quorum is short. */
+  async decide(
+    askId: string,
+    verdict: Verdict | string,
+    options: { note?: string; scope?: "turn" } = {},
+    controls: RequestControls = {},
+  ): Promise<{ run: Run | null; ask: Record<string, unknown> | null }> {
+    checkOptions("asks.decide()", options, ["note", "scope"]);
+    checkControls("asks.decide()", controls);
+    const body: Record<string, unknown> = { verdict: String(verdict) };
+    if (options.note !== undefined) body["note"] = options.note;
+    if (options.scope !== undefined) body["scope"] = options.scope;
+    const data = await this.client.request("POST", `/asks/${askId}`, { body }, controls);
+    const run = data.run_id ? new Run(this.client, String(data.run_id), data.session_id, {}, {}, new Deadline(undefined)) : null;
+    return { run, ask: data.ask ?? null };
+  }
+
+  /** Decide an ask; the resumed session's run. AskAlreadyResolvedError if decided. */
+  async resolve(askId: string, verdict: Verdict | string, options: { note?: string } = {}, controls: RequestControls = {}): Promise<Run> {
+    const decision = await this.decide(askId, verdict, options, controls);
+    if (!decision.run) throw new InvalidStateError("the vote was recorded; the ask needs more approvals", { code: "quorum_pending" });
+    return decision.run;
+  }
+}
+
+class StreamCut extends Error {}
+
+/**
+ * One run, consumed once: `for await (const event of run)` or `await run.result()`, not
+ * both (InvalidStateError). The stream resumes by itself after a cut, from the last
+ * event it delivered (`Last-Event-ID`), with nothing lost and nothing repeated; a run
+ * that stops on a permission ask answered through it (a responder, or `resolveAsk`
+ * while iterating) goes on with the resumed run.
+ */
+export class Run implements AsyncIterable<RunEvent> {
+  private runId: string;
+  private readonly ids: string[];
+  private lastSeq: number | undefined;
+  private deliveredAtLastSeq = 0;
+  private skip = 0;
+  private pending: PermissionAsk | undefined;
+  private nextRunId: string | undefined;
+  private readonly usage: Record<string, number> = {};
+  private final: RunResult | undefined;
+  private consumed: "iteration" | "result" | undefined;
+
+  constructor(
+    private readonly client: SectrClient,
+    runId: string,
+    readonly sessionId: string | undefined,
+    private readonly responders: Responders,
+    private readonly controls: RequestControls,
+    private readonly deadline: Deadline,
+  ) {
+    this.runId = runId;
+    this.ids = [runId];
+  }
+
+  /** The server run followed now (a run resumed after an approval has its own id). */
+  get id(): string {
+    return this.runId;
+  }
+
+  get runIds(): string[] {
+    return [...this.ids];
+  }
+
+  get finished(): boolean {
+    return this.final !== undefined;
+  }
+
+  get pendingAsk(): PermissionAsk | undefined {
+    return this.pending;
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<RunEvent> {
+    this.consume("iteration");
+    return this.events();
+  }
+
+  /** Wait for the end: `text`, `stopReason`, `usage`, `error`. */
+  async result(): Promise<RunResult> {
+    if (this.consumed === "result" && this.final) return this.final;
+    if (this.consumed !== "result") this.consume("result");
+    for await (const _event of this.events()) {
+      // drained
+    }
+    return this.final!;
+  }
+
+  private consume(how: "iteration" | "result"): void {
+    if (this.consumed) {
+      throw new InvalidStateError(`this run was already consumed by ${this.consumed}: iterate a run or call result(), once`, {
+        code: "run_consumed",
+      });
+    }
+    this.consumed = how;
+  }
+
+  private headers(): Record<string, string> {
+    return mergedHeaders(this.controls.headers, this.sessionId ? { [AFFINITY_HEADER]: this.sessionId } : undefined);
+  }
+
+  private control(controls: RequestControls): RequestControls {
+    return { ...controls, headers: mergedHeaders(this.controls.headers, controls.headers) };
+  }
+
+  async cancel(controls: RequestControls = {}): Promise<RunInfo> {
+    checkControls("run.cancel()", controls);
+    const data = await this.client.request("POST", `/runs/${this.id}/cancel`, { sessionId: this.sessionId }, this.control(controls));
+    return runInfoFromJson(data);
+  }
+
+  async steer(text: string, controls: RequestControls = {}): Promise<RunInfo> {
+    checkControls("run.steer()", controls);
+    const data = await this.client.request(
+      "POST",
+      `/runs/${this.id}/steer`,
+      { body: { text }, sessionId: this.sessionId },
+      this.control(controls),
+    );
+    return runInfoFromJson(data);
+  }
+
+  async status(controls: RequestControls = {}): Promise<RunInfo> {
+    checkControls("run.status()", controls);
+    const data = await this.client.request("GET", `/runs/${this.id}`, { sessionId: this.sessionId }, this.control(controls));
+    return runInfoFromJson(data);
+  }
+
+  /** Decide an ask of this run; while it is consumed, it follows the resumed run itself. */
+  async resolveAsk(askId: string, verdict: Verdict | string, controls: RequestControls = {}): Promise<Run> {
+    checkControls("run.resolveAsk()", controls);
+    const resumed = await this.client.asks.resolve(askId, verdict, {}, this.control(controls));
+    if (!this.finished && (!this.pending || this.pending.askId === askId)) this.nextRunId = resumed.id;
+    return resumed;
+  }
+
+  private async *events(): AsyncGenerator<RunEvent> {
+    let failures = 0;
+    while (!this.finished) {
+      if (this.deadline.expired) throw this.deadline.error(`run ${this.id}`);
+      const mark = `${this.runId}:${this.lastSeq}`;
+      const scope = new Scope(this.controls.signal, this.deadline);
+      try {
+        yield* this.follow(scope);
+      } catch (error) {
+        if (error instanceof SectrError) throw error;
+        if (scope.why === "cancelled") throw new RequestCancelledError(`run ${this.id}: the call was cancelled`);
+        if (scope.why === "deadline" || this.deadline.expired) throw this.deadline.error(`run ${this.id}`);
+        failures = `${this.runId}:${this.lastSeq}` !== mark ? 1 : failures + 1;
+        if (failures > this.client.maxReconnects) {
+          throw new TransportError(`the event stream of ${this.id} failed ${failures} times: ${String(error)}`);
+        }
+        const wait = Math.min(250 * 2 ** (failures - 1), 5000, this.deadline.remaining() ?? Infinity);
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      } finally {
+        scope.dispose();
+      }
+    }
+  }
+
+  /** One connection's events until the current server run is over. */
+  private async *follow(scope: Scope): AsyncGenerator<RunEvent> {
+    const headers = this.headers();
+    if (this.lastSeq !== undefined) {
+      // One envelope may give more than one event: resume from the one before the last
+      // seq seen and skip the events of that seq already delivered.
+      this.skip = this.deliveredAtLastSeq;
+      headers["Last-Event-ID"] = String(Math.max(this.lastSeq - 1, 0));
+    }
+    scope.heard(STREAM_SILENCE_MS);
+    const response = await this.client.openStream(this.runId, headers, scope);
+    const reader = response.body!.getReader();
+    const decoder = new SSEDecoder();
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done) break;
+        scope.heard(STREAM_SILENCE_MS);
+        for (const sse of decoder.feed(value)) {
+          let data: unknown;
+          try {
+            data = JSON.parse(sse.data);
+          } catch {
+            throw new ProtocolError(`an SSE event's data is not JSON: ${sse.data.slice(0, 80)}`);
+          }
+          const event = runEventFromJson(data);
+          if (event.kind !== sse.event) throw new ProtocolError(`an SSE event named ${sse.event} carries a ${event.kind} event`);
+          const step = this.accept(event);
+          if (step.deliver) yield step.deliver;
+          if (!step.done) continue;
+          if (step.ask && step.held) {
+            await this.answer(step.ask);
+            if (this.afterAsk()) return;
+            this.finish(step.held);
+            yield step.held;
+          }
+          return;
+        }
+      }
+    } finally {
+      reader.cancel().catch(() => undefined);
+    }
+    throw new StreamCut("the stream ended before the run's result");
+  }
+
+  private accept(event: RunEvent): { deliver?: RunEvent; ask?: PermissionAsk; held?: RunEvent; done?: boolean } {
+    if (event.runId !== this.runId) throw new ProtocolError(`an event of run ${event.runId} in the stream of ${this.runId}`);
+    if (event.seq !== null) {
+      if (this.lastSeq !== undefined && event.seq < this.lastSeq) return {};
+      if (event.seq === this.lastSeq) {
+        if (this.skip > 0) {
+          this.skip -= 1;
+          return {};
+        }
+        this.deliveredAtLastSeq += 1;
+      } else {
+        this.lastSeq = event.seq;
+        this.deliveredAtLastSeq = 1;
+        this.skip = 0;
+      }
+    }
+    if (event.kind === "permission.ask") this.pending = permissionAskFromPayload(event.payload, this.runId);
+    if (event.kind !== "result") return { deliver: event };
+    for (const [key, value] of Object.entries((event.payload["usage"] ?? {}) as Record<string, unknown>)) {
+      if (typeof value === "number") this.usage[key] = (this.usage[key] ?? 0) + value;
+    }
+    if (event.payload["stop"] === "awaiting_approval" && this.pending) return { ask: this.pending, held: event, done: true };
+    this.finish(event);
+    return { deliver: event, done: true };
+  }
+
+  private async answer(ask: PermissionAsk): Promise<void> {
+    const responder = this.responders.onPermissionAsk;
+    if (this.nextRunId || !responder) return;
+    const verdict = await responder(ask);
+    if (verdict != null && !this.nextRunId) await this.resolveAsk(ask.askId, verdict);
+  }
+
+  private afterAsk(): boolean {
+    if (!this.nextRunId) return false;
+    this.runId = this.nextRunId;
+    this.ids.push(this.runId);
+    this.nextRunId = undefined;
+    this.pending = undefined;
+    this.lastSeq = undefined;
+    this.deliveredAtLastSeq = 0;
+    this.skip = 0;
+    return true;
+  }
+
+  private finish(event: RunEvent): void {
+    const payload = event.payload;
+    if (typeof payload["stop"] !== "string") throw new ProtocolError("a result event without a stop reason");
+    this.final = {
+      runId: this.runId,
+      runIds: [...this.ids],
+      text: String(payload["text"] ?? ""),
+      stopReason: payload["stop"],
+      usage: { ...this.usage },
+      error: payload["error"] == null ? null : String(payload["error"]),
+      ask: payload["stop"] === "awaiting_approval" ? (this.pending ?? null) : null,
+    };
+  }
+}
+
+export { SessionMode, Verdict };

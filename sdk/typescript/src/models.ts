@@ -1,0 +1,282 @@
+/** What the SDK hands back: snapshots, transcripts, run events and results, in camelCase. */
+
+import { ProtocolError } from "./errors.js";
+import type { MediaCapabilities } from "./parts.js";
+
+/** The kinds of a run's events, in the order they can come (`result` always last). */
+export const EVENT_KINDS = [
+  "turn.start",
+  "message.delta",
+  "reasoning.delta",
+  "tool.call",
+  "tool.result",
+  "permission.ask",
+  "approval",
+  "steer",
+  "compaction",
+  "session.title",
+  "recover_notice",
+  "turn.end",
+  "result",
+] as const;
+export type RunEventKind = (typeof EVENT_KINDS)[number];
+
+export enum SessionMode {
+  Default = "default",
+  Plan = "plan",
+  AcceptEdits = "accept_edits",
+}
+
+export enum Verdict {
+  AllowOnce = "allow_once",
+  AllowAlways = "allow_always",
+  Deny = "deny",
+}
+
+export interface Usage {
+  inputTokens: number;
+  outputTokens: number;
+  reasoningTokens: number;
+  cachedInputTokens: number;
+}
+
+export interface ResolvedModel {
+  providerId: string;
+  modelId: string;
+  contextWindow: number;
+  reasoningEffort: string | null;
+}
+
+export interface Placement {
+  /** As the fork or clear that made the session gave it; Sectr never interprets it. */
+  worktreeSelector?: string | Record<string, unknown>;
+  runId?: string;
+  runStatus?: string;
+  worker?: string | null;
+  leaseExpiresAt?: string | null;
+  heartbeatAt?: string | null;
+}
+
+export interface PendingAsk {
+  askId: string;
+  name: string;
+  arguments: Record<string, unknown>;
+  toolCallId: string | null;
+  seq: number;
+  invocationId: string;
+}
+
+export interface Snapshot {
+  id: string;
+  state: "idle" | "running" | "awaiting" | "completed" | "failed" | "cancelled";
+  mode: string;
+  title?: { value: string };
+  resolvedModel?: ResolvedModel;
+  limits: Record<string, number>;
+  turns: number;
+  toolCalls: number;
+  tokenUsage: { total: Usage; byModel: Record<string, Usage> };
+  media: MediaCapabilities;
+  placement?: Placement;
+  pendingAsk?: PendingAsk;
+  createdAt: string | null;
+  updatedAt: string | null;
+  owner: string;
+  team: string | null;
+  lastSeq: number;
+  /** The whole answer, as the server sent it. */
+  raw: Record<string, unknown>;
+}
+
+export interface TranscriptMessage {
+  role: string;
+  text: string | null;
+  toolCalls: Record<string, unknown>[];
+  toolResult: Record<string, unknown> | null;
+  parts: Record<string, unknown>[] | null;
+}
+
+export interface Transcript {
+  messages: TranscriptMessage[];
+  complete: boolean;
+  lastSeq: number;
+  view: string;
+}
+
+/** One event of a run: `kind`, `text` for deltas, `payload` (as the server sent it). */
+export interface RunEvent {
+  kind: RunEventKind | (string & {});
+  runId: string;
+  seq: number | null;
+  text: string | null;
+  payload: Record<string, unknown>;
+}
+
+export interface PermissionAsk {
+  askId: string;
+  name: string;
+  arguments: Record<string, unknown>;
+  toolCallId: string | null;
+  runId: string;
+}
+
+/** How a run ended: a stop is a result, not an error (cancelled, limits, budget...). */
+export interface RunResult {
+  runId: string;
+  runIds: string[];
+  text: string;
+  stopReason: string;
+  usage: Record<string, number>;
+  error: string | null;
+  ask: PermissionAsk | null;
+}
+
+export interface RunInfo {
+  runId: string;
+  sessionId: string;
+  status: string;
+  stopReason: string | null;
+  usage: Record<string, number>;
+  error: string | null;
+  active: boolean;
+  raw: Record<string, unknown>;
+}
+
+type Json = Record<string, unknown>;
+
+function object(value: unknown, what: string): Json {
+  if (typeof value !== "object" || value === null || Array.isArray(value)) throw new ProtocolError(`malformed ${what}`);
+  return value as Json;
+}
+
+function require(data: Json, what: string, ...keys: string[]): Json {
+  const missing = keys.filter((key) => !(key in data));
+  if (missing.length) throw new ProtocolError(`the server's ${what} lacks ${missing.join(", ")}`);
+  return data;
+}
+
+const num = (value: unknown): number => (typeof value === "number" ? value : Number(value ?? 0) || 0);
+const strOrNull = (value: unknown): string | null => (value == null ? null : String(value));
+
+function usage(value: unknown): Usage {
+  const data = (value ?? {}) as Json;
+  return {
+    inputTokens: num(data["input_tokens"]),
+    outputTokens: num(data["output_tokens"]),
+    reasoningTokens: num(data["reasoning_tokens"]),
+    cachedInputTokens: num(data["cached_input_tokens"]),
+  };
+}
+
+function camel(key: string): string {
+  return key.replace(/_([a-z])/g, (_, ch: string) => ch.toUpperCase());
+}
+
+function placement(value: unknown): Placement | undefined {
+  if (value == null) return undefined;
+  const data = object(value, "placement");
+  const out: Record<string, unknown> = {};
+  for (const [key, item] of Object.entries(data)) out[camel(key)] = item; // the selector's own keys stay
+  return out as Placement;
+}
+
+export function snapshotFromJson(value: unknown): Snapshot {
+  const data = require(object(value, "snapshot"), "snapshot", "id", "state", "mode", "token_usage", "owner");
+  const model = data["resolved_model"] as Json | undefined;
+  const tokens = object(data["token_usage"], "token_usage");
+  const ask = data["pending_ask"] as Json | null | undefined;
+  const media = (data["media"] ?? {}) as Json;
+  return {
+    id: String(data["id"]),
+    state: data["state"] as Snapshot["state"],
+    mode: String(data["mode"]),
+    title: typeof data["title"] === "string" ? { value: data["title"] } : undefined,
+    resolvedModel: model
+      ? {
+          providerId: String(model["provider_id"]),
+          modelId: String(model["model_id"]),
+          contextWindow: num(model["context_window"]),
+          reasoningEffort: strOrNull(model["reasoning_effort"]),
+        }
+      : undefined,
+    limits: Object.fromEntries(Object.entries((data["limits"] ?? {}) as Json).map(([k, v]) => [camel(k), num(v)])),
+    turns: num(data["turns"]),
+    toolCalls: num(data["tool_calls"]),
+    tokenUsage: {
+      total: usage(tokens["total"]),
+      byModel: Object.fromEntries(Object.entries((tokens["by_model"] ?? {}) as Json).map(([k, v]) => [k, usage(v)])),
+    },
+    media: { image: media["image"] === true, audio: media["audio"] === true },
+    placement: placement(data["placement"]),
+    pendingAsk: ask
+      ? {
+          askId: String(ask["ask_id"]),
+          name: String(ask["name"]),
+          arguments: (ask["arguments"] ?? {}) as Json,
+          toolCallId: strOrNull(ask["tool_call_id"]),
+          seq: num(ask["seq"]),
+          invocationId: String(ask["invocation_id"] ?? ""),
+        }
+      : undefined,
+    createdAt: strOrNull(data["created_at"]),
+    updatedAt: strOrNull(data["updated_at"]),
+    owner: String(data["owner"]),
+    team: strOrNull(data["team"]),
+    lastSeq: num(data["last_seq"]),
+    raw: data,
+  };
+}
+
+export function transcriptFromJson(value: unknown): Transcript {
+  const data = require(object(value, "transcript"), "transcript", "messages", "complete");
+  if (!Array.isArray(data["messages"])) throw new ProtocolError("malformed transcript");
+  return {
+    messages: (data["messages"] as Json[]).map((m) => ({
+      role: String(m["role"]),
+      text: strOrNull(m["text"]),
+      toolCalls: (m["tool_calls"] ?? []) as Json[],
+      toolResult: (m["tool_result"] ?? null) as Json | null,
+      parts: (m["parts"] ?? null) as Json[] | null,
+    })),
+    complete: data["complete"] === true,
+    lastSeq: num(data["last_seq"]),
+    view: String(data["view"] ?? "model"),
+  };
+}
+
+export function runEventFromJson(value: unknown): RunEvent {
+  const data = require(object(value, "event"), "event", "kind", "run_id", "payload");
+  return {
+    kind: String(data["kind"]),
+    runId: String(data["run_id"]),
+    seq: data["seq"] == null ? null : num(data["seq"]),
+    text: strOrNull(data["text"]),
+    payload: object(data["payload"], "event payload"),
+  };
+}
+
+export function permissionAskFromPayload(payload: Json, runId: string): PermissionAsk {
+  require(payload, "permission.ask payload", "ask_id", "name");
+  return {
+    askId: String(payload["ask_id"]),
+    name: String(payload["name"]),
+    arguments: (payload["arguments"] ?? {}) as Json,
+    toolCallId: strOrNull(payload["tool_call_id"]),
+    runId,
+  };
+}
+
+export function runInfoFromJson(value: unknown): RunInfo {
+  const data = require(object(value, "run"), "run", "run_id", "status");
+  const status = String(data["status"]);
+  return {
+    runId: String(data["run_id"]),
+    sessionId: String(data["session_id"] ?? ""),
+    status,
+    stopReason: strOrNull(data["stop_reason"]),
+    usage: (data["usage"] ?? {}) as Record<string, number>,
+    error: strOrNull(data["error"]),
+    active: ["pending", "queued", "running"].includes(status),
+    raw: data,
+  };
+}

@@ -1,0 +1,330 @@
+// @sectr/sdk against a live Sectr: the seed page's examples, with only the import and
+// the client's construction changed, and the SDK's own promises.
+import assert from "node:assert/strict";
+import { mkdtemp, writeFile } from "node:fs/promises";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { after, before, describe, test } from "node:test";
+
+import {
+  AFFINITY_HEADER,
+  AuthenticationError,
+  DeadlineExceededError,
+  InvalidStateError,
+  NotFoundError,
+  PromptValidationError,
+  RequestCancelledError,
+  SectrClient,
+  SectrError,
+  SessionBusyError,
+  SessionMode,
+  imagePartFromBlob,
+  imagePartFromUrl,
+  textPart,
+} from "../dist/index.js";
+import { audioPartFromPath, imagePartFromPath } from "../dist/node.js";
+import { cuttingProxy, startSectr } from "./live.mjs";
+
+const PNG = new Uint8Array([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, ...new Array(64).fill(0)]);
+const WAV = new Uint8Array([...new TextEncoder().encode("RIFF$\0\0\0WAVEfmt "), ...new Array(64).fill(0)]);
+const NOTE = '!tool write_note {"title": "plan", "body": "ship it"}';
+
+let live;
+let client;
+
+before(async () => {
+  live = await startSectr();
+  client = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.alice });
+});
+
+after(async () => {
+  await live?.stop();
+});
+
+describe("sessions", () => {
+  test("create, get, snapshot in camelCase, transcript", async () => {
+    const session = await client.sessions.create({});
+    const snapshot = await session.snapshot();
+    assert.equal(snapshot.state, "idle");
+    assert.equal(snapshot.title?.value, undefined);
+    assert.equal(snapshot.resolvedModel?.providerId, "demo");
+    assert.equal(snapshot.resolvedModel?.modelId, "demo");
+    assert.ok(snapshot.resolvedModel.contextWindow > 0);
+    assert.deepEqual(snapshot.media, { image: true, audio: true });
+    assert.equal(snapshot.tokenUsage.total.inputTokens, 0);
+    const again = await client.sessions.get(session.id);
+    assert.equal(again.lastSnapshot.id, session.id);
+
+    const result = await (await session.run("hello")).result();
+    assert.equal(result.stopReason, "end_turn");
+    assert.equal(result.text, "You said: hello");
+    const transcript = await session.transcript();
+    assert.deepEqual(transcript.messages.map((m) => m.role), ["user", "assistant"]);
+    assert.equal(transcript.messages[0].text, "hello");
+    assert.equal(transcript.complete, true);
+    assert.equal((await session.snapshot()).title?.value, "hello");
+  });
+
+  test("rename, setMode, compact, clear and fork return what they say", async () => {
+    const session = await client.sessions.create({ title: "Source" });
+    assert.equal((await session.rename("Renamed")).title?.value, "Renamed");
+    assert.equal((await session.setMode(SessionMode.Plan)).mode, "plan");
+    assert.equal(await session.compact(), false);
+    await (await session.run("one")).result();
+    const fork = await client.sessions.fork(session.id, {
+      title: "Fork",
+      reasoningEffort: "high",
+      providerId: "demo",
+      modelId: "llama3.1",
+      worktreeSelector: { repo: "app", branch: "x" },
+    });
+    const forked = await fork.snapshot();
+    assert.equal(forked.title?.value, "Fork");
+    assert.equal(forked.resolvedModel?.modelId, "llama3.1");
+    assert.equal(forked.resolvedModel?.reasoningEffort, "high");
+    assert.deepEqual(forked.placement, { worktreeSelector: { repo: "app", branch: "x" } });
+    const cleared = await session.clear({ worktreeSelector: "wt-2" });
+    assert.notEqual(cleared.id, session.id);
+    assert.deepEqual(cleared.lastSnapshot.placement, { worktreeSelector: "wt-2" });
+    assert.equal(cleared.lastSnapshot.mode, "plan");
+    assert.equal((await session.close()).state, "completed");
+    await session.delete();
+    await assert.rejects(client.sessions.get(session.id), (error) => {
+      assert.ok(error instanceof NotFoundError);
+      assert.equal(error.code, "not_found");
+      assert.equal(error.status, 404);
+      return true;
+    });
+  });
+
+  test("errors are typed, with code and status", async () => {
+    const stranger = new SectrClient({ baseUrl: live.baseUrl, token: "nope" });
+    await assert.rejects(stranger.sessions.create({}), (error) => {
+      assert.ok(error instanceof AuthenticationError && error instanceof SectrError);
+      assert.equal(error.status, 401);
+      return true;
+    });
+    const session = await client.sessions.create({});
+    await assert.rejects(session.retry(), (error) => error instanceof InvalidStateError && error.status === 409);
+  });
+
+  test("a typo'd option names the method and the option", async () => {
+    const session = await client.sessions.create({});
+    await assert.rejects(session.run("x", { onPermisionAsk: () => "deny" }), /session\.run\(\): unknown option 'onPermisionAsk'/);
+    await assert.rejects(client.sessions.fork(session.id, { worktree: "x" }), /sessions\.fork\(\): unknown option 'worktree'/);
+    await assert.rejects(session.snapshot({ timeout: 3 }), /session\.snapshot\(\) \(request controls\): unknown option 'timeout'/);
+  });
+});
+
+describe("runs", () => {
+  test("iterate the events: deltas, then the result last", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run("stream me");
+    const kinds = [];
+    let text = "";
+    for await (const event of run) {
+      kinds.push(event.kind);
+      if (event.kind === "message.delta") text += event.text;
+    }
+    assert.equal(kinds[0], "session.title");
+    assert.ok(kinds.includes("turn.start") && kinds.includes("turn.end"));
+    assert.equal(kinds.at(-1), "result");
+    assert.equal(text, "You said: stream me");
+    await assert.rejects(run.result(), InvalidStateError); // consumed once
+  });
+
+  test("result() then iterating is an invalid local operation", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run("once");
+    await run.result();
+    assert.throws(() => run[Symbol.asyncIterator](), (error) => error instanceof InvalidStateError && error.code === "run_consumed");
+  });
+
+  test("a second run on the handle while one is active is SessionBusyError", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run("!slow 20");
+    await assert.rejects(session.run("again"), SessionBusyError);
+    await run.cancel();
+    const result = await run.result();
+    assert.equal(result.stopReason, "cancelled");
+  });
+
+  test("steer, and a steer after the end is refused", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run("!slow 15");
+    const events = [];
+    for await (const event of run) {
+      events.push(event);
+      if (event.kind === "turn.start" && events.filter((e) => e.kind === "turn.start").length === 1) {
+        await run.steer("also this");
+      }
+    }
+    assert.ok(events.some((event) => event.kind === "steer"));
+    await assert.rejects(run.steer("late"), (error) => error instanceof InvalidStateError && error.code === "stale_run_control");
+  });
+
+  test("a responder answers the permission ask and the same Run follows the resumed run", async () => {
+    const session = await client.sessions.create({});
+    const asks = [];
+    const run = await session.run(NOTE, {
+      onPermissionAsk: (ask) => {
+        asks.push(ask);
+        return "allow_once";
+      },
+    });
+    const kinds = [];
+    for await (const event of run) kinds.push(event.kind);
+    assert.equal(asks.length, 1);
+    assert.equal(asks[0].name, "write_note");
+    assert.ok(kinds.includes("permission.ask") && kinds.includes("tool.result"));
+    assert.equal(kinds.filter((kind) => kind === "result").length, 1);
+    assert.equal(run.runIds.length, 2);
+  });
+
+  test("resolveAsk while iterating, the seed's way", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run(NOTE);
+    let stop;
+    for await (const event of run) {
+      if (event.kind === "permission.ask") await run.resolveAsk(event.payload.ask_id, "allow_once");
+      if (event.kind === "result") stop = event.payload.stop;
+    }
+    assert.equal(stop, "end_turn");
+  });
+
+  test("without a responder the run ends awaiting approval", async () => {
+    const session = await client.sessions.create({});
+    const result = await (await session.run(NOTE)).result();
+    assert.equal(result.stopReason, "awaiting_approval");
+    assert.equal(result.ask?.name, "write_note");
+  });
+
+  test("timeoutMs is a deadline for the whole run", async () => {
+    const session = await client.sessions.create({});
+    const started = Date.now();
+    const run = await session.run("!slow 25", {}, { timeoutMs: 1000 });
+    await assert.rejects(run.result(), (error) => {
+      assert.ok(error instanceof DeadlineExceededError);
+      assert.equal(error.code, "deadline_exceeded");
+      return true;
+    });
+    const elapsed = Date.now() - started;
+    assert.ok(elapsed >= 900 && elapsed < 1800, `took ${elapsed} ms`);
+    await run.cancel();
+  });
+
+  test("an AbortController signal stops the client's waiting", async () => {
+    const session = await client.sessions.create({});
+    const controller = new AbortController();
+    const run = await session.run("!slow 40", {}, { signal: controller.signal });
+    setTimeout(() => controller.abort(), 300);
+    await assert.rejects(run.result(), RequestCancelledError);
+    await run.cancel();
+  });
+
+  test("every request about the session carries the affinity header", async () => {
+    const seen = [];
+    const recording = new SectrClient({
+      baseUrl: live.baseUrl,
+      token: live.tokens.alice,
+      fetch: (url, init) => {
+        seen.push({ url: String(url), session: new Headers(init.headers).get(AFFINITY_HEADER) });
+        return fetch(url, init);
+      },
+    });
+    const session = await recording.sessions.create({});
+    seen.length = 0;
+    const run = await session.run("hi", {}, { headers: { "X-Trace": "t1" } });
+    await run.result();
+    await session.snapshot();
+    assert.ok(seen.length >= 3);
+    for (const request of seen) assert.equal(request.session, session.id, request.url);
+  });
+});
+
+describe("parts", () => {
+  test("images and audio go as parts, from a Blob and from a path", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "sectr-sdk-"));
+    await writeFile(join(dir, "cat.png"), PNG);
+    await writeFile(join(dir, "hello.wav"), WAV);
+    const session = await client.sessions.create({});
+    const parts = [
+      textPart("what is this"),
+      await imagePartFromBlob(new Blob([PNG], { type: "image/png" })),
+      await imagePartFromPath(join(dir, "cat.png")),
+      await audioPartFromPath(join(dir, "hello.wav")),
+    ];
+    const events = [];
+    for await (const event of await session.run(parts)) events.push(event);
+    const reasoning = events.filter((e) => e.kind === "reasoning.delta").map((e) => e.text).join("");
+    assert.match(reasoning, /2 images and 1 audio clip/);
+    const [user] = (await session.transcript()).messages;
+    assert.ok(user.parts[1].image_url.url.startsWith("sectr-media://"));
+  });
+
+  test("bad parts are refused before sending", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "sectr-sdk-"));
+    await writeFile(join(dir, "notes.png"), "just text");
+    await assert.rejects(imagePartFromPath(join(dir, "notes.png")), (e) => e instanceof PromptValidationError && e.code === "mime_type");
+    await assert.rejects(imagePartFromBlob(new Blob([PNG], { type: "image/jpeg" })), (e) => e.code === "mime_type");
+    assert.throws(() => imagePartFromUrl("http://example.com/a.png"), (e) => e instanceof PromptValidationError && e.code === "url");
+    await assert.rejects(imagePartFromBlob(new Blob([PNG, new Uint8Array(10 * 1024 * 1024)])), (e) => e.code === "size");
+
+    const sent = [];
+    const recording = new SectrClient({
+      baseUrl: live.baseUrl,
+      token: live.tokens.alice,
+      fetch: (url, init) => {
+        sent.push(`${init.method ?? "GET"} ${new URL(String(url)).pathname}`);
+        return fetch(url, init);
+      },
+    });
+    const plain = await recording.sessions.create({ model: "llama3.1" });
+    assert.equal(plain.lastSnapshot.media.image, false);
+    const image = await imagePartFromBlob(new Blob([PNG]));
+    await assert.rejects(plain.run([textPart("x"), image]), (e) => e instanceof PromptValidationError && e.code === "capability");
+    const able = await recording.sessions.create({});
+    await assert.rejects(
+      able.run([{ type: "image_url", image_url: { url: "https://127.0.0.1/a.png" } }]),
+      (e) => e instanceof PromptValidationError && e.code === "url",
+    );
+    assert.ok(!sent.some((line) => line.endsWith("/runs")), sent.join(", "));
+  });
+});
+
+describe("resume", () => {
+  test("a dropped connection resumes with Last-Event-ID, without a gap or a repeat", async () => {
+    const proxy = await cuttingProxy(live.baseUrl);
+    try {
+      const flaky = new SectrClient({ baseUrl: proxy.url, token: live.tokens.alice });
+      const session = await flaky.sessions.create({});
+      const run = await session.run("!slow 24");
+      const seqs = [];
+      let ticks = "";
+      let cuts = 0;
+      for await (const event of run) {
+        if (event.seq !== null) seqs.push(`${event.seq}:${event.kind}`);
+        if (event.kind === "message.delta") {
+          ticks += event.text;
+          if (cuts < 3 && ticks.split("tick").length % 6 === 0) {
+            cuts += 1;
+            proxy.cut();
+          }
+        }
+      }
+      assert.equal(cuts, 3);
+      assert.ok(proxy.accepted >= 4, `only ${proxy.accepted} connections`);
+      const expected = Array.from({ length: 24 }, (_, i) => `tick ${i + 1} `).join("");
+      assert.ok(ticks.includes(expected), ticks);
+      assert.equal(new Set(seqs).size, seqs.length, "an event came twice");
+      // The journal says what the run was: the same events, in order, once each.
+      const replay = [];
+      for await (const event of client.runs.attach(run.id)) replay.push(event.kind);
+      const delivered = [];
+      for (const entry of seqs) delivered.push(entry.split(":")[1]);
+      assert.deepEqual(delivered, replay.slice(0, delivered.length));
+    } finally {
+      await proxy.close();
+    }
+  });
+});
