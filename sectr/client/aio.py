@@ -7,6 +7,7 @@ Cancelling the task that awaits a call cancels it as usual; a `Cancellation` pas
 from __future__ import annotations
 
 import asyncio
+import builtins
 import inspect
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -44,11 +45,15 @@ from sectr.client.protocol import (
     verdict_value,
 )
 from sectr.client.records import (
+    Agent,
+    AgentVersion,
     ApprovalRule,
     AskInfo,
     AskPage,
     RunInfo,
     SessionPage,
+    agent_body,
+    agents_from_json,
     ask_query,
     decide_body,
     fork_body,
@@ -56,6 +61,7 @@ from sectr.client.records import (
     rules_from_json,
     run_body,
     session_body,
+    versions_from_json,
 )
 
 #: on_permission_ask for AsyncRun: a function or coroutine function taking the ask and
@@ -121,6 +127,7 @@ class AsyncClient:
         self.runs = AsyncRuns(self)
         self.asks = AsyncAsks(self)
         self.teams = AsyncTeams(self)
+        self.agents = AsyncAgents(self)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -210,9 +217,11 @@ class AsyncSessions:
         limits: dict[str, int] | None = None,
         reasoning_effort: str | None = None,
         team: str | None = None,
+        agent: str | None = None,
+        agent_version: int | None = None,
         **options: Any,
     ) -> AsyncSession:
-        body = session_body(title, mode, model, limits, reasoning_effort, team)
+        body = session_body(title, mode, model, limits, reasoning_effort, team, agent, agent_version)
         data = await self._client.request("POST", "/sessions", json=body, **options)
         return AsyncSession(self._client, data["id"], Snapshot.from_json(data))
 
@@ -662,3 +671,95 @@ class AsyncRun:
             verdict = await verdict
         if verdict is not None and self._follower.next_run_id is None:
             await self.resolve_ask(ask.ask_id, verdict_value(verdict))
+
+
+@checked_calls
+class AsyncAgents:
+    """Agents and their versions (docs/agents.md): every team member sees them, a team's
+    moderators create and save them; every save is a new version."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self, team: str | None = None, **options: Any) -> builtins.list[Agent]:
+        """The agents the caller may use, or one team's."""
+        path = f"/teams/{team}/agents" if team is not None else "/agents"
+        return agents_from_json(await self._client.request("GET", path, **options))
+
+    async def get(self, agent_id: str, **options: Any) -> Agent:
+        """An agent by id (or `team/slug`) with its latest version."""
+        team, _, slug = agent_id.rpartition("/")
+        path = f"/teams/{team}/agents/{slug}" if team else f"/agents/{agent_id}"
+        return Agent.from_json(await self._client.request("GET", path, **options))
+
+    async def create(
+        self,
+        team: str,
+        slug: str,
+        name: str,
+        *,
+        instructions: str | None = None,
+        model: str | None = None,
+        tools: builtins.list[str] | None = None,
+        description: str | None = None,
+        params: dict[str, Any] | None = None,
+        mode: str | None = None,
+        limits: dict[str, int] | None = None,
+        handler: str | None = None,
+        note: str | None = None,
+        **options: Any,
+    ) -> Agent:
+        fields = {
+            "name": name,
+            "instructions": instructions,
+            "model": model,
+            "tools": tools,
+            "description": description,
+            "params": params,
+            "mode": mode,
+            "limits": limits,
+            "handler": handler,
+        }
+        body = {"slug": slug, **agent_body(fields, note)}
+        return Agent.from_json(await self._client.request("POST", f"/teams/{team}/agents", json=body, **options))
+
+    async def update(
+        self,
+        agent_id: str,
+        note: str | None = None,
+        *,
+        name: str | None = None,
+        instructions: str | None = None,
+        model: str | None = None,
+        tools: builtins.list[str] | None = None,
+        description: str | None = None,
+        params: dict[str, Any] | None = None,
+        mode: str | None = None,
+        limits: dict[str, int] | None = None,
+        handler: str | None = None,
+        **options: Any,
+    ) -> AgentVersion:
+        """Save the next version: the fields given replace the latest version's (the
+        others stay); `note` says what changed."""
+        fields = {
+            "name": name,
+            "instructions": instructions,
+            "model": model,
+            "tools": tools,
+            "description": description,
+            "params": params,
+            "mode": mode,
+            "limits": limits,
+            "handler": handler,
+        }
+        body = agent_body(fields, note)
+        return AgentVersion.from_json(await self._client.request("PUT", f"/agents/{agent_id}", json=body, **options))
+
+    async def versions(self, agent_id: str, **options: Any) -> builtins.list[AgentVersion]:
+        """Every version of an agent, newest first."""
+        return versions_from_json(await self._client.request("GET", f"/agents/{agent_id}/versions", **options))
+
+    async def version(self, agent_id: str, number: int, **options: Any) -> AgentVersion:
+        return AgentVersion.from_json(
+            await self._client.request("GET", f"/agents/{agent_id}/versions/{number}", **options)
+        )

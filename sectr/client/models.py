@@ -90,6 +90,9 @@ class Snapshot:
     owner: str
     last_seq: int = 0
     team: str | None = None  # the session's team (SPEC 11), None for a personal session
+    #: The agent and version the session runs with: {"id", "slug", "name", "version", "team"}
+    #: ("id" None for the built-in default agent).
+    agent: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -114,6 +117,7 @@ class Snapshot:
                 owner=data["owner"],
                 last_seq=int(data.get("last_seq", 0)),
                 team=data.get("team"),
+                agent=data.get("agent") if isinstance(data.get("agent"), dict) else None,
                 raw=data,
             )
         except (TypeError, ValueError) as exc:

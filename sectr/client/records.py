@@ -16,9 +16,12 @@ def session_body(
     limits: dict[str, int] | None,
     reasoning_effort: str | None,
     team: str | None = None,
+    agent: str | None = None,
+    agent_version: int | None = None,
 ) -> dict[str, Any]:
     """The create body; `team` None leaves the choice to the server (the owner's one team),
-    "" asks for a personal session."""
+    "" asks for a personal session. `agent` (an id or `team/slug`) None: the team's first
+    agent, else the built-in one."""
     body: dict[str, Any] = {}
     if team is not None:
         body["team"] = team or None
@@ -28,6 +31,8 @@ def session_body(
         ("model", model),
         ("limits", limits),
         ("reasoning_effort", reasoning_effort),
+        ("agent", agent),
+        ("agent_version", agent_version),
     ):
         if value is not None:
             body[key] = value
@@ -268,3 +273,103 @@ def rules_from_json(data: Any) -> list[ApprovalRule]:
     if not isinstance(data, dict) or not isinstance(data.get("rules"), list):
         raise ProtocolError("a rule list without rules")
     return [ApprovalRule.from_json(rule) for rule in data["rules"]]
+
+
+# ---- agents and budgets (docs/agents.md) ----
+
+AGENT_FIELDS = ("name", "description", "instructions", "model", "params", "tools", "mode", "limits", "handler")
+
+
+@dataclass(frozen=True)
+class AgentVersion:
+    """One saved version of an agent: what sessions pinned to it run with."""
+
+    agent_id: str
+    version: int
+    name: str
+    instructions: str
+    model: str | None
+    params: dict[str, Any]
+    tools: list[str] | None
+    mode: str | None
+    limits: dict[str, int] | None
+    handler: str
+    note: str
+    author: str | None
+    created_at: str | None
+    description: str = ""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentVersion:
+        if not isinstance(data, dict) or "agent_id" not in data or "version" not in data:
+            raise ProtocolError("an agent version without agent_id and version")
+        return cls(
+            agent_id=str(data["agent_id"]),
+            version=int(data["version"]),
+            name=str(data.get("name", "")),
+            instructions=str(data.get("instructions", "")),
+            model=data.get("model"),
+            params=dict(data.get("params") or {}),
+            tools=list(data["tools"]) if isinstance(data.get("tools"), list) else None,
+            mode=data.get("mode"),
+            limits=dict(data["limits"]) if isinstance(data.get("limits"), dict) else None,
+            handler=str(data.get("handler") or "default"),
+            note=str(data.get("note") or ""),
+            author=data.get("author"),
+            created_at=data.get("created_at"),
+            description=str(data.get("description") or ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: its identity and its latest version (`current`)."""
+
+    id: str
+    slug: str
+    team: str | None
+    name: str
+    latest_version: int
+    editable: bool
+    current: AgentVersion
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Agent:
+        if not isinstance(data, dict) or "id" not in data or "current" not in data:
+            raise ProtocolError("an agent without id and current version")
+        return cls(
+            id=str(data["id"]),
+            slug=str(data.get("slug", "")),
+            team=data.get("team"),
+            name=str(data.get("name", "")),
+            latest_version=int(data.get("latest_version") or 1),
+            editable=bool(data.get("editable")),
+            current=AgentVersion.from_json(data["current"]),
+            raw=data,
+        )
+
+
+def agents_from_json(data: Any) -> list[Agent]:
+    if not isinstance(data, dict) or not isinstance(data.get("agents"), list):
+        raise ProtocolError("an agent list without agents")
+    return [Agent.from_json(item) for item in data["agents"]]
+
+
+def versions_from_json(data: Any) -> list[AgentVersion]:
+    if not isinstance(data, dict) or not isinstance(data.get("versions"), list):
+        raise ProtocolError("a version list without versions")
+    return [AgentVersion.from_json(item) for item in data["versions"]]
+
+
+def agent_body(fields: dict[str, Any], note: str | None) -> dict[str, Any]:
+    """A create or save body: the definition fields given (None: left out) and the note."""
+    unknown = set(fields) - set(AGENT_FIELDS)
+    if unknown:
+        raise TypeError(f"unknown agent fields: {', '.join(sorted(unknown))} (known: {', '.join(AGENT_FIELDS)})")
+    body = {key: value for key, value in fields.items() if value is not None}
+    if note is not None:
+        body["note"] = note
+    return body

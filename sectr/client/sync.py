@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
@@ -39,11 +40,15 @@ from sectr.client.protocol import (
     verdict_value,
 )
 from sectr.client.records import (
+    Agent,
+    AgentVersion,
     ApprovalRule,
     AskInfo,
     AskPage,
     RunInfo,
     SessionPage,
+    agent_body,
+    agents_from_json,
     ask_query,
     decide_body,
     fork_body,
@@ -51,6 +56,7 @@ from sectr.client.records import (
     rules_from_json,
     run_body,
     session_body,
+    versions_from_json,
 )
 
 #: on_permission_ask: called with the ask when a run stops on it; return a verdict
@@ -94,6 +100,7 @@ class Client:
         self.runs = Runs(self)
         self.asks = Asks(self)
         self.teams = Teams(self)
+        self.agents = Agents(self)
 
     def close(self) -> None:
         self._http.close()
@@ -206,10 +213,15 @@ class Sessions:
         limits: dict[str, int] | None = None,
         reasoning_effort: str | None = None,
         team: str | None = None,
+        agent: str | None = None,
+        agent_version: int | None = None,
         **options: Any,
     ) -> Session:
         data = self._client.request(
-            "POST", "/sessions", json=session_body(title, mode, model, limits, reasoning_effort, team), **options
+            "POST",
+            "/sessions",
+            json=session_body(title, mode, model, limits, reasoning_effort, team, agent, agent_version),
+            **options,
         )
         return Session(self._client, data["id"], Snapshot.from_json(data))
 
@@ -687,3 +699,93 @@ class Run:
         verdict = self._responder(ask)
         if verdict is not None and self._follower.next_run_id is None:
             self.resolve_ask(ask.ask_id, verdict_value(verdict))
+
+
+@checked_calls
+class Agents:
+    """Agents and their versions (docs/agents.md): every team member sees them, a team's
+    moderators create and save them; every save is a new version."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, team: str | None = None, **options: Any) -> builtins.list[Agent]:
+        """The agents the caller may use, or one team's."""
+        path = f"/teams/{team}/agents" if team is not None else "/agents"
+        return agents_from_json(self._client.request("GET", path, **options))
+
+    def get(self, agent_id: str, **options: Any) -> Agent:
+        """An agent by id (or `team/slug`) with its latest version."""
+        team, _, slug = agent_id.rpartition("/")
+        path = f"/teams/{team}/agents/{slug}" if team else f"/agents/{agent_id}"
+        return Agent.from_json(self._client.request("GET", path, **options))
+
+    def create(
+        self,
+        team: str,
+        slug: str,
+        name: str,
+        *,
+        instructions: str | None = None,
+        model: str | None = None,
+        tools: builtins.list[str] | None = None,
+        description: str | None = None,
+        params: dict[str, Any] | None = None,
+        mode: str | None = None,
+        limits: dict[str, int] | None = None,
+        handler: str | None = None,
+        note: str | None = None,
+        **options: Any,
+    ) -> Agent:
+        fields = {
+            "name": name,
+            "instructions": instructions,
+            "model": model,
+            "tools": tools,
+            "description": description,
+            "params": params,
+            "mode": mode,
+            "limits": limits,
+            "handler": handler,
+        }
+        body = {"slug": slug, **agent_body(fields, note)}
+        return Agent.from_json(self._client.request("POST", f"/teams/{team}/agents", json=body, **options))
+
+    def update(
+        self,
+        agent_id: str,
+        note: str | None = None,
+        *,
+        name: str | None = None,
+        instructions: str | None = None,
+        model: str | None = None,
+        tools: builtins.list[str] | None = None,
+        description: str | None = None,
+        params: dict[str, Any] | None = None,
+        mode: str | None = None,
+        limits: dict[str, int] | None = None,
+        handler: str | None = None,
+        **options: Any,
+    ) -> AgentVersion:
+        """Save the next version: the fields given replace the latest version's (the
+        others stay); `note` says what changed."""
+        fields = {
+            "name": name,
+            "instructions": instructions,
+            "model": model,
+            "tools": tools,
+            "description": description,
+            "params": params,
+            "mode": mode,
+            "limits": limits,
+            "handler": handler,
+        }
+        body = agent_body(fields, note)
+        return AgentVersion.from_json(self._client.request("PUT", f"/agents/{agent_id}", json=body, **options))
+
+    def versions(self, agent_id: str, **options: Any) -> builtins.list[AgentVersion]:
+        """Every version of an agent, newest first."""
+        return versions_from_json(self._client.request("GET", f"/agents/{agent_id}/versions", **options))
+
+    def version(self, agent_id: str, number: int, **options: Any) -> AgentVersion:
+        return AgentVersion.from_json(self._client.request("GET", f"/agents/{agent_id}/versions/{number}", **options))

@@ -85,6 +85,13 @@ async def get_agent(call: ApiCall, agent_id: str) -> HttpResponse:
     return json_response(await sync_to_async(read)())
 
 
+async def get_team_agent(call: ApiCall, name: str, slug: str) -> HttpResponse:
+    def read() -> dict[str, Any]:
+        return agent_dict(actions.get_agent_for_user(call.user, f"{name}/{slug}"), call.user)
+
+    return json_response(await sync_to_async(read)())
+
+
 async def save_agent(call: ApiCall, agent_id: str) -> HttpResponse:
     body = call.body
     check_fields(body, "note", *DEFINITION_FIELDS)

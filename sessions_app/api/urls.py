@@ -356,6 +356,18 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
+        "teams/<str:name>/agents/<str:slug>",
+        "team-agent",
+        {
+            "GET": op(
+                agents_api.get_team_agent,
+                "A team's agent by its slug, with its latest version",
+                response="Agent",
+                errors=(404,),
+            )
+        },
+    ),
+    Route(
         "agents/<str:agent_id>",
         "agent",
         {
