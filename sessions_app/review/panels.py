@@ -19,9 +19,14 @@ def snapshot_fields(session: Session) -> list[tuple[str, Any]]:
     ask = snap["pending_ask"]
     media = [kind for kind, accepted in snap["media"].items() if accepted]
     placement = snap.get("placement")
+    agent = snap.get("agent") or {}
+    pinned = f"{agent.get('name') or agent.get('slug')} ({agent.get('slug')}, version {agent.get('version')})"
+    if agent.get("team"):
+        pinned = f"{agent['team']}/{pinned}"
     return [
         ("State", snap["state"]),
         ("Owner", snap["owner"]),
+        ("Agent", pinned if agent.get("id") else "built-in default agent"),
         ("Mode", snap["mode"]),
         ("Model", f"{model['provider_id']} / {model['model_id']}"),
         ("Context window", f"{model['context_window']:,} tokens" if model["context_window"] else "—"),

@@ -59,6 +59,8 @@ class SearchFilterForm(forms.Form):
     user = CutText(150)
     state = ChoiceOrNothing(STATES)
     model = CutText(200)
+    agent = CutText(200)
+    version = CutText(10)
     has_asks = Flag()
     failed = Flag()
 
@@ -78,6 +80,8 @@ class Filters:
     user: str = ""
     state: str = ""
     model: str = ""
+    agent: str = ""  # an agent's slug, team/slug or id; "default": the built-in agent
+    version: int | None = None
     date_from: date | None = None
     date_to: date | None = None
     has_asks: bool = False
@@ -95,6 +99,8 @@ class Filters:
             user=data["user"],
             state=data["state"],
             model=data["model"],
+            agent=data["agent"],
+            version=int(data["version"]) if data["version"].isascii() and data["version"].isdigit() else None,
             date_from=data.get("from"),
             date_to=data.get("to"),
             has_asks=data["has_asks"],
@@ -110,6 +116,8 @@ class Filters:
             "user": self.user,
             "state": self.state,
             "model": self.model,
+            "agent": self.agent,
+            "version": str(self.version) if self.version is not None else "",
             "from": self.date_from.isoformat() if self.date_from else "",
             "to": self.date_to.isoformat() if self.date_to else "",
             "has_asks": "1" if self.has_asks else "",
@@ -157,7 +165,7 @@ def matching_session_ids(q: str) -> Any:
 
 def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
     """The sessions `user` may review that match `filters`, newest activity first."""
-    sessions = access.reviewable_sessions(user, teams_first=True).select_related("owner")
+    sessions = access.reviewable_sessions(user, teams_first=True).select_related("owner", "agent")
     if filters.q:
         if not _query_param(filters.q, text_match_sql()[1]):
             return sessions.none()
@@ -170,6 +178,10 @@ def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
         sessions = sessions.filter(status=filters.state)
     if filters.model:
         sessions = sessions.filter(model=filters.model)
+    if filters.agent:
+        sessions = _filter_agent(sessions, filters.agent)
+        if filters.version is not None:
+            sessions = sessions.filter(agent_version=filters.version)
     if filters.date_from:
         sessions = sessions.filter(updated_at__gte=_day_start(filters.date_from))
     if filters.date_to:
@@ -180,6 +192,20 @@ def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
         failed_once = Envelope.objects.filter(session=OuterRef("pk"), type=EventType.INVOCATION_FAILED.value)
         sessions = sessions.filter(Q(status="failed") | Exists(failed_once))
     return sessions.order_by("-updated_at", "-pk")
+
+
+def _filter_agent(sessions: QuerySet[Session], agent: str) -> QuerySet[Session]:
+    """By the pinned agent: its id, `team/slug`, or a slug (of any team the reviewer sees);
+    `default` also finds the sessions of the built-in agent."""
+    if agent.startswith("agt_"):
+        return sessions.filter(agent_id=agent)
+    team, _, slug = agent.rpartition("/")
+    matching = sessions.filter(agent__slug=slug)
+    if team:
+        matching = matching.filter(agent__team__name=team)
+    if agent == "default":
+        return sessions.filter(Q(agent__isnull=True) | Q(pk__in=matching.values("pk")))
+    return matching
 
 
 def _filter_team(sessions: QuerySet[Session], team: str) -> QuerySet[Session]:

@@ -346,3 +346,32 @@ def test_the_api_refuses_bad_agents_with_400(people: dict[str, Any]) -> None:
         assert response.status_code == 400, (body, response.content)
         assert set(response.json()["error"]) >= {"code", "message"}
     assert not Agent.objects.exists()
+
+
+# ---- review ----
+
+
+@pytest.mark.django_db
+def test_review_filters_by_agent_and_version_and_names_the_pin(people: dict[str, Any]) -> None:
+    agent = release_agent(people)
+    first = actions.do_create_session(people["owner"], title="first")
+    actions.do_save_agent_version(people["moderator"], agent.pk, {"instructions": "Two."})
+    second = actions.do_create_session(people["owner"], title="second")
+    plain = actions.do_create_session(people["owner"], team=None, title="plain")
+    client = Client()
+    client.force_login(people["moderator"])
+
+    def titles(query: str) -> list[str]:
+        page = client.get(f"/review/?{query}").content.decode()
+        return sorted(title for title in ("first", "second", "plain") if f">{title}<" in page)
+
+    assert titles("agent=crew/release") == ["first", "second"]
+    assert titles("agent=release&version=2") == ["second"]
+    assert titles(f"agent={agent.pk}&version=1") == ["first"]
+    staff = Client()
+    staff.force_login(people["staff"])
+    page = staff.get("/review/?agent=default").content.decode()
+    assert ">plain<" in page and ">first<" not in page
+    review = client.get(f"/review/{second.pk}/").content.decode()
+    assert "crew/Release assistant (release, version 2)" in review
+    assert first.pk and plain.pk
