@@ -48,9 +48,7 @@ import base64
 import binascii
 import dataclasses
 import hashlib
-import ipaddress
 import logging
-import socket
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -61,6 +59,7 @@ from django.core.files.storage import default_storage
 
 from sectr.errors import ValidationFailed
 from sectr.providers.base import CompletionRequest, ModelInfo, Provider, StreamEvent
+from sessions_app.addresses import BLOCKED_NAME, UNRESOLVABLE, AddressRefused, check_public_host
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.models import MediaBlob, Session, SessionMedia
 
@@ -76,11 +75,6 @@ URL_MAX_LENGTH = 2048
 
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mpeg", "flac": "audio/flac", "ogg": "audio/ogg"}
-#: Host names that name a metadata service or this machine whatever DNS says.
-BLOCKED_HOSTNAMES = frozenset(
-    {"localhost", "metadata", "metadata.google.internal", "instance-data", "metadata.azure.internal"}
-)
-BLOCKED_HOST_SUFFIXES = (".localhost", ".internal", ".local", ".localdomain")
 
 
 def refuse(reason: str, message: str) -> ValidationFailed:
@@ -114,56 +108,12 @@ def sniff_mime(data: bytes) -> str | None:
 # ---- URLs ----
 
 
-# IPv6 ranges whose last 32 bits are an IPv4 address that a gateway or the host's own
-# stack will reach: NAT64 (RFC 6052 well-known prefix), SIIT's IPv4-translated form
-# (::ffff:0:a.b.c.d), and the deprecated IPv4-compatible form (::a.b.c.d). An address in
-# one of them is as public as the IPv4 it embeds, whatever Python's tables say about the
-# IPv6 range itself.
-EMBEDDED_IPV4_NETWORKS = (
-    ipaddress.IPv6Network("64:ff9b::/96"),
-    ipaddress.IPv6Network("::ffff:0:0:0/96"),
-    ipaddress.IPv6Network("::/96"),
-)
-# Ranges refused whole: local-use NAT64 (RFC 8215, where the IPv4 sits at a
-# prefix-dependent offset) and Teredo (2001::/32, a tunnel to an arbitrary IPv4).
-REFUSED_IPV6_NETWORKS = (
-    ipaddress.IPv6Network("64:ff9b:1::/48"),
-    ipaddress.IPv6Network("2001::/32"),
-)
-
-
-def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, translated, compatible, NAT64, 6to4)."""
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if any(address in network for network in EMBEDDED_IPV4_NETWORKS):
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
-def _address_is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.scope_id is not None or any(address in network for network in REFUSED_IPV6_NETWORKS):
-            return False
-        embedded = embedded_ipv4(address)
-        if embedded is not None:
-            # Judged by the IPv4 it reaches: [::ffff:0:7f00:1] is loopback, [64:ff9b::a9fe:a9fe]
-            # the metadata service.
-            return _address_is_public(embedded)
-    # is_global excludes loopback, private (RFC 1918, ULA), link-local (169.254/16, where
-    # the cloud metadata services live, and fe80::/10), shared (100.64/10, Alibaba's
-    # metadata), unspecified and documentation ranges; reserved (240/4, ...) and
-    # multicast are refused explicitly, whatever the Python version's tables say.
-    return address.is_global and not address.is_multicast and not address.is_reserved
-
-
 def check_media_url(url: Any) -> str:
     """`url` if it may be handed to a provider; ValidationFailed(code="url") otherwise.
 
-    Resolves the host name (socket.getaddrinfo) and refuses it when any address it
-    resolves to is not public. Nothing is fetched.
+    The host goes through the address guard webhooks use too
+    (sessions_app.addresses.check_public_host: resolved, and refused when any address
+    it resolves to is not public). Nothing is fetched.
     """
     if not isinstance(url, str) or not url or len(url) > URL_MAX_LENGTH:
         raise refuse("url", f"a media URL is a string of at most {URL_MAX_LENGTH} characters")
@@ -181,30 +131,15 @@ def check_media_url(url: Any) -> str:
         raise refuse("url", "the media URL has no host")
     if parts.username is not None or parts.password is not None:
         raise refuse("url", "media URLs must not carry credentials")
-    if host in BLOCKED_HOSTNAMES or host.endswith(BLOCKED_HOST_SUFFIXES):
-        raise refuse("url", f"media URLs must not point at {host}")
     try:
-        literal: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
-    if literal is not None:
-        addresses = [literal]
-    else:
-        try:
-            infos = socket.getaddrinfo(host, port or 443, type=socket.SOCK_STREAM)
-        except (OSError, UnicodeError):
+        check_public_host(host, port or 443)
+    except AddressRefused as refused:
+        if refused.kind == BLOCKED_NAME:
+            raise refuse("url", f"media URLs must not point at {host}") from None
+        if refused.kind == UNRESOLVABLE:
             raise refuse("url", f"the media URL's host {host} does not resolve") from None
-        addresses = []
-        for info in infos:
-            try:
-                addresses.append(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0]))
-            except ValueError:
-                raise refuse("url", f"the media URL's host {host} resolves to an unusable address") from None
-        if not addresses:
-            raise refuse("url", f"the media URL's host {host} does not resolve")
-    for address in addresses:
-        if not _address_is_public(address):
-            raise refuse("url", "media URLs must not point at loopback, private, link-local or metadata addresses")
+        message = "media URLs must not point at loopback, private, link-local or metadata addresses"
+        raise refuse("url", message) from None
     return url
 
 

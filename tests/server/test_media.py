@@ -253,8 +253,8 @@ def test_it_refuses_host_names_that_resolve_to_private_addresses(resolver: dict[
 
 def test_localhost_is_refused_by_resolution_too(monkeypatch: pytest.MonkeyPatch) -> None:
     # Without the name list, the real resolver (/etc/hosts) still maps localhost to loopback.
-    monkeypatch.setattr("sessions_app.media.BLOCKED_HOSTNAMES", frozenset())
-    monkeypatch.setattr("sessions_app.media.BLOCKED_HOST_SUFFIXES", ())
+    monkeypatch.setattr("sessions_app.addresses.BLOCKED_HOSTNAMES", frozenset())
+    monkeypatch.setattr("sessions_app.addresses.BLOCKED_HOST_SUFFIXES", ())
     with pytest.raises(ValidationFailed) as caught:
         check_media_url("https://localhost/cat.png")
     assert caught.value.code == "url" and "loopback" in caught.value.message
