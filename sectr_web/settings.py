@@ -295,6 +295,10 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "sectr@localhost")
 #: First retry of a failed webhook after this many seconds, doubling each time.
 SECTR_WEBHOOK_BACKOFF_SECONDS = env_float("SECTR_WEBHOOK_BACKOFF_SECONDS", 10.0)
 SECTR_WEBHOOK_MAX_ATTEMPTS = env_int("SECTR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
+#: Hosts a webhook may reach although they are internal (loopback, private, link-local):
+#: comma-separated host names, addresses or CIDR networks (sessions_app.addresses). Empty:
+#: webhooks reach public addresses only.
+SECTR_WEBHOOK_ALLOWED_HOSTS = env_list("SECTR_WEBHOOK_ALLOWED_HOSTS", [])
 
 # Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
 SECTR_COUNTER_PREFIX = SECTR_CHANNEL_PREFIX or "sectr"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
@@ -19,7 +20,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from sectr.errors import SectrError
+from sectr.errors import SectrError, ValidationFailed
 from sessions_app import actions as session_actions
 from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
 from sessions_app.actions.tokens import do_revoke_tokens
@@ -44,6 +45,7 @@ from sessions_app.models import (
     TeamWebhook,
     UsageDaily,
 )
+from sessions_app.moderation.notifications import check_webhook_url
 from sessions_app.review.export import load_envelopes
 from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.search import matching_session_ids
@@ -330,11 +332,29 @@ class WebhookDeliveryInline(admin.TabularInline):
         return False
 
 
+class TeamWebhookForm(forms.ModelForm):
+    url = forms.URLField(max_length=500, assume_scheme="https")
+
+    class Meta:
+        model = TeamWebhook
+        fields = ("team", "url", "secret", "active", "created_at")
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data.get("url")
+        try:
+            check_webhook_url(url)
+        except ValidationFailed as exc:
+            raise forms.ValidationError(exc.message, code=exc.code) from None
+        return str(url)
+
+
 @admin.register(TeamWebhook)
 class TeamWebhookAdmin(admin.ModelAdmin):
     """A team's webhook: the URL and the signing secret (shown to the operator, who gives
-    it to the receiver). Its deliveries are listed below it."""
+    it to the receiver). Its deliveries are listed below it. The URL must pass the
+    address guard (sessions_app.moderation.notifications.check_webhook_url)."""
 
+    form = TeamWebhookForm
     list_display = ("team", "url", "active", "created_at")
     list_filter = ("active", "team")
     search_fields = ("url", "team__name")

@@ -14,31 +14,47 @@ The worker loop sends them (`NotificationSender`, started by sessions_app.worker
 A webhook call is a POST of the JSON payload with the headers ``X-Sectr-Event``,
 ``X-Sectr-Delivery`` (the delivery id), ``X-Sectr-Timestamp`` (Unix seconds) and
 ``X-Sectr-Signature: sha256=<hex>``, the HMAC-SHA256 of ``"<timestamp>.<body>"`` under
-the webhook's secret. A 2xx answer delivers it; anything else (or no answer) is retried
-after SECTR_WEBHOOK_BACKOFF_SECONDS, doubling, up to SECTR_WEBHOOK_MAX_ATTEMPTS, then
-the delivery is `failed`. Each attempt's status code or error is kept on the row (the
-delivery log, in the admin).
+the webhook's secret. A 2xx answer delivers it; anything else (a 3xx too: redirects
+are never followed, or no answer) is retried after SECTR_WEBHOOK_BACKOFF_SECONDS,
+doubling, up to SECTR_WEBHOOK_MAX_ATTEMPTS, then the delivery is `failed`. Each
+attempt's status code or the class of its error ("connection refused", "timeout",
+"refused: internal address", never the peer's words) is kept on the row (the delivery
+log, in the admin).
+
+Webhook URLs are someone's choice, so the sender must not become a way into the
+internal network: the URL's host goes through the address guard
+(sessions_app.addresses) when the webhook is saved (the admin's form) and again before
+every attempt, and the connection goes to an address that check approved, so a DNS
+answer that changes between the check and the connection (rebinding) is never used.
+SECTR_WEBHOOK_ALLOWED_HOSTS lets the operator allow internal receivers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import hmac
+import http.client
 import json
 import logging
+import smtplib
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import close_old_connections
 from django.utils import timezone
 
+from sectr.errors import ValidationFailed
+from sessions_app.addresses import UNRESOLVABLE, AddressRefused, IPAddress, check_public_host, normalise_host
 from sessions_app.models import NotificationDelivery
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
@@ -80,31 +96,178 @@ def claim_due(limit: int = BATCH) -> list[NotificationDelivery]:
     return list(NotificationDelivery.objects.filter(pk__in=claimed_ids).select_related("webhook").order_by("id"))
 
 
+WEBHOOK_SCHEMES = {"http": 80, "https": 443}
+WEBHOOK_URL_MAX_LENGTH = 500  # TeamWebhook.url's max_length
+
+
+class WebhookAddressRefused(ValidationFailed):
+    """A webhook URL whose host the address guard refuses; `kind` as AddressRefused's."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message, code="url")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A webhook URL taken apart, with the addresses its host resolved to (each checked)."""
+
+    scheme: str
+    host: str
+    port: int
+    request_target: str  # path and query: what the request line asks for
+    addresses: tuple[IPAddress, ...]
+
+
+def check_webhook_url(url: Any) -> WebhookTarget:
+    """The target of a webhook URL if Sectr may call it; ValidationFailed(code="url") otherwise.
+
+    An absolute http(s) URL whose host passes the address guard
+    (sessions_app.addresses.check_public_host) or is listed in
+    SECTR_WEBHOOK_ALLOWED_HOSTS. Checked when a webhook is saved and again before each
+    delivery: DNS may answer differently by then.
+    """
+    if not isinstance(url, str) or not url or len(url) > WEBHOOK_URL_MAX_LENGTH:
+        raise ValidationFailed(f"a webhook URL is at most {WEBHOOK_URL_MAX_LENGTH} characters", code="url")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise ValidationFailed("a webhook URL must not contain spaces or control characters", code="url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValidationFailed("the webhook URL is malformed", code="url") from None
+    scheme = parts.scheme.lower()
+    if scheme not in WEBHOOK_SCHEMES:
+        raise ValidationFailed("webhook URLs must be absolute http or https URLs", code="url")
+    host = normalise_host(parts.hostname or "")
+    if not host:
+        raise ValidationFailed("the webhook URL has no host", code="url")
+    port = port or WEBHOOK_SCHEMES[scheme]
+    try:
+        addresses = check_public_host(host, port, settings.SECTR_WEBHOOK_ALLOWED_HOSTS)
+    except AddressRefused as refused:
+        if refused.kind == UNRESOLVABLE:
+            raise WebhookAddressRefused(f"the webhook URL's host {host} does not resolve", refused.kind) from None
+        raise WebhookAddressRefused(
+            f"webhooks may not call internal addresses: {refused.message} (an operator can allow it"
+            " in SECTR_WEBHOOK_ALLOWED_HOSTS)",
+            refused.kind,
+        ) from None
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return WebhookTarget(scheme, host, port, target, tuple(addresses))
+
+
+class _PinnedHTTPConnection(http.client.HTTPConnection):
+    """An HTTP connection to one checked address; the Host header still names the host."""
+
+    def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
+        super().__init__(host, port, timeout=timeout)
+        self.address = address
+
+    def connect(self) -> None:
+        self.sock = socket.create_connection((str(self.address), self.port), self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """As _PinnedHTTPConnection, over TLS: the certificate is checked against the host name (SNI)."""
+
+    def __init__(self, host: str, port: int, address: IPAddress, timeout: float) -> None:
+        self.tls = ssl.create_default_context()
+        super().__init__(host, port, timeout=timeout, context=self.tls)
+        self.address = address
+
+    def connect(self) -> None:
+        sock = socket.create_connection((str(self.address), self.port), self.timeout)
+        self.sock = self.tls.wrap_socket(sock, server_hostname=self.host)
+
+
+def _connect(target: WebhookTarget) -> http.client.HTTPConnection:
+    """A connection to the first of the target's checked addresses that answers."""
+    kind = _PinnedHTTPSConnection if target.scheme == "https" else _PinnedHTTPConnection
+    failure: OSError | None = None
+    for address in target.addresses:
+        connection = kind(target.host, target.port, address, WEBHOOK_TIMEOUT)
+        try:
+            connection.connect()
+            return connection
+        except OSError as exc:
+            connection.close()
+            failure = exc
+    assert failure is not None  # check_public_host returns at least one address
+    raise failure
+
+
 def post_webhook(delivery: NotificationDelivery) -> int:
-    """POST one webhook call; its HTTP status (raises OSError when there is no answer)."""
+    """POST one webhook call; its HTTP status (raises when there is no answer).
+
+    The URL is checked again now (ValidationFailed when its host is or now resolves to
+    an internal address) and the call goes to an address that check returned, never to
+    a second lookup of the name (DNS rebinding). Redirects are not followed: a 3xx is
+    the answer, and not a 2xx.
+    """
     assert delivery.webhook is not None
+    target = check_webhook_url(delivery.webhook.url)
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
     timestamp = str(int(time.time()))
-    request = urllib.request.Request(  # noqa: S310 - the URL is an operator's (admin), http(s) only
-        delivery.webhook.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "Sectr-Webhook/1",
-            "X-Sectr-Event": delivery.event,
-            "X-Sectr-Delivery": str(delivery.pk),
-            "X-Sectr-Timestamp": timestamp,
-            "X-Sectr-Signature": sign(delivery.webhook.secret, timestamp, body),
-        },
-    )
-    if not delivery.webhook.url.startswith(("http://", "https://")):
-        raise OSError("webhook URLs must be http or https")
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Sectr-Webhook/1",
+        "X-Sectr-Event": delivery.event,
+        "X-Sectr-Delivery": str(delivery.pk),
+        "X-Sectr-Timestamp": timestamp,
+        "X-Sectr-Signature": sign(delivery.webhook.secret, timestamp, body),
+    }
+    connection = _connect(target)
     try:
-        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT) as response:  # noqa: S310 - checked above
-            return int(response.status)
-    except urllib.error.HTTPError as exc:
-        return int(exc.code)
+        connection.request("POST", target.request_target, body=body, headers=headers)
+        # Only the status line and headers are read: the body of the answer is never
+        # looked at (nor kept), whatever the peer sends.
+        return int(connection.getresponse().status)
+    finally:
+        connection.close()
+
+
+def delivery_error(exc: BaseException) -> str:
+    """What the delivery log says about a failed attempt: the class of failure only.
+
+    Never the peer's words (a banner, a status line, a body) nor the exception's text:
+    the log is shown to people who chose the URL, and must not make the sender a probe
+    of what answers where.
+    """
+    if isinstance(exc, WebhookAddressRefused):
+        return "host does not resolve" if exc.kind == UNRESOLVABLE else "refused: internal address"
+    if isinstance(exc, ValidationFailed):  # a URL saved before it was checked
+        return "refused: not a valid webhook URL"
+    if isinstance(exc, (TimeoutError, socket.timeout)):
+        return "timeout"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, socket.gaierror):
+        return "host does not resolve"
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return "TLS certificate not valid for the host"
+    if isinstance(exc, ssl.SSLError):
+        return "TLS error"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "connection closed without an answer"
+    if isinstance(exc, http.client.HTTPException):
+        return "not an HTTP answer"
+    if isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+        return "connection reset"
+    if isinstance(exc, smtplib.SMTPException):
+        return f"mail not accepted ({type(exc).__name__})"
+    if isinstance(exc, OSError):
+        if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return "host unreachable"
+        return "connection failed"
+    return "delivery failed"
+
+
+def status_error(status_code: int) -> str:
+    if 300 <= status_code < 400:
+        return f"HTTP {status_code} (redirects are not followed)"
+    return f"HTTP {status_code}"
 
 
 def send_email(delivery: NotificationDelivery) -> None:
@@ -134,10 +297,12 @@ def attempt(delivery: NotificationDelivery) -> bool:
             status_code = post_webhook(delivery)
             delivered = 200 <= status_code < 300
             if not delivered:
-                error = f"HTTP {status_code}"
-    except Exception as exc:  # an unreachable host, a timeout, a refused mail server
+                error = status_error(status_code)
+    except Exception as exc:  # an internal address, an unreachable host, a timeout, a refused mail server
         delivered = False
-        error = f"{type(exc).__name__}: {exc}"[:500]
+        error = delivery_error(exc)
+        if error == "delivery failed":
+            log.warning("notification %s: unexpected failure", delivery.pk, exc_info=True)
     attempts = delivery.attempts + 1
     now = timezone.now()
     fields: dict[str, Any] = {"attempts": attempts, "last_status_code": status_code, "last_error": error}
