@@ -178,6 +178,9 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # Scripts from static/ only, no inline script (sectr_web/content_security_policy.py).
     "sectr_web.content_security_policy.ContentSecurityPolicy",
+    # NUL and lone surrogates in a path, query string, cookie or page form: 400 before
+    # anything (the session lookup, APPEND_SLASH, a view) reads them.
+    "sessions_app.input_checks.RefuseUnstorableText",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -185,8 +188,6 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    # NUL and lone surrogates in a page's form or query string: 400 before any view.
-    "sessions_app.input_checks.RefuseUnstorableText",
 ]
 
 ROOT_URLCONF = "sectr_web.urls"

@@ -1,10 +1,10 @@
 """Input no handler should ever see: text a database cannot store, numbers that are not
 ASCII digits.
 
-* Page forms and query strings (RefuseUnstorableText middleware): a NUL character (which
-  PostgreSQL refuses in text, a 500 deep in a save) or a lone surrogate (which no UTF-8
-  encoder takes) in any field name or value is a 400 before a view runs, as the API's
-  check_text does for JSON bodies (the API is left to that check).
+* Paths, query strings, cookies and page forms (RefuseUnstorableText middleware): a NUL
+  character (which PostgreSQL refuses in text, a 500 deep in a query or a save) or a lone
+  surrogate (which no UTF-8 encoder takes) anywhere in them is a 400 before a view runs,
+  for every route, as the API's check_text does for JSON bodies.
 * Whole numbers from a query string, a form or a websocket URL: `str.isdigit()` is true
   for "²" and "٣", which int() then refuses or reads as another digit; `is_whole_number`
   takes ASCII digits only.
@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 MAX_NUMBER_DIGITS = 12
+API_PREFIX = "/api/"
 
 
 def is_whole_number(text: str) -> bool:
@@ -36,20 +37,42 @@ def unstorable_text(text: str) -> str | None:
 
 
 class RefuseUnstorableText:
-    """400 for a page request whose query string or form carries unstorable text."""
+    """400 for any request whose path, query string, cookies or page form carry
+    unstorable text, before any view (or URL converter, or session lookup) sees it.
+
+    Every route is covered, the API's included: a NUL in a path argument
+    (``/share/<token>%00/``) or a query parameter (``/api/v1/asks?tool=a%00``) would
+    otherwise reach a database query, which PostgreSQL refuses with an error deep in
+    the view (a 500). The API's answer is its JSON error (``invalid_unicode``), the
+    pages' a plain text one. The API's JSON bodies are not read here (the API reads its
+    body itself, under its own size limits, and check_text checks it).
+    """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if not request.path.startswith("/api/"):  # the API reads its body itself and checks it
-            fields = [request.GET]
-            if request.method == "POST":
-                fields.append(request.POST)
-            for data in fields:
-                for key, values in data.lists():
-                    for text in (key, *values):
-                        reason = unstorable_text(text)
-                        if reason is not None:
-                            return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")
-        return self.get_response(request)
+        reason = self.refusal(request)
+        if reason is None:
+            return self.get_response(request)
+        if request.path_info.startswith(API_PREFIX):
+            return JsonResponse({"error": {"code": "invalid_unicode", "message": reason}}, status=400)
+        return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")
+
+    @staticmethod
+    def refusal(request: HttpRequest) -> str | None:
+        texts: list[str] = [request.path_info, request.path]
+        fields = [request.GET]
+        if request.method == "POST" and not request.path_info.startswith(API_PREFIX):
+            fields.append(request.POST)
+        for data in fields:
+            for key, values in data.lists():
+                texts.append(key)
+                texts.extend(values)
+        for name, value in request.COOKIES.items():
+            texts += (name, value)
+        for text in texts:
+            reason = unstorable_text(text)
+            if reason is not None:
+                return reason
+        return None
