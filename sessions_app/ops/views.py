@@ -2,8 +2,9 @@
 
 `/healthz` and `/readyz` answer without login (load balancers and orchestrators probe
 them). `/metrics` answers a request bearing SECTR_METRICS_TOKEN (`Authorization: Bearer
-...`) or one from loopback that did not come through a proxy (no X-Forwarded-For or
-Forwarded header: behind a proxy on the same machine every request is from loopback).
+...`) or one from loopback that did not come through a proxy (none of the headers a
+proxy adds, PROXY_HEADERS: behind a proxy on the same machine every request is from
+loopback). `/readyz` names a failing check, never its exception (that goes to the log).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -31,7 +33,31 @@ from sessions_app.dbthread import reset_connection
 from sessions_app.ops.scrape import database_registry
 from sessions_app.plugins import plugin_registry
 
+log = logging.getLogger("sectr.ops")
+
+#: Headers a reverse proxy adds to say whom it forwards for (REMOTE_ADDR is then the
+#: proxy's): any of them makes a request proxied, whichever one this proxy uses.
+PROXY_HEADERS = (
+    "Forwarded",
+    "X-Forwarded-For",
+    "X-Forwarded-Host",
+    "X-Forwarded-Proto",
+    "X-Forwarded-Port",
+    "X-Forwarded-Server",
+    "X-Real-IP",
+    "X-Client-IP",
+    "X-Original-Forwarded-For",
+    "True-Client-IP",
+    "CF-Connecting-IP",
+    "Fastly-Client-IP",
+    "X-Cluster-Client-IP",
+    "Via",
+)
 _migrated = False  # once all migrations are applied they stay applied: checked once
+
+
+class NotReady(Exception):
+    """A readiness check's own explanation, written to be shown to anyone."""
 
 
 @never_cache
@@ -60,14 +86,15 @@ def check_migrations() -> None:
     plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
     if plan:
         names = ", ".join(f"{migration.app_label}.{migration.name}" for migration, _backwards in plan[:5])
-        raise RuntimeError(f"{len(plan)} unapplied: {names}")
+        log.warning("readiness: %s unapplied migration(s): %s", len(plan), names)
+        raise NotReady(f"{len(plan)} unapplied migration(s)")
     _migrated = True
 
 
 async def check_channel_layer() -> None:
     layer = get_channel_layer()
     if layer is None:
-        raise RuntimeError("no channel layer configured")
+        raise NotReady("no channel layer configured")
     # A send to a channel nobody listens on: one round trip to Redis (a PUBLISH with the
     # pub/sub layer), nothing kept.
     await layer.send(f"sectr.readyz.{uuid.uuid4().hex}", {"type": "readyz.probe"})
@@ -80,9 +107,15 @@ async def _timed(name: str, check: Callable[[], Awaitable[None]]) -> tuple[str, 
     try:
         await asyncio.wait_for(check(), timeout)
     except TimeoutError:
+        log.warning("readiness check %s timed out after %gs", name, timeout)
         return name, f"timed out after {timeout:g}s"
-    except Exception as exc:
-        return name, f"{type(exc).__name__}: {exc}"[:300]
+    except NotReady as exc:
+        return name, exc.args[0]
+    except Exception:
+        # Anyone may read /readyz: it names the check, the log keeps the exception (its
+        # text can carry host names, ports, paths and versions).
+        log.warning("readiness check %s failed", name, exc_info=True)
+        return name, "failed"
     return name, f"ok ({(time.monotonic() - started) * 1000:.0f} ms)"
 
 
@@ -108,7 +141,8 @@ async def readyz(request: HttpRequest) -> JsonResponse:
     failing = [name for name, outcome in results if not outcome.startswith("ok")]
     body: dict[str, Any] = {"ok": not failing, "checks": checks, "failing": failing}
     if failures:
-        body["plugin_failures"] = [{"plugin": failure.source, "error": failure.error} for failure in failures]
+        # Named, not explained: the exception is in the log and `manage.py sectr_plugins`.
+        body["plugin_failures"] = [{"plugin": failure.source} for failure in failures]
     return JsonResponse(body, status=503 if failing else 200)
 
 
@@ -117,7 +151,7 @@ def may_read_metrics(request: HttpRequest) -> bool:
     header = request.headers.get("Authorization", "")
     if token and header.startswith("Bearer ") and hmac.compare_digest(header[7:].strip(), token):
         return True
-    if request.headers.get("X-Forwarded-For") or request.headers.get("Forwarded"):
+    if any(name in request.headers for name in PROXY_HEADERS):
         return False  # proxied: REMOTE_ADDR is the proxy's, not the client's
     try:
         return ipaddress.ip_address(request.META.get("REMOTE_ADDR", "")).is_loopback

@@ -81,9 +81,9 @@ def test_readyz_names_a_plugin_that_failed_and_stays_ready(loose_modules: Path, 
     response = Client().get("/readyz")
     body = response.json()
     assert response.status_code == 200 and body["ok"] is True, body
-    assert body["plugin_failures"] == [
-        {"plugin": "SECTR_PLUGINS sectr_server_broken", "error": "RuntimeError: half-installed"}
-    ]
+    # Named, never explained: anyone may read /readyz (the log has the exception).
+    assert body["plugin_failures"] == [{"plugin": "SECTR_PLUGINS sectr_server_broken"}]
+    assert "half-installed" not in response.content.decode()
     assert "shout" in get_runtime().tools.names()  # the others run
 
 
