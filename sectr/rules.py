@@ -38,6 +38,12 @@ RULE_KEYS = frozenset({"id", "tool", "arguments", "action", "approvals_required"
 MAX_APPROVALS = 20
 MAX_EXPIRY_SECONDS = 365 * 24 * 3600
 MAX_GLOB = 500
+MAX_RULE_ARGUMENTS = 20
+MAX_TOOL_GLOB = 100
+#: What a tool glob may not consist of only (and is trimmed of): Python's whitespace and
+#: U+FEFF, the union of str.isspace() and JSON Schema's (ECMA-262) \s, so the API's
+#: schema (`[^\s\x1c-\x1f\x85\ufeff]`, "a character that is not blank") says the same.
+BLANK = "".join(chr(code) for code in range(0x3001) if chr(code).isspace()) + "\ufeff"
 #: `approver` of a decision made by a rule, and of the denial of an expired ask.
 RULE_APPROVER_PREFIX = "rule:"
 EXPIRED_APPROVER = "policy:expired"
@@ -93,6 +99,8 @@ class Rule:
 
 
 def _whole(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0 is the whole number 5 in JSON (and in JSON Schema)
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise ValidationFailed(f"{name} must be a whole number from {low} to {high}", code="invalid_rule")
     return value
@@ -106,14 +114,20 @@ def check_rule(data: Any) -> dict[str, Any]:
     if unknown:
         raise ValidationFailed(f"unknown rule fields: {', '.join(sorted(map(str, unknown)))}", code="invalid_rule")
     tool = data.get("tool")
-    if not isinstance(tool, str) or not tool.strip() or len(tool) > 100:
-        raise ValidationFailed("tool must be a tool name or glob of 1-100 characters", code="invalid_rule")
+    if not isinstance(tool, str) or not tool.strip(BLANK) or len(tool) > MAX_TOOL_GLOB:
+        raise ValidationFailed(f"tool must be a tool name or glob of 1-{MAX_TOOL_GLOB} characters", code="invalid_rule")
     action = data.get("action")
     if action not in ACTIONS:
         raise ValidationFailed(f"action must be one of {', '.join(ACTIONS)}", code="invalid_rule")
-    arguments = data.get("arguments") or {}
-    if not isinstance(arguments, Mapping) or len(arguments) > 20:
-        raise ValidationFailed("arguments must be an object of at most 20 {name: glob}", code="invalid_rule")
+    # Only a missing or null `arguments` means "no argument condition": [] or "" is a
+    # mistake, and reading it as {} would store a rule that matches more than was meant.
+    arguments = data.get("arguments")
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, Mapping) or len(arguments) > MAX_RULE_ARGUMENTS:
+        raise ValidationFailed(
+            f"arguments must be an object of at most {MAX_RULE_ARGUMENTS} {{name: glob}}", code="invalid_rule"
+        )
     for key, glob in arguments.items():
         if not isinstance(key, str) or not key or len(key) > 100:
             raise ValidationFailed("each argument name must be a string of 1-100 characters", code="invalid_rule")
@@ -129,7 +143,7 @@ def check_rule(data: Any) -> dict[str, Any]:
     if action != "ask" and (required != 1 or expires is not None):
         raise ValidationFailed("approvals_required and expires_after_s apply to action ask only", code="invalid_rule")
     return {
-        "tool": tool.strip(),
+        "tool": tool.strip(BLANK),
         "action": action,
         "arguments": {str(k): str(v) for k, v in arguments.items()},
         "approvals_required": required,

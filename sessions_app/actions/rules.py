@@ -38,6 +38,8 @@ def list_rules(actor: Any, team_name: str) -> list[ApprovalRule]:
 def _position(value: Any, count: int) -> int:
     if value is None:
         return count
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 5.0 is the whole number 5 in JSON
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise ValidationFailed("position must be a whole number from 0 (first)", code="invalid_rule")
     return min(value, count)
@@ -99,7 +101,9 @@ def do_update_rule(actor: Any, team_name: str, rule_id: Any, data: Any) -> Appro
         rule.updated_at = timezone.now()
         rule.save()
         rules = [r for r in rules if r.pk != rule.pk]
-        rules.insert(_position(data.get("position", rule.position), len(rules)), rule)
+        # A null position, like a missing one, keeps the rule where it is.
+        position = data.get("position")
+        rules.insert(_position(rule.position if position is None else position, len(rules)), rule)
         _renumber(team, rules)
     rule.refresh_from_db()
     return rule

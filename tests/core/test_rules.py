@@ -74,6 +74,21 @@ def test_argument_globs_match_the_string_form() -> None:
         {"tool": "x", "action": "ask", "expires_after_s": -1},
         {"tool": "x", "action": "ask", "arguments": {"a": 1}},
         {"tool": "x", "action": "ask", "surprise": True},
+        # arguments is an object of name -> glob: an empty list (or any other falsy value)
+        # is not "no condition", it is a mistake.
+        {"tool": "x", "action": "deny", "arguments": []},
+        {"tool": "x", "action": "deny", "arguments": [["path", "/etc/*"]]},
+        {"tool": "x", "action": "deny", "arguments": ""},
+        {"tool": "x", "action": "deny", "arguments": 0},
+        {"tool": "x", "action": "deny", "arguments": False},
+        {"tool": "x", "action": "deny", "arguments": {"": "*"}},
+        {"tool": 5, "action": "allow"},
+        {"tool": "\ufeff \x1c", "action": "allow"},  # blank, by JSON Schema's \s and Python's alike
+        {"tool": "x", "action": "ask", "approvals_required": "2"},
+        {"tool": "x", "action": "ask", "approvals_required": True},
+        {"tool": "x", "action": "ask", "approvals_required": 2.5},
+        {"tool": "x", "action": "ask", "expires_after_s": "60"},
+        {"tool": "x", "action": "allow", "expires_after_s": 60},
         "allow everything",
     ],
 )
@@ -81,6 +96,14 @@ def test_bad_rules_are_refused_with_a_400(bad: Any) -> None:
     with pytest.raises(ValidationFailed) as refused:
         check_rule(bad)
     assert (refused.value.status, refused.value.code) == (400, "invalid_rule")
+
+
+def test_null_fields_are_missing_ones_and_whole_floats_are_whole_numbers() -> None:
+    checked = check_rule(
+        {"tool": " x ", "action": "ask", "arguments": None, "approvals_required": 2.0, "expires_after_s": 60.0}
+    )
+    assert checked == {"tool": "x", "action": "ask", "arguments": {}, "approvals_required": 2, "expires_after_s": 60}
+    assert check_rule({"tool": "x", "action": "allow", "approvals_required": None})["approvals_required"] == 1
 
 
 # ---- allow and deny resolve at once ----

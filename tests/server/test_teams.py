@@ -525,6 +525,54 @@ def test_100_concurrent_api_decisions_resume_exactly_one_run(people: dict[str, A
 # ---- the API of asks and rules ----
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool": "delete_note", "action": "deny", "arguments": []},
+        {"tool": "delete_note", "action": "deny", "arguments": ""},
+        {"tool": "delete_note", "action": "deny", "arguments": [{"title": "*"}]},
+        {"tool": "delete_note", "action": "deny", "arguments": {"title": 5}},
+        {"tool": ["delete_note"], "action": "deny"},
+        {"tool": "delete_note", "action": ["deny"]},
+        {"tool": "delete_note", "action": "ask", "approvals_required": "2"},
+        {"tool": "delete_note", "action": "ask", "expires_after_s": True},
+        {"tool": "delete_note", "action": "deny", "position": "0"},
+        {"tool": "delete_note", "action": "deny", "position": -1},
+    ],
+)
+def test_a_rule_with_a_field_of_the_wrong_type_is_a_400_and_changes_nothing(
+    people: dict[str, Any], body: dict[str, Any]
+) -> None:
+    mod = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
+    kept = mod.post(
+        "/api/v1/teams/crew/rules",
+        data={"tool": "write_note", "action": "ask", "arguments": {"title": "a*"}},
+        content_type="application/json",
+    ).json()
+    created = mod.post("/api/v1/teams/crew/rules", data=body, content_type="application/json")
+    assert created.status_code == 400 and created.json()["error"]["code"] == "invalid_rule", created.content
+    replaced = mod.put(f"/api/v1/teams/crew/rules/{kept['id']}", data=body, content_type="application/json")
+    assert replaced.status_code == 400 and replaced.json()["error"]["code"] == "invalid_rule", replaced.content
+    (rule,) = mod.get("/api/v1/teams/crew/rules").json()["rules"]
+    assert (rule["tool"], rule["action"], rule["arguments"]) == ("write_note", "ask", {"title": "a*"})
+
+
+@pytest.mark.django_db
+def test_a_null_rule_field_is_a_missing_one(people: dict[str, Any]) -> None:
+    mod = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
+    first, second = (
+        mod.post("/api/v1/teams/crew/rules", data={"tool": tool, "action": "allow"}, content_type="application/json")
+        for tool in ("get_time", "calculator")
+    )
+    assert first.status_code == second.status_code == 201
+    body = {"tool": "get_*", "action": "ask", "arguments": None, "position": None, "approvals_required": 2.0}
+    replaced = mod.put(f"/api/v1/teams/crew/rules/{first.json()['id']}", data=body, content_type="application/json")
+    assert replaced.status_code == 200, replaced.content
+    rule = replaced.json()
+    assert (rule["position"], rule["arguments"], rule["approvals_required"]) == (0, {}, 2)  # kept its place
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_asks_and_rules_api(people: dict[str, Any]) -> None:
     mod = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
