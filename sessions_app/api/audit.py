@@ -25,11 +25,12 @@ async def list_audit(call: ApiCall) -> HttpResponseBase:
     if output not in ("json", "csv"):
         raise ValidationFailed("format must be json or csv", code="invalid_format")
     filters = audit.AuditFilters.from_query(call.request.GET)
+    # Checked for CSV too, which streams everything: a bad value is a mistake either way.
+    limit = query_int(call.request, "limit", 50, 1, AUDIT_LIMIT_MAX)
+    offset = query_int(call.request, "offset", 0, 0, 10**9)
     if output == "csv":
         entries = await sync_to_async(lambda: audit.audit_entries(call.user, filters))()
         return audit.csv_response(entries)
-    limit = query_int(call.request, "limit", 50, 1, AUDIT_LIMIT_MAX)
-    offset = query_int(call.request, "offset", 0, 0, 10**9)
 
     def page() -> dict[str, Any]:
         entries = audit.audit_entries(call.user, filters)

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import sectr
 from sectr.events import DECISION_SCOPES
+from sectr.rules import MAX_APPROVALS, MAX_EXPIRY_SECONDS, MAX_GLOB, MAX_RULE_ARGUMENTS, MAX_TOOL_GLOB
 from sessions_app.api.events import EVENT_KINDS
 from sessions_app.media import AUDIO_FORMATS, PROMPT_MAX_PARTS
 
@@ -48,6 +49,14 @@ VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
 TRANSCRIPT_VIEW = {"type": "string", "enum": ["model", "history"]}
+#: An empty query parameter (`?view=`) is one that was not given.
+EMPTY = {"type": "string", "maxLength": 0}
+
+
+def or_empty(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, EMPTY]}
+
+
 #: The query parameters of the operations (Operation.query names them); a value outside
 #: its schema is a 400 naming the parameter (`invalid_<name>`).
 QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
@@ -58,8 +67,9 @@ QUERY_PARAMETERS: dict[str, dict[str, Any]] = {
         "description": "resume after this seq (Last-Event-ID wins when both are sent)",
     },
     "view": {
-        "schema": {**TRANSCRIPT_VIEW, "default": "model"},
-        "description": "model: the conversation the model sees (from the newest compaction); history: all of it",
+        "schema": or_empty({**TRANSCRIPT_VIEW, "default": "model"}),
+        "description": "model (the default): the conversation the model sees (from the newest compaction);"
+        " history: all of it",
     },
 }
 RUN_STATUS = {
@@ -148,6 +158,17 @@ AGENT_INPUT: dict[str, Any] = {
 DECIMAL = {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,4})?$"}
 AGENT_SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 AGENT_NOTE = {"type": "string", "maxLength": 500}
+#: The fields of a rule both shapes of RuleInput share (sectr.rules.check_rule's limits).
+RULE_INPUT: dict[str, Any] = {
+    "tool": {"type": "string", "minLength": 1, "maxLength": MAX_TOOL_GLOB, "pattern": "[^\\s\\x1c-\\x1f\\x85\\ufeff]"},
+    "arguments": {
+        "type": "object",
+        "maxProperties": MAX_RULE_ARGUMENTS,
+        "propertyNames": {"minLength": 1, "maxLength": 100},
+        "additionalProperties": {"type": "string", "maxLength": MAX_GLOB},
+    },
+    "position": {"type": "integer", "minimum": 0},
+}
 
 SCHEMAS: dict[str, Any] = {
     "Error": _object(
@@ -323,6 +344,18 @@ SCHEMAS: dict[str, Any] = {
         },
         ("kind", "run_id", "seq", "payload"),
     ),
+    # One event of GET /runs/{run_id}/events as an SSE parser reads it: `data` is an
+    # Event as JSON; `id` (the seq) is absent only on the `result` of a run cancelled
+    # before it started.
+    "ServerSentEvent": _object(
+        {
+            "id": {"type": "string", "pattern": "^[0-9]+$"},
+            "event": {"type": "string", "enum": list(EVENT_KINDS)},
+            "data": {"type": "string", "contentMediaType": "application/json", "contentSchema": ref("Event")},
+            "retry": {"type": "integer", "minimum": 0},
+        },
+        ("event", "data"),
+    ),
     "Compacted": _object({"compacted": BOOLEAN}, ("compacted",)),
     "CreateSession": _request(
         {
@@ -403,10 +436,21 @@ SCHEMAS: dict[str, Any] = {
         ("content",),
     ),
     "Steer": _request({"text": {"type": "string", "minLength": 1}}, ("text",)),
-    "Decide": _request(
-        {"verdict": VERDICT, "note": NONEMPTY, "scope": {"type": "string", "enum": list(DECISION_SCOPES)}},
-        ("verdict",),
-    ),
+    # `scope` goes with an approving verdict only (a deny with a scope is a 400
+    # invalid_scope): two shapes, one per kind of verdict.
+    "Decide": {
+        "anyOf": [
+            _request(
+                {
+                    "verdict": {"type": "string", "enum": ["allow_once", "allow_always"]},
+                    "note": NONEMPTY,
+                    "scope": {"type": "string", "enum": list(DECISION_SCOPES)},
+                },
+                ("verdict",),
+            ),
+            _request({"verdict": {"const": "deny"}, "note": NONEMPTY, "scope": {"type": "null"}}, ("verdict",)),
+        ]
+    },
     "AskEntry": _object(
         {
             "ask_id": STRING,
@@ -416,7 +460,7 @@ SCHEMAS: dict[str, Any] = {
             "tool": STRING,
             "tool_call_id": nullable(STRING),
             "arguments": OBJECT,
-            "state": {"type": "string", "enum": ["pending", "decided"]},
+            "state": or_empty({"type": "string", "enum": ["pending", "decided"]}),
             "status": {"type": "string", "enum": ["pending", "approved", "denied", "withdrawn"]},
             "requested_at": nullable(DATETIME),
             "deadline": nullable(DATETIME),
@@ -448,17 +492,30 @@ SCHEMAS: dict[str, Any] = {
         },
         ("run_id", "status", "ask"),
     ),
-    "RuleInput": _object(
-        {
-            "tool": {"type": "string", "minLength": 1, "maxLength": 100},
-            "arguments": {"type": "object", "additionalProperties": STRING},
-            "action": ACTION,
-            "approvals_required": {"type": "integer", "minimum": 1, "maximum": 20},
-            "expires_after_s": nullable({"type": "integer", "minimum": 1}),
-            "position": {"type": "integer", "minimum": 0},
-        },
-        ("tool", "action"),
-    ),
+    # Quorum and expiry belong to action ask: an allow or deny rule takes neither (400
+    # invalid_rule), so two shapes.
+    "RuleInput": {
+        "anyOf": [
+            _request(
+                {
+                    **RULE_INPUT,
+                    "action": {"const": "ask"},
+                    "approvals_required": {"type": "integer", "minimum": 1, "maximum": MAX_APPROVALS},
+                    "expires_after_s": {"type": "integer", "minimum": 1, "maximum": MAX_EXPIRY_SECONDS},
+                },
+                ("tool", "action"),
+            ),
+            _request(
+                {
+                    **RULE_INPUT,
+                    "action": {"type": "string", "enum": ["allow", "deny"]},
+                    "approvals_required": {"const": 1},
+                    "expires_after_s": {"type": "null"},
+                },
+                ("tool", "action"),
+            ),
+        ]
+    },
     "Rule": _object(
         {
             "id": STRING,
@@ -543,15 +600,15 @@ FORMATS: dict[str, dict[str, str]] = {
     "export_session": {"json": "application/json", "markdown": "text/markdown"},
 }
 TEXT_QUERY: dict[str, dict[str, Any]] = {
-    "state": {"type": "string", "enum": ["pending", "decided"]},
+    "state": or_empty({"type": "string", "enum": ["pending", "decided"]}),
     # Filters: any text (one that matches nothing gives an empty page).
     "team": STRING,
     "tool": STRING,
     # GET /audit (sessions_app.api.audit)
     "format": {"type": "string", "enum": ["json", "csv"]},  # GET /export: FORMATS below
     "actor": STRING,
-    "verdict": VERDICT,
-    "kind": {"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]},
+    "verdict": or_empty(VERDICT),
+    "kind": or_empty({"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]}),
     "session": STRING,
     "from": DATE_FILTER,
     "to": DATE_FILTER,
@@ -610,26 +667,25 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         doc["parameters"] = params
     if operation.request is not None:
         # A body whose every field is optional may be left out (an empty body is {}).
-        body_required = bool(SCHEMAS[operation.request].get("required"))
+        schema = SCHEMAS[operation.request]
+        body_required = all(bool(shape.get("required")) for shape in schema.get("anyOf", [schema]))
         doc["requestBody"] = {
             "required": body_required,
             "content": {"application/json": {"schema": ref(operation.request)}},
         }
     if operation.streaming:
-        # The body is a stream of SSE frames, not one JSON document: the schema is a string;
-        # each frame's `data:` is an Event, which `itemSchema` (OpenAPI 3.2's name for the
-        # schema of one item of a sequential media type) and `x-sse-data` point at.
+        # A sequential media type: `itemSchema` (OpenAPI 3.2's keyword, read by 3.1 tools
+        # that know event streams) describes one event of the stream, whose `data` is an
+        # Event as JSON text. There is no `schema`: the body is not one document.
         success: dict[str, Any] = {
             "description": (
-                "Server-Sent Events: each frame is `id:` the envelope seq, `event:` the Event's kind and"
+                "Server-Sent Events: each event has `id:` the envelope seq, `event:` the Event's kind and"
                 " `data:` the Event as JSON; comments (`: ping`) keep the connection alive; the stream"
                 " ends after the `result` event"
             ),
             "content": {
                 "text/event-stream": {
-                    "schema": {"type": "string", "description": "id/event/data frames separated by blank lines"},
-                    "itemSchema": ref("Event"),
-                    "x-sse-data": ref("Event"),
+                    "itemSchema": ref("ServerSentEvent"),
                     "example": (
                         'id: 7\nevent: message.delta\ndata: {"kind": "message.delta", "run_id": "run_1",'
                         ' "seq": 7, "text": "Hi", "payload": {"message_id": "msg_1"}}\n\n'

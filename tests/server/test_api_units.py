@@ -207,9 +207,7 @@ def test_a_malformed_resume_cursor_is_refused(bad: str) -> None:
 # ---- the OpenAPI document says what the server does ----
 
 
-def test_a_cancelled_queued_run_reports_usage_with_zeros_not_an_empty_object(
-    make_session: Any, owner: Any
-) -> None:
+def test_a_cancelled_queued_run_reports_usage_with_zeros_not_an_empty_object(make_session: Any, owner: Any) -> None:
     session = make_session(title="Queue")
     actions.do_post_message(owner, session.pk, "first")
     waiting = actions.do_post_message(owner, session.pk, "second", queue=True)
@@ -232,15 +230,23 @@ def test_the_openapi_document_describes_usage_views_query_errors_and_the_event_s
     paths = document["paths"]
     transcript_get = paths["/api/v1/sessions/{session_id}/transcript"]["get"]
     (view,) = [p for p in transcript_get["parameters"] if p["in"] == "query"]
-    assert view["name"] == "view" and view["schema"]["enum"] == ["model", "history"]
+    named, empty = view["schema"]["anyOf"]  # ?view= is the default view
+    assert view["name"] == "view" and named["enum"] == ["model", "history"] and empty["maxLength"] == 0
     assert "400" in transcript_get["responses"]
     listing = paths["/api/v1/sessions"]["get"]
     limits = {p["name"]: p["schema"] for p in listing["parameters"]}
     assert (limits["limit"]["minimum"], limits["limit"]["maximum"]) == (1, 100)
     assert "400" in listing["responses"]
     stream = paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
-    assert stream["schema"]["type"] == "string"
-    assert stream["itemSchema"] == {"$ref": "#/components/schemas/Event"}
+    assert "schema" not in stream  # the body is a stream of events, not one document
+    assert stream["itemSchema"] == {"$ref": "#/components/schemas/ServerSentEvent"}
+    event = schemas["ServerSentEvent"]
+    assert event["required"] == ["event", "data"]
+    assert event["properties"]["data"] == {
+        "type": "string",
+        "contentMediaType": "application/json",
+        "contentSchema": {"$ref": "#/components/schemas/Event"},
+    }
     assert "400" in paths["/api/v1/runs/{run_id}/events"]["get"]["responses"]
     assert paths["/api/v1/sessions"]["post"]["requestBody"]["required"] is False  # {} creates a session
     assert paths["/api/v1/sessions/{session_id}/rename"]["post"]["requestBody"]["required"] is True
@@ -286,3 +292,100 @@ def test_the_admin_revokes_tokens_through_the_token_action(owner: Any, admin_cli
     )
     assert response.status_code == 302
     assert ApiToken.authenticate(raw) is None
+
+
+# ---- the document says what the server does ----
+
+
+def _schema_accepts(name: str, body: Any) -> bool:
+    import jsonschema_rs  # schemathesis's validator
+
+    from sessions_app.api.openapi import build_document
+    from sessions_app.api.urls import ROUTES
+
+    document = build_document(ROUTES)
+    root = {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+    return bool(jsonschema_rs.Draft202012Validator(root).is_valid(body))
+
+
+def _server_accepts(check: Any, *args: Any) -> bool:
+    try:
+        check(*args)
+    except ValidationFailed:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"verdict": "deny", "scope": "turn"},
+        {"verdict": "deny", "scope": None, "note": "no"},
+        {"verdict": "deny"},
+        {"verdict": "allow_once", "scope": "turn"},
+        {"verdict": "allow_always", "scope": "turn"},
+        {"verdict": "allow_once", "scope": "session"},
+    ],
+)
+def test_the_decide_schema_and_the_server_agree_on_scope(body: dict[str, Any]) -> None:
+    from sectr.operations import check_scope_value
+
+    server = _server_accepts(check_scope_value, body["verdict"], body.get("scope"))
+    assert _schema_accepts("Decide", body) is server, body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tool": "x", "action": "allow", "approvals_required": 7},
+        {"tool": "x", "action": "deny", "expires_after_s": 60},
+        {"tool": "x", "action": "allow", "approvals_required": 1, "expires_after_s": None},
+        {"tool": "x", "action": "ask", "approvals_required": 7, "expires_after_s": 60},
+        {"tool": "x", "action": "ask", "expires_after_s": 365 * 24 * 3600 + 1},
+        {"tool": "x", "action": "ask", "arguments": []},
+        {"tool": "x", "action": "ask", "arguments": None, "position": None},
+        {"tool": "x", "action": "ask", "arguments": {"": "*"}},
+        {"tool": "x", "action": "ask", "arguments": {f"a{n}": "*" for n in range(21)}},
+        {"tool": " ", "action": "allow"},
+        {"tool": "\ufeff", "action": "allow"},
+        {"tool": "\x1c", "action": "allow"},
+        {"tool": " get_time ", "action": "allow"},
+        {"tool": "x", "action": "ask", "approvals_required": 2.0},
+    ],
+)
+def test_the_rule_schema_and_the_server_agree(body: dict[str, Any]) -> None:
+    from sectr.rules import check_rule
+
+    assert _schema_accepts("RuleInput", body) is _server_accepts(check_rule, body), body
+
+
+@pytest.mark.django_db
+def test_the_audit_checks_limit_and_offset_for_csv_too(owner: Any) -> None:
+    _, raw = do_issue_token(owner, "t")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    for query in ("format=csv&limit=null", "format=csv&offset=-1", "limit=null"):
+        response = client.get(f"/api/v1/audit?{query}")
+        assert response.status_code == 400 and response.json()["error"]["code"].startswith("invalid_"), query
+    assert client.get("/api/v1/audit?format=csv&limit=5").status_code == 200
+
+
+@pytest.mark.django_db
+def test_an_empty_query_parameter_is_one_not_given(owner: Any, session: Session) -> None:
+    _, raw = do_issue_token(owner, "t")
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
+    assert client.get(f"/api/v1/sessions/{session.pk}/transcript?view=").json()["view"] == "model"
+    assert client.get("/api/v1/asks?state=").status_code == 200
+    assert client.get("/api/v1/audit?verdict=&kind=").status_code == 200
+    from sessions_app.api.openapi import build_document
+    from sessions_app.api.urls import ROUTES
+
+    # ... and the document says so for each of them.
+    for path, method in (
+        ("/api/v1/sessions/{session_id}/transcript", "get"),
+        ("/api/v1/asks", "get"),
+        ("/api/v1/audit", "get"),
+    ):
+        parameters = build_document(ROUTES)["paths"][path][method]["parameters"]
+        for parameter in parameters:
+            if parameter["name"] in ("view", "state", "verdict", "kind"):
+                assert {"type": "string", "maxLength": 0} in parameter["schema"]["anyOf"], parameter
