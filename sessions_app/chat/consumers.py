@@ -49,7 +49,7 @@ from sectr.loops import PerLoop
 from sessions_app import access
 from sessions_app.chat.render import chat_context, render_changes
 from sessions_app.chat.view_model import ChatViewModel
-from sessions_app.input_checks import is_whole_number
+from sessions_app.input_checks import is_whole_number, unstorable_text
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import session_group
 from sessions_app.models import Session
@@ -156,6 +156,9 @@ class ChatConsumer(RecheckedConsumer):
 
     async def connect(self) -> None:
         self.session_id = str(self.scope["url_route"]["kwargs"]["session_id"])
+        if unstorable_text(self.session_id) is not None:  # a NUL no database query may carry
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
         try:
             self.permissions = await chat_permissions(self.scope.get("user"), self.session_id)
         except NotFound:

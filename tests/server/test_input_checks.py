@@ -167,3 +167,13 @@ def test_a_nul_in_a_cookie_is_a_400(owner_client: Client) -> None:
     assert owner_client.get("/").status_code == 400
     owner_client.cookies["sessionid"] = "abcdefgh"
     assert owner_client.get("/", {"q": "ok"}).status_code == 302  # a stale session: the login page
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_nul_in_a_websocket_session_id_closes_it_as_not_found(
+    owner: Any, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+    communicator, connected, code = await connect(owner, f"/ws/sessions/{session.pk}\x00/")
+    assert (connected, code) == (False, 4404)
+    await communicator.disconnect()
