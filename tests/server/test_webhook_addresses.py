@@ -25,7 +25,7 @@ from sessions_app.models import NotificationDelivery, Team, TeamWebhook
 from sessions_app.moderation import notifications
 from sessions_app.moderation.notifications import check_webhook_url, deliver_due
 from tests.server.conftest import SessionFactory
-from tests.server.test_moderation_notifications import SECRET, Receiver, ops  # noqa: F401 - ops: a fixture
+from tests.server.test_moderation_notifications import SECRET, Receiver
 from tests.server.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
@@ -60,6 +60,11 @@ def dns(monkeypatch: pytest.MonkeyPatch) -> FakeDNS:
     fake = FakeDNS()
     monkeypatch.setattr(socket, "getaddrinfo", fake.getaddrinfo)
     return fake
+
+
+@pytest.fixture
+def ops(db: None) -> Team:
+    return Team.objects.create(name="ops")
 
 
 @pytest.fixture
@@ -178,7 +183,7 @@ def test_a_public_host_and_an_allowed_internal_one_can_be_saved(
 def test_a_webhook_whose_host_resolves_to_loopback_at_delivery_is_not_called(
     make_session: SessionFactory,
     ops: Team,
-    dns: FakeDNS,  # noqa: F811 - the fixture
+    dns: FakeDNS,
 ) -> None:
     receiver = Receiver()
     try:
@@ -199,7 +204,7 @@ def test_a_webhook_whose_host_resolves_to_loopback_at_delivery_is_not_called(
 def test_a_loopback_webhook_saved_without_the_form_is_refused_at_delivery(
     make_session: SessionFactory,
     ops: Team,
-    receiver: Receiver,  # noqa: F811 - the fixture
+    receiver: Receiver,
 ) -> None:
     TeamWebhook.objects.create(team=ops, url=receiver.url, secret=SECRET)  # no form, no check
     delivery = delivery_log(make_session, ops)
@@ -217,7 +222,7 @@ def test_the_connection_goes_to_the_address_that_was_checked(
     make_session: SessionFactory,
     ops: Team,
     dns: FakeDNS,
-    settings: Any,  # noqa: F811
+    settings: Any,
 ) -> None:
     # DNS rebinding: the name answers an allowed address to the check, another one to any
     # later lookup. The call must reach the checked address (127.0.0.1), never a second
@@ -275,7 +280,7 @@ def serve(handler: type) -> tuple[ThreadingHTTPServer, int]:
 def test_a_redirect_to_loopback_is_not_followed(
     make_session: SessionFactory,
     ops: Team,
-    settings: Any,  # noqa: F811 - the fixture
+    settings: Any,
 ) -> None:
     settings.SECTR_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver; the redirect's target too
     stolen: list[str] = []
@@ -316,7 +321,7 @@ def test_the_delivery_log_keeps_the_class_of_a_failure_never_the_peers_words(
     make_session: SessionFactory,
     ops: Team,
     settings: Any,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     settings.SECTR_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     monkeypatch.setattr(notifications, "WEBHOOK_TIMEOUT", 0.5)
