@@ -14,7 +14,7 @@ that outlived a cancel, say) raises instead of landing after the end.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from sectr.events import TERMINAL_TYPES, Envelope, EventType
@@ -23,6 +23,18 @@ from sectr.payloads import check_event
 
 #: What only the platform journals on a person's (or the expiry policy's) behalf.
 PEOPLE_ONLY_TYPES = frozenset({EventType.INVOCATION_STARTED, EventType.APPROVAL_VOTED, EventType.SESSION_CREATED})
+
+
+def refuse_people_only(events: Iterable[NewEvent]) -> None:
+    """PermissionError when `events` hold a type only the platform journals.
+
+    Decisions and votes come from people (and the expiry policy) through the platform's
+    actions, never from inside a run: a handler, a tool or the model cannot approve its
+    own call, start an invocation or create a session.
+    """
+    for event in events:
+        if EventType(event.type) in PEOPLE_ONLY_TYPES:
+            raise PermissionError(f"an invocation cannot journal {EventType(event.type).value}")
 
 
 class InvocationWriter:
@@ -51,12 +63,7 @@ class InvocationWriter:
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
         """Append events atomically after any buffered deltas."""
-        for event in events:
-            if EventType(event.type) in PEOPLE_ONLY_TYPES:
-                # Decisions and votes come from people (and the expiry policy) through
-                # the platform's actions, never from inside a run: a handler, a tool or
-                # the model cannot approve its own call or grant itself a tool.
-                raise PermissionError(f"an invocation cannot journal {EventType(event.type).value}")
+        refuse_people_only(events)  # before the flush: a refused batch waits for nothing
         await self.flush()
         return await self._write(events)
 
@@ -72,6 +79,7 @@ class InvocationWriter:
         the deltas, and the next `flush` (every `append` starts with one) waits for them
         and raises the error of a failed write.
         """
+        refuse_people_only(events)  # at the call, not later in the background write
         self._raise_pending_error()
         self._check_open()
         self._buffer.extend(events)
@@ -173,6 +181,10 @@ class InvocationWriter:
     async def _write_now(self, events: Sequence[NewEvent]) -> list[Envelope]:
         async with self._write_lock:
             self._check_open()
+            # The door every write of the writer passes (append, emit, append_soon, the
+            # deltas' drain): what the public methods refused at the call, refused here
+            # too, whatever way an event reached the buffer.
+            refuse_people_only(events)
             for event in events:
                 # What a handler, a tool or the model produced follows the journal's rules
                 # (the import checks a file with the same rules): a malformed payload is

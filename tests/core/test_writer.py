@@ -300,3 +300,68 @@ async def test_the_writer_refuses_a_payload_that_breaks_the_journals_rules(
     # The writer goes on: a good event after a refused one is written.
     await writer.emit(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant"})
     assert types_of(journal.read(sid)) == ["MESSAGE_START"]
+
+
+#: One event of each type only the platform journals, as a handler might forge it.
+PEOPLE_ONLY_EVENTS = [
+    NewEvent(EventType.APPROVAL_VOTED, {"ask_id": "ask_1", "approver": "mallory", "verdict": "allow_once"}),
+    NewEvent(EventType.INVOCATION_STARTED, {"reason": {"kind": "approval_decision", "ask_id": "ask_1"}}, "inv_2"),
+    NewEvent(EventType.SESSION_CREATED, {"title": "forged"}),
+]
+
+
+async def queue_soon_behind_deltas(writer: InvocationWriter, event: NewEvent) -> None:
+    await writer.delta("m1", text="a")  # in flight
+    await writer.delta("m1", text="b")  # buffered
+    writer.append_soon(writer.event(EventType.MESSAGE_END, {"message_id": "m1", "finish_reason": "stop"}), event)
+
+
+@pytest.mark.parametrize("event", PEOPLE_ONLY_EVENTS, ids=lambda e: e.type.value)
+@pytest.mark.parametrize("way", ["append", "append_batch", "emit", "append_soon", "append_soon_behind_deltas"])
+async def test_every_way_into_the_journal_refuses_what_only_people_journal(way: str, event: NewEvent) -> None:
+    journal = SlowJournal(latency=0.005)
+    writer, sid, _ = new_writer(journal)
+    start = writer.event(EventType.MESSAGE_START, {"message_id": "m0", "role": "assistant"})
+    with pytest.raises(PermissionError, match=f"cannot journal {event.type.value}"):
+        if way == "append":
+            await writer.append(event)
+        elif way == "append_batch":  # a refused event takes its whole batch with it
+            await writer.append(start, event)
+        elif way == "emit":
+            await writer.emit(event.type, event.payload)
+        elif way == "append_soon":
+            writer.append_soon(event)
+        else:
+            await queue_soon_behind_deltas(writer, event)
+    await writer.flush()  # nothing refused is waiting to surface later either
+    assert event.type not in [e.type for e in journal.read(sid)]
+    assert [e.type for e in journal.read(sid)] == ([EventType.MESSAGE_DELTA] * 2 if "deltas" in way else [])
+
+
+@pytest.mark.parametrize("event", PEOPLE_ONLY_EVENTS, ids=lambda e: e.type.value)
+async def test_the_write_door_refuses_what_reached_the_buffer_another_way(event: NewEvent) -> None:
+    journal = MemoryJournal()
+    writer, sid, _ = new_writer(journal)
+    writer._buffer.append(event)  # past the public methods' checks
+    with pytest.raises(PermissionError, match=f"cannot journal {event.type.value}"):
+        await writer.flush()
+    assert journal.read(sid) == []
+
+
+async def test_a_handler_cannot_vote_through_append_soon(demo: DemoProvider) -> None:
+    refused: list[Exception] = []
+
+    async def handler(ctx: Any) -> None:
+        try:
+            ctx.writer.append_soon(PEOPLE_ONLY_EVENTS[0])
+        except PermissionError as exc:
+            refused.append(exc)
+        async with ctx.message() as message:
+            await message.text("still here")
+
+    rt = LocalRuntime(handler=handler, provider=demo)
+    sid = await rt.create_session()
+    ended = await rt.send(sid, "hi")
+    assert ended.type is EventType.INVOCATION_COMPLETED
+    assert [str(e) for e in refused] == ["an invocation cannot journal APPROVAL_VOTED"]
+    assert "APPROVAL_VOTED" not in types_of(rt.journal.read(sid))
