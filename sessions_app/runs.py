@@ -24,7 +24,7 @@ States::
 | cancel lost | running, lease expired, cancel requested → cancelled | `claim_next_runs`: worker |
 | reconcile | active → what the journal says (its terminal event is there) | `claim_next_runs`: worker |
 | heartbeat | running → running (lease renewed, cancel flag read) | `heartbeat_runs`: worker |
-| release | running → running, lease expired now (shutdown past drain) | `release_lease`: worker |
+| release | running → running, no lease: claimable at once (drain timed out, journal lost) | `release_lease`: worker |
 | finish | running → suspended, completed, failed, cancelled (lease held) | `finish_run`: worker |
 | cancel | pending, unclaimed queued, suspended → cancelled; running: flagged | `cancel_run`: actions.do_cancel |
 | steer | queued, running: text parked in the steer slot | `park_steer`: actions.do_steer |
@@ -345,8 +345,10 @@ LIVE_OWNER_GRACE_LEASES = 4
 
 
 def _runnable(now: Any) -> Q:
+    # A running run without a lease token was released by its worker (release_lease).
+    released = Q(status=Run.RUNNING, lease_token__isnull=True)
     if connection.vendor != "postgresql":
-        return Q(status=Run.QUEUED) | Q(status=Run.RUNNING, lease_expires_at__lt=now)
+        return Q(status=Run.QUEUED) | released | Q(status=Run.RUNNING, lease_expires_at__lt=now)
     # A running run whose worker's liveness lock is free lost its worker (its database
     # session ended: kill -9, a crash, a lost machine's connection reset): recovered at
     # once instead of after the lease. The lease stays the fence: if that worker is in
@@ -355,6 +357,7 @@ def _runnable(now: Any) -> Q:
     patience = timedelta(seconds=lease_seconds() * LIVE_OWNER_GRACE_LEASES)
     return (
         Q(status=Run.QUEUED)
+        | released
         | Q(owner_gone, status=Run.RUNNING)
         | Q(status=Run.RUNNING, lease_expires_at__lt=now - patience)
     )
@@ -677,8 +680,17 @@ def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dic
 
 
 def release_lease(claim: Claim) -> None:
-    """Let another worker recover the run at once (graceful shutdown past its drain time)."""
-    Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(lease_expires_at=timezone.now())
+    """Let another worker recover the run at once: its worker stopped it (a shutdown past
+    its drain time, the journal unavailable mid-run) and writes nothing more for it.
+
+    The lease token goes (None: nobody holds the run, so a late write of this worker is
+    fenced off), which `_runnable` takes as "claimable now": the worker still lives and
+    holds its liveness lock, and an expiry alone would keep the run waiting out the
+    living owner's grace (LIVE_OWNER_GRACE_LEASES). Nothing when the run is not this
+    claim's any more."""
+    Run.objects.filter(pk=claim.run_id, lease_token=claim.token, status=Run.RUNNING).update(
+        lease_token=None, lease_expires_at=timezone.now()
+    )
 
 
 def take_parked_steer(claim: Claim) -> tuple[str, str | None] | None:

@@ -121,6 +121,50 @@ def test_a_worker_never_claims_a_run_it_is_executing_however_abandoned_it_looks(
         lock.release()
 
 
+def test_a_run_its_living_worker_released_is_claimable_at_once(owner: Any) -> None:
+    """A worker that stops a run and releases it (the journal became unavailable, a
+    drain ran out of time) keeps its liveness lock: the release itself, not the lock,
+    says the run is free (it waited LIVE_OWNER_GRACE_LEASES more leases: a 31.8 s
+    stall after a PostgreSQL restart)."""
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    lock = runs.LivenessLock("releasing-worker")
+    lock.acquire()
+    try:
+        claim = runs.claim_next_run("releasing-worker", 60.0)
+        assert claim is not None and claim.run_id == posted.pk
+        runs.release_lease(claim)
+        assert _holders("releasing-worker") == [int(lock.connection.info.backend_pid)]  # alive
+        recovered = runs.claim_next_run("other-worker", 60.0)
+        assert recovered is not None and recovered.run_id == posted.pk and recovered.recovered
+        run = Run.objects.get(pk=posted.pk)
+        assert (run.lease_owner, run.lease_token, run.attempts) == ("other-worker", recovered.token, 2)
+    finally:
+        lock.release()
+
+
+def test_a_release_by_a_worker_that_lost_the_run_changes_nothing(owner: Any) -> None:
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    first = runs.LivenessLock("first-worker")
+    second = runs.LivenessLock("second-worker")
+    first.acquire()
+    second.acquire()
+    try:
+        claim = runs.claim_next_run("first-worker", 60.0)
+        assert claim is not None
+        Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+        taken = runs.claim_next_run("second-worker", 60.0)
+        assert taken is not None and taken.recovered
+        runs.release_lease(claim)  # too late: the run is the second worker's now
+        run = Run.objects.get(pk=posted.pk)
+        assert (run.lease_owner, run.lease_token) == ("second-worker", taken.token)
+        assert runs.claim_next_run("third-worker", 60.0) is None
+    finally:
+        first.release()
+        second.release()
+
+
 @pytest.mark.timeout(60)
 async def test_a_worker_takes_its_lost_lock_again_and_keeps_its_runs(owner: Any) -> None:
     session = await run_in_db_thread(actions.do_create_session, owner)
