@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from sectr.agents import DEFAULT_AGENT, TOOL_NOT_AVAILABLE, AgentSpec
 from sectr.control import RunControl
-from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, ProviderError
+from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, JournalUnavailable, ProviderError
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import copy_json, fold_messages
 from sectr.journal import new_id
@@ -388,7 +388,9 @@ class SessionContext:
             await self.writer.emit(EventType.TOOL_STARTED, {"tool_call_id": call_id, "name": name})
         try:
             value = await tool.invoke(kwargs)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, JournalUnavailable):
+            # A tool that lost the platform's database (it read through it) stops the run
+            # for recovery like the journal does, rather than tell the model it failed.
             raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             return await self._tool_failed(call_id, name, exc)

@@ -5,7 +5,9 @@ consumer: the journal's async methods, the worker, the SSE endpoint and media re
 run their queries through it. It runs in a pool of its own (not the one
 thread-sensitive thread: many invocations append at once), closes stale connections
 around the work, keeps SQLite connections warm, and after a connection error has the
-process's PostgreSQL pools test their idle connections (`check_connection_pools`).
+process's PostgreSQL pools test their idle connections (`check_connection_pools`). A
+lost database is `JournalUnavailable` for every caller (never a run's failure: the run is
+recovered; the API answers 503).
 SQLite's single writer gets a dedicated thread (`run_in_sqlite_writer_thread`).
 
 It sits below the journal (sessions_app.journal.database) and the media store
@@ -17,13 +19,16 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, ParamSpec, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, close_old_connections, connections
+
+from sectr.errors import JournalUnavailable
 
 logger = logging.getLogger("sectr.journal")
 
@@ -41,9 +46,7 @@ def journal_executor() -> ThreadPoolExecutor:
     """
     global _executor
     if _executor is None:
-        _executor = ThreadPoolExecutor(
-            max_workers=settings.SECTR_JOURNAL_THREADS, thread_name_prefix="sectr-journal"
-        )
+        _executor = ThreadPoolExecutor(max_workers=settings.SECTR_JOURNAL_THREADS, thread_name_prefix="sectr-journal")
     return _executor
 
 
@@ -68,6 +71,12 @@ def _keep_sqlite_connections() -> None:
             connection.close_at = deadline
 
 
+#: After a lost connection, how long (seconds) every database-thread call tests its
+#: pooled connection before use (see _replace_dead_connection).
+SUSPECT_SECONDS = 10.0
+_suspect_until = 0.0
+
+
 def check_connection_pools() -> None:
     """Test the idle connections of this process's PostgreSQL pools, replacing the dead.
 
@@ -75,7 +84,15 @@ def check_connection_pools() -> None:
     cost a round trip on every query), so after PostgreSQL restarts every idle one is
     dead and each would fail its next user in turn. Called on the first connection error
     instead: one failure, then the pool is whole again. Nothing on SQLite.
+
+    The connections checked out at that moment are not idle, so the check cannot see
+    them, and they come back to the pool dead but unused; for SUSPECT_SECONDS every call
+    in a database thread tests its connection first (`_replace_dead_connection`): a
+    run's next read got one of them and the run was stopped again, restart after
+    restart, until it was failed as lost too often.
     """
+    global _suspect_until
+    _suspect_until = time.monotonic() + SUSPECT_SECONDS
     for connection in connections.all(initialized_only=True):
         pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
         if pool is None:
@@ -94,9 +111,32 @@ def reset_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
     check_connection_pools()
 
 
+def _replace_dead_connection(alias: str = DEFAULT_DB_ALIAS) -> None:
+    """Check out a PostgreSQL connection that answers, giving dead ones back to their pool
+    (which drops them): one round trip each, only just after a lost connection."""
+    connection = connections[alias]
+    if connection.vendor != "postgresql":
+        return
+    for _ in range(DEAD_CONNECTION_TRIES):
+        connection.ensure_connection()  # the database still down: OperationalError
+        if connection.is_usable():  # SELECT 1
+            return
+        connection.close()
+
+
+#: Dead pooled connections one call gives back at most before it goes ahead anyway.
+DEAD_CONNECTION_TRIES = 25
+
+
 def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     close_old_connections()
     broken = False
+    if time.monotonic() < _suspect_until:
+        try:
+            _replace_dead_connection()
+        except (OperationalError, InterfaceError):
+            close_old_connections()
+            raise
     try:
         return func(*args, **kwargs)
     except (OperationalError, InterfaceError):
@@ -107,6 +147,33 @@ def _call_with_fresh_connections(func: Callable[..., Any], args: tuple[Any, ...]
         close_old_connections()  # a connection that broke goes back to its pool, which drops it
         if broken:
             check_connection_pools()
+
+
+def _lost_database_errors() -> tuple[type[BaseException], ...]:
+    """What a lost database raises: Django's wrappers of the driver's OperationalError and
+    InterfaceError (a terminated backend, "terminating connection due to administrator
+    command", a refused connection, the pool's timeout), and psycopg's own for code that
+    uses a raw connection (the pool's PoolTimeout is a psycopg OperationalError)."""
+    errors: list[type[BaseException]] = [OperationalError, InterfaceError]
+    with contextlib.suppress(ImportError):  # psycopg is there whenever PostgreSQL is
+        import psycopg
+
+        errors += [psycopg.OperationalError, psycopg.InterfaceError]
+    return tuple(errors)
+
+
+LOST_DATABASE_ERRORS = _lost_database_errors()
+
+
+@contextmanager
+def database_lost_as_unavailable() -> Iterator[None]:
+    """The database went away (a restart, a lost connection): JournalUnavailable, which
+    is not the invocation's failure (the runtime stops it and its run is recovered) and
+    which the API answers with 503 and Retry-After."""
+    try:
+        yield
+    except LOST_DATABASE_ERRORS as exc:
+        raise JournalUnavailable(f"the database is unavailable: {exc}") from exc
 
 
 _db_thread_call: Callable[..., Awaitable[Any]] | None = None
@@ -124,7 +191,8 @@ async def run_in_sqlite_writer_thread(func: Callable[_P, _R], *args: _P.args, **
         _sqlite_writer_call = sync_to_async(
             _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer_executor
         )
-    return cast(_R, await _sqlite_writer_call(func, args, kwargs))
+    with database_lost_as_unavailable():
+        return cast(_R, await _sqlite_writer_call(func, args, kwargs))
 
 
 async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -132,6 +200,11 @@ async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.
 
     Stale connections are closed before and after the work (as database_sync_to_async
     does), except that SQLite connections are kept for reuse (see _keep_sqlite_connections).
+
+    A lost database is JournalUnavailable here, for every caller at once: a run's reads
+    outside the journal (its rules, its media) once failed the run for good on
+    "terminating connection due to administrator command" instead of leaving it to
+    recovery.
     """
     global _db_thread_call
     if _db_thread_call is None:
@@ -139,4 +212,6 @@ async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.
         _db_thread_call = sync_to_async(
             _call_with_fresh_connections, thread_sensitive=False, executor=journal_executor()
         )
-    return cast(_R, await _db_thread_call(func, args, kwargs))
+    with database_lost_as_unavailable():
+        return cast(_R, await _db_thread_call(func, args, kwargs))
+

@@ -7,9 +7,14 @@ from typing import Any
 
 from django.http import JsonResponse
 
-from sectr.errors import SectrError
+from sectr.errors import JournalUnavailable, SectrError
+from sessions_app.dbthread import LOST_DATABASE_ERRORS
 
 log = logging.getLogger("sectr.api")
+
+#: Seconds a client waits before it asks again while the database is away (a PostgreSQL
+#: restart takes a few).
+DATABASE_RETRY_SECONDS = 2
 
 
 class ApiError(SectrError):
@@ -37,5 +42,14 @@ def exception_response(exc: Exception) -> JsonResponse:
     """The response for an exception a view let escape (SectrError or anything else)."""
     if isinstance(exc, SectrError):
         return error_response(exc.status, exc.code, exc.message, getattr(exc, "headers", None), exc.extra)
+    if isinstance(exc, (JournalUnavailable, *LOST_DATABASE_ERRORS)):
+        # Not the request's fault and not for ever: a retryable answer, never a 500.
+        log.warning("API view: the database is unavailable: %s", exc)
+        return error_response(
+            503,
+            "unavailable",
+            "the database is unavailable for a moment; try again",
+            {"Retry-After": str(DATABASE_RETRY_SECONDS)},
+        )
     log.exception("API view failed", exc_info=exc)
     return error_response(500, "internal_error", "the server failed to handle this request")

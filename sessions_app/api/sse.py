@@ -12,7 +12,9 @@ duplicate and skipped; one beyond ``cursor + 1`` means the layer dropped somethi
 delivers at most once), so the journal is read again from the cursor. When the layer is
 quiet the journal is polled every few seconds anyway (a dropped *last* message would
 otherwise leave the stream waiting), and a ``: ping`` comment goes out every 15 seconds
-so proxies keep an idle stream open.
+so proxies keep an idle stream open. When the database goes away mid-stream (a restart),
+the stream ends with a ``retry:`` field and the client reconnects with its Last-Event-ID;
+before the stream starts, the API answers 503 with Retry-After.
 
 Every journal read starts at the run's first envelope, whatever the client asked for:
 the run's ``result`` (its text and usage) is computed from all its envelopes, and events
@@ -36,8 +38,10 @@ from typing import Any
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from sectr.errors import JournalUnavailable
 from sectr.events import Envelope, EventType
 from sessions_app.access import can_read
+from sessions_app.api.errors import DATABASE_RETRY_SECONDS
 from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
@@ -48,6 +52,8 @@ from sessions_app.telemetry.metrics import SSE_CLIENTS
 
 POLL_SECONDS = 3.0
 READ_PAGE = 1000
+#: The stream's last frame when the database went away: reconnect (with Last-Event-ID) soon.
+DATABASE_LOST_FRAME = b": the database is unavailable\nretry: %d\n\n" % (DATABASE_RETRY_SECONDS * 1000)
 
 
 def read_envelopes(session_id: str, after_seq: int, limit: int = READ_PAGE) -> list[Envelope]:
@@ -141,6 +147,10 @@ class RunStream:
                     if self.revoked:
                         break  # not one frame once access has gone
                     yield frame
+        except JournalUnavailable:
+            # The database went away mid-stream (a restart): the client reconnects after
+            # `retry:` with its Last-Event-ID and misses nothing (the journal is the record).
+            yield DATABASE_LOST_FRAME
         finally:
             await self.watch.stop()
             if self._receiving is not None:

@@ -28,7 +28,9 @@ fences' Run rows, and one INSERT (`_append_deltas_together`), instead of two or 
 statements per append; the group's other sessions (a run starting or ending) go append
 by append in the same transaction, every session locked first in id order.
 
-A connection error (PostgreSQL restarted) is JournalUnavailable to the async callers:
+A lost database (PostgreSQL restarted, a backend terminated, the pool timed out) is
+JournalUnavailable to every async caller of `run_in_db_thread`, the journal's own methods
+and any other read or write a run makes (its team's rules, its media, its steer slot):
 not the invocation's failure; the runtime stops and the worker lets the run be
 recovered. The first such error has the process's pools test their idle connections.
 
@@ -46,8 +48,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -64,13 +65,18 @@ from django.db.models import Field, Q
 from django.utils import timezone
 
 from sectr.asks import ask_changes
-from sectr.errors import JournalUnavailable, LeaseLost, NotFound, SteerArrived
+from sectr.errors import LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.loops import PerLoop
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
-from sessions_app.dbthread import reset_connection, run_in_db_thread, run_in_sqlite_writer_thread
+from sessions_app.dbthread import (
+    database_lost_as_unavailable,
+    reset_connection,
+    run_in_db_thread,
+    run_in_sqlite_writer_thread,
+)
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
@@ -172,20 +178,18 @@ class DatabaseJournal:
     async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         """Append through this event loop's group commit (see _GroupCommit): appends that
         arrive while a transaction is in flight share the next one."""
-        with _unavailable_as_journal_error():
+        # A group's failed appends come back as the driver's errors (_append_group).
+        with database_lost_as_unavailable():
             return await self._group.get().append(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
-        with _unavailable_as_journal_error():
-            return await run_in_db_thread(self.load_sync, session_id, after_seq)
+        return await run_in_db_thread(self.load_sync, session_id, after_seq)
 
     async def load_since_compaction(self, session_id: str) -> list[Envelope]:
-        with _unavailable_as_journal_error():
-            return await run_in_db_thread(self.load_since_compaction_sync, session_id)
+        return await run_in_db_thread(self.load_since_compaction_sync, session_id)
 
     async def state(self, session_id: str) -> SessionState:
-        with _unavailable_as_journal_error():
-            return await run_in_db_thread(self.state_sync, session_id)
+        return await run_in_db_thread(self.state_sync, session_id)
 
     # ---- sync twins ----
 
@@ -664,16 +668,6 @@ class DatabaseJournal:
             Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
             for seq, invocation_id, event_type, payload, created in rows
         ]
-
-
-@contextmanager
-def _unavailable_as_journal_error() -> Iterator[None]:
-    """The database went away (a restart, a lost connection): JournalUnavailable, which
-    is not the invocation's failure (the runtime stops it and its run is recovered)."""
-    try:
-        yield
-    except (OperationalError, InterfaceError) as exc:
-        raise JournalUnavailable(f"the journal's database is unavailable: {exc}") from exc
 
 
 @functools.cache

@@ -56,3 +56,22 @@ async def test_a_journal_outage_stops_the_run_without_failing_it(demo: DemoProvi
     assert EventType.INVOCATION_FAILED not in kinds and EventType.INVOCATION_COMPLETED not in kinds
     assert kinds[-1] is EventType.MESSAGE_DELTA
     assert (await journal.state(sid)).is_active, "left running: the worker's recovery continues it"
+
+
+async def test_a_tool_that_lost_the_database_stops_the_run_for_recovery(demo: DemoProvider) -> None:
+    @sectr.tool(idempotent=True)
+    def read_the_books() -> str:
+        """Reads the platform's database."""
+        raise JournalUnavailable("the database is unavailable: server closed the connection unexpectedly")
+
+    journal = sectr.MemoryJournal()
+    rt = LocalRuntime(provider=demo, journal=journal, tools=[read_the_books])
+    sid = await rt.create_session()
+    with pytest.raises(JournalUnavailable):
+        await rt.send(sid, "!tool read_the_books {}")
+    envelopes = await journal.load(sid)
+    kinds = [e.type for e in envelopes]
+    # No error result for the model, no failed run: recovery runs the (idempotent) call again.
+    assert EventType.TOOL_RESULT not in kinds and EventType.INVOCATION_FAILED not in kinds
+    assert kinds[-1] is EventType.MESSAGE_END and envelopes[-2].type is EventType.TOOL_CALL
+    assert (await journal.state(sid)).is_active
