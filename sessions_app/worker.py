@@ -25,6 +25,7 @@ import functools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable
 
@@ -63,6 +64,8 @@ START_WINDOW = 8
 #: A run that has not reached a step boundary this long after its claim stops counting
 #: as starting (a handler that never calls one).
 START_SECONDS = 1.0
+#: How often a worker tries again to release a run it stopped while the database was away.
+RELEASE_RETRY_SECONDS = 0.25
 
 
 class DatabaseRunControl(RunControl):
@@ -226,6 +229,9 @@ class Worker:
             try:
                 executing = tuple(self.tasks)  # never claimed again by this worker, whatever they look like
                 claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free, executing)
+            except JournalUnavailable as exc:  # a restart: the next look will do
+                log.warning("claiming failed: %s", exc)
+                return claimed
             except Exception:
                 log.exception("claiming failed")
                 return claimed
@@ -272,11 +278,11 @@ class Worker:
             return
         except JournalUnavailable as exc:
             # The database went away mid-run (a restart): nothing more is written. Let the
-            # run be recovered at once if the database is back already, else when its
-            # lease lapses; recovery continues the reply from what the journal holds.
+            # run be recovered as soon as the database is back; recovery continues the
+            # reply from what the journal holds.
             log.warning("run %s: stopped, the journal is unavailable (%s); it will be recovered", claim.run_id, exc)
-            with contextlib.suppress(Exception):
-                await run_in_db_thread(runs.release_lease, claim)
+            self.beating.pop(claim.run_id, None)  # no lease renewed for a stopped run meanwhile
+            await self._release_when_back(claim)
             return
         except asyncio.CancelledError:
             raise
@@ -293,6 +299,26 @@ class Worker:
             await run_in_db_thread(runs.promote_pending_run, claim.session_id)
         except Exception:
             log.exception("run %s: could not record its end", claim.run_id)
+
+    async def _release_when_back(self, claim: runs.Claim) -> None:
+        """Release a run this worker stopped, retrying while the database is still away.
+
+        A restart takes seconds; a run its living worker has not released waits out the
+        lease and then, on PostgreSQL, the living owner's grace (LIVE_OWNER_GRACE_LEASES)
+        before another claim may take it. Past that long, trying is pointless.
+        """
+        deadline = time.monotonic() + self.lease * (runs.LIVE_OWNER_GRACE_LEASES + 1)
+        while True:
+            try:
+                await run_in_db_thread(runs.release_lease, claim)
+                return
+            except Exception as exc:
+                if time.monotonic() >= deadline:
+                    log.warning(
+                        "run %s: could not release it (%s); it is recovered when its lease lapses", claim.run_id, exc
+                    )
+                    return
+            await asyncio.sleep(RELEASE_RETRY_SECONDS)
 
     async def _heartbeat(self) -> None:
         """Renew the leases of the executing runs every lease/3 and look at their cancel

@@ -31,7 +31,7 @@ from sectr.fold import fold_messages
 from sectr.providers import DemoProvider
 from sectr.providers.base import CompletionRequest
 from sectr.runtime import Runtime
-from sessions_app import actions, media
+from sessions_app import actions, media, runs
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.api import sse
 from sessions_app.api import views as api_views
@@ -126,6 +126,43 @@ async def test_a_lost_database_while_reading_the_rules_leaves_the_run_to_recover
     assert "INVOCATION_FAILED" not in kinds
     assert kinds.count("INVOCATION_STARTED") == 2 and "SESSION_ERROR" in kinds
     assert kinds[-1] == "INVOCATION_COMPLETED"
+
+
+async def test_a_stopped_run_is_released_once_the_database_is_back(owner: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database still away when the worker stops the run: it keeps trying to release
+    it, so the run is recovered as soon as the database is back, not after its lease
+    (and, on PostgreSQL, the living owner's grace: LIVE_OWNER_GRACE_LEASES more)."""
+    real_policy, real_release = ApprovalRule.policy_for_session, runs.release_lease
+    policy_failures = [OperationalError(ADMIN_COMMAND)]
+    release_failures = [OperationalError("connection refused")] * 3
+
+    def policy_for_session(session_id: str) -> Any:
+        if policy_failures:
+            raise policy_failures.pop()
+        return real_policy(session_id)
+
+    def release_lease(claim: runs.Claim) -> None:
+        if release_failures:
+            raise release_failures.pop()
+        real_release(claim)
+
+    monkeypatch.setattr(ApprovalRule, "policy_for_session", policy_for_session)
+    monkeypatch.setattr(runs, "release_lease", release_lease)
+    lease = 10.0
+    runtime = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.001), rules=session_policy)
+    worker = Worker(concurrency=4, poll_interval=0.1, lease=lease, runtime=runtime)
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    try:
+        session = await run_in_db_thread(actions.do_create_session, owner)
+        posted = await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
+        started = time.monotonic()
+        run = await wait_until(lambda: run_ended(posted.pk), timeout=3 * lease)
+        took = time.monotonic() - started
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+    assert release_failures == [] and (run.status, run.attempts) == (Run.COMPLETED, 2)
+    assert took < lease / 2, f"recovered {took:.1f} s after the stop"
 
 
 async def test_a_lost_database_while_resolving_media_is_unavailable_not_a_failure(
