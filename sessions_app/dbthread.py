@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -93,7 +94,9 @@ def check_connection_pools() -> None:
     """
     global _suspect_until
     _suspect_until = time.monotonic() + SUSPECT_SECONDS
-    for connection in connections.all(initialized_only=True):
+    # Every alias, not only this thread's initialized ones: the pools are the process's
+    # (a wrapper per thread, one pool per alias), and a thread of its own has none yet.
+    for connection in connections.all():
         pool = getattr(connection, "pool", None) if connection.vendor == "postgresql" else None
         if pool is None:
             continue
@@ -101,6 +104,13 @@ def check_connection_pools() -> None:
             pool.check()
         except Exception:  # still down: the next error checks again
             logger.warning("checking the %s connection pool failed", connection.alias, exc_info=True)
+
+
+def check_connection_pools_soon() -> None:
+    """`check_connection_pools` in a thread of its own, for code on an event loop (it
+    costs a round trip per idle connection); not again while a check's window lasts."""
+    if time.monotonic() >= _suspect_until:
+        threading.Thread(target=check_connection_pools, name="sectr-pool-check", daemon=True).start()
 
 
 def reset_connection(alias: str = DEFAULT_DB_ALIAS) -> None:

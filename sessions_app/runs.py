@@ -494,6 +494,9 @@ def _claim_batch(
     return claims, busy
 
 
+#: Attempts without progress a released run has beyond max_attempts (see `_take`).
+RELEASED_EXTRA_ATTEMPTS = 10
+
 #: The Run columns a claim (`_take`) sets.
 _CLAIM_FIELDS = (
     "invocation_id", "invocation_ids", "claimed_seq", "status", "attempts", "lease_owner", "lease_token",
@@ -521,7 +524,14 @@ def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list
             _count_lease_expiry("cancelled")
             return None
         progressed = run.claimed_seq is not None and session.last_seq > run.claimed_seq
-        if run.attempts >= run.max_attempts and not progressed:
+        # A run its worker released (lease token None: the database went away under it)
+        # did not take its worker down: it is not a poison run, and one database restart
+        # can cost a run two or three attempts in a row (stopped, taken over while its
+        # worker's liveness lock was gone, stopped again by a pooled connection that died
+        # too). It still has a bound, so a run that keeps losing its database cannot grow
+        # its journal for ever.
+        allowed = run.max_attempts + (RELEASED_EXTRA_ATTEMPTS if run.lease_token is None else 0)
+        if run.attempts >= allowed and not progressed:
             # Lost again without journaling anything: a poison run (one that takes
             # its worker down) is not retried for ever. One that keeps moving is
             # recovered however often its workers die (bench/chaos.py kills one

@@ -8,7 +8,7 @@ from typing import Any
 from django.http import JsonResponse
 
 from sectr.errors import JournalUnavailable, SectrError
-from sessions_app.dbthread import LOST_DATABASE_ERRORS
+from sessions_app.dbthread import LOST_DATABASE_ERRORS, check_connection_pools_soon
 
 log = logging.getLogger("sectr.api")
 
@@ -45,6 +45,9 @@ def exception_response(exc: Exception) -> JsonResponse:
     if isinstance(exc, (JournalUnavailable, *LOST_DATABASE_ERRORS)):
         # Not the request's fault and not for ever: a retryable answer, never a 500.
         log.warning("API view: the database is unavailable: %s", exc)
+        # A restart killed every idle connection of the pool: each would fail one request
+        # in turn (a request thread's checkout is not tested, unlike a run's just after).
+        check_connection_pools_soon()
         return error_response(
             503,
             "unavailable",

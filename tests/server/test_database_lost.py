@@ -18,6 +18,7 @@ import asyncio
 import re
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -25,6 +26,7 @@ import psycopg_pool
 import pytest
 from django.db import InterfaceError, OperationalError, connection
 from django.test import Client
+from django.utils import timezone
 
 from sectr.errors import JournalUnavailable
 from sectr.fold import fold_messages
@@ -163,6 +165,33 @@ async def test_a_stopped_run_is_released_once_the_database_is_back(owner: Any, m
         await asyncio.wait_for(task, 15)
     assert release_failures == [] and (run.status, run.attempts) == (Run.COMPLETED, 2)
     assert took < lease / 2, f"recovered {took:.1f} s after the stop"
+
+
+@pytest.mark.parametrize(
+    ("released", "attempts", "outcome"), [(True, 3, "recovered"), (False, 3, "failed"), (True, 13, "failed")]
+)
+def test_a_run_its_worker_released_is_not_lost_too_often_as_soon(
+    owner: Any, released: bool, attempts: int, outcome: str
+) -> None:
+    """Released by its living worker (the database went away), a run that made no
+    progress since its last claim is recovered past max_attempts (3), up to 10 more; one
+    whose worker stopped answering is not."""
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "hello")
+    claim = runs.claim_next_run("first-worker", 60.0)
+    assert claim is not None
+    if released:
+        runs.release_lease(claim)
+    else:
+        Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+    Run.objects.filter(pk=posted.pk).update(attempts=attempts, lease_owner="gone-worker")
+    taken = runs.claim_next_run("other-worker", 60.0)
+    run = Run.objects.get(pk=posted.pk)
+    if outcome == "recovered":
+        assert taken is not None and taken.recovered and run.status == Run.RUNNING
+    else:
+        assert taken is None and run.status == Run.FAILED
+        assert run.error == f"the run was lost {attempts} times (its workers stopped answering)"
 
 
 async def test_a_lost_database_while_resolving_media_is_unavailable_not_a_failure(
