@@ -1,4 +1,4 @@
-"""Benchmark of the fold (SPEC section 2). Run: .venv/bin/python bench/fold.py
+"""Benchmark of the fold (docs/journal.md). Run: .venv/bin/python bench/fold.py
 
 (a) Throughput: envelopes folded per second over a generated 100,000-envelope journal
     with a realistic mix (user invocations, assistant messages of ~20 deltas, some with

@@ -1,4 +1,4 @@
-"""The built-in tools every session has (SPEC section 10).
+"""The built-in tools every session has (docs/journal.md).
 
 `get_time` and `calculator` are read-only and run without asking. `write_note` and
 `delete_note` are gated and mutating. They store nothing themselves: a note exists

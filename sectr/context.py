@@ -1,4 +1,4 @@
-"""SessionContext: the single argument of every handler (SPEC section 3).
+"""SessionContext: the single argument of every handler (docs/sessions.md).
 
 One SessionContext is one invocation. It sees the journal since the newest compaction,
 folds it into `messages`, and offers the handler three doors: `execute` (tools, with the

@@ -31,7 +31,7 @@ class RunControl:
 
     # ---- steer ----
     def steer(self, text: str, author: str | None = None) -> None:
-        """Park a steer; a second one appends after a blank line (SPEC section 6)."""
+        """Park a steer; a second one appends after a blank line (docs/sessions.md)."""
         self._steers.append((text, author))
 
     def has_steer(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-class ApprovalRequired(Exception):  # noqa: N818 - the name is the SPEC's
+class ApprovalRequired(Exception):  # noqa: N818 - the public name handlers catch (docs/sessions.md)
     """Raised inside a handler when a gated action needs a person's decision.
 
     The runtime catches it, journals APPROVAL_REQUESTED + INVOCATION_SUSPENDED and ends

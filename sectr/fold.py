@@ -1,4 +1,4 @@
-"""The fold: a session's envelopes -> the OpenAI-style messages the model sees (SPEC section 2).
+"""The fold: a session's envelopes -> the OpenAI-style messages the model sees (docs/journal.md).
 
 `fold_messages(envelopes)` is pure: it reads the envelopes and their payloads and never
 changes them, and the list it returns shares no mutable object with them (a caller may
@@ -21,7 +21,7 @@ The eight rules, in journal order:
 8. SESSION_ERROR while an assistant message is open -> the message is closed with what it
    has and `{"role": "user", "content": "please continue"}` follows (never persisted).
 
-Everything else adds nothing. Two decisions the SPEC leaves open (see docs/journal.md):
+Everything else adds nothing. Two decisions of our own (see docs/journal.md):
 a MESSAGE_START while a message is open closes the earlier one without stitching, and an
 invocation's terminal event (completed, suspended, failed, cancelled) closes an open
 message without stitching, so a later SESSION_ERROR of another invocation cannot stitch

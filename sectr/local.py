@@ -1,4 +1,4 @@
-"""LocalRuntime: sessions in memory, without Django (SPEC section 5).
+"""LocalRuntime: sessions in memory, without Django (docs/sessions.md).
 
 rt = sectr.LocalRuntime(tools=[my_tool])
 sid = await rt.create_session(mode="default")

@@ -1,4 +1,4 @@
-"""The session rules of SPEC section 6 as pure functions: check a SessionState, build events.
+"""The session rules of docs/sessions.md as pure functions: check a SessionState, build events.
 
 `check_*` raise a typed SectrError and write nothing; `*_events` return the NewEvents one
 atomic append must write. LocalRuntime and the Django actions both call these, so each
@@ -389,7 +389,7 @@ def vote_events(
     requester: str | None = None,
     scope: str | None = None,
 ) -> tuple[str | None, list[NewEvent]]:
-    """A person's verdict on an ask, under its quorum (SPEC section 11).
+    """A person's verdict on an ask, under its quorum (docs/moderation.md).
 
     An ask needing one approval (the default) is decided by the first verdict: the
     events of `decision_events`, no vote envelope. An ask needing N > 1 approvals journals

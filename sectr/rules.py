@@ -1,4 +1,4 @@
-"""Approval rules: data that decides a gated tool call before a person is asked (SPEC 11).
+"""Approval rules: data that decides a gated tool call before a person is asked (docs/moderation.md).
 
 A policy is an ordered list of rules. When a gated call is about to ask, the first rule
 whose `tool` glob matches the tool's name and whose `arguments` globs all match the

@@ -1,4 +1,4 @@
-"""One invocation's life: start, handler, suspend, complete, fail, cancel (SPEC sections 3-6).
+"""One invocation's life: start, handler, suspend, complete, fail, cancel (docs/sessions.md).
 
 `Runtime.run_invocation` runs the handler for an invocation whose INVOCATION_STARTED is
 already in the journal, and journals exactly one terminal event for it. It is shared by

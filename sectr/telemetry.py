@@ -1,4 +1,4 @@
-"""Traces and log context of invocations, without Django (SPEC section 13).
+"""Traces and log context of invocations, without Django (docs/operations.md).
 
 **Traces.** OpenTelemetry is optional here: with `opentelemetry-api` installed, the
 spans below go to whatever tracer provider the process installed (the Django app sets

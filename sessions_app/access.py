@@ -1,4 +1,4 @@
-"""Who may do what with a session, from team roles (SPEC section 11).
+"""Who may do what with a session, from team roles (docs/moderation.md).
 
 - The owner may do everything with their session (deciding its asks too, except that
   their own approval never counts towards a quorum of two or more).

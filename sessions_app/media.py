@@ -1,5 +1,5 @@
 """Image and audio parts of a prompt: validation, content-addressed storage, and the
-references providers get (SPEC section 6, "Media").
+references providers get (docs/sessions.md, "Media").
 
 A prompt's content is a string or a list of OpenAI content parts:
 

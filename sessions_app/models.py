@@ -46,7 +46,7 @@ def new_agent_id() -> str:
 
 
 class Team(models.Model):
-    """A group of people whose sessions are shared by role (SPEC section 11).
+    """A group of people whose sessions are shared by role (docs/moderation.md).
 
     A session belongs to at most one team (`Session.team`); its members read it, its
     reviewers also rate, annotate, export and share it, its moderators also decide its

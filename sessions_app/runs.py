@@ -1,34 +1,13 @@
 """The Run lifecycle: every change of a Run row's status, lease or control slots.
 
-A Run is one client-visible run (SPEC section 6) and the work queue's row for it. This
+A Run is one client-visible run (docs/sessions.md) and the work queue's row for it. This
 module is the only code that changes a Run row; actions call it for the changes people
 and programs ask for, the worker (sessions_app.worker, the asyncio loop) for the ones
 it makes as it claims, executes and heartbeats. Nothing else saves a Run.
 
-States::
-
-    pending ──promote──▶ queued ──claim──▶ running ──finish──▶ suspended | completed
-       │                   │                  │ ▲                          | failed | cancelled
-       │cancel             │cancel            │ └─recover (lease expired: another worker)
-       ▼                   ▼                  ├──fail_exhausted (lost max_attempts times, no progress) ──▶ failed
-    cancelled          cancelled              └──cancel_lost (cancelled while its worker was dead) ──▶ cancelled
-
-| transition | from → to | function, called by |
-|---|---|---|
-| queue | (new) → queued | `queue_run`: actions (message, decision, retry) |
-| queue behind | (new) → pending | `queue_pending_run`: actions (a message while a run is active) |
-| promote | pending → queued, or cancelled (a retry no longer eligible) | `promote_pending_run`: worker, cancel |
-| claim | queued → running (lease owner, token, expiry) | `claim_next_runs`: worker |
-| recover | running, lease expired → running (new token, `recover` invocation) | `claim_next_runs`: worker |
-| fail exhausted | running, lease expired, attempts ≥ max_attempts, no progress → failed | `claim_next_runs`: worker |
-| cancel lost | running, lease expired, cancel requested → cancelled | `claim_next_runs`: worker |
-| reconcile | active → what the journal says (its terminal event is there) | `claim_next_runs`: worker |
-| heartbeat | running → running (lease renewed, cancel flag read) | `heartbeat_runs`: worker |
-| release | running → running, no lease: claimable at once (drain timed out, journal lost) | `release_lease`: worker |
-| finish | running → suspended, completed, failed, cancelled (lease held) | `finish_run`: worker |
-| cancel | pending, unclaimed queued, suspended → cancelled; running: flagged | `cancel_run`: actions.do_cancel |
-| steer | queued, running: text parked in the steer slot | `park_steer`: actions.do_steer |
-| take steer | running: the slot emptied into the journal | `take_parked_steer`: worker's RunControl |
+The states and every transition, with the function that makes it and who calls it, are
+in one table: docs/architecture.md, "The Run state machine" (keep it in step with this
+module).
 
 The fence. A worker's journal writes carry (run id, lease token). Inside every fenced
 append, DatabaseJournal (sessions_app.journal.database) locks the Run row after the

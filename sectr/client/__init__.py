@@ -1,4 +1,4 @@
-"""`sectr.client`: the Python SDK for a running Sectr server (SPEC section 8).
+"""`sectr.client`: the Python SDK for a running Sectr server (docs/sdk.md).
 
     from sectr.client import Client, SessionMode, text_part, image_part_from_path
 

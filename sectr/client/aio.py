@@ -181,7 +181,7 @@ class AsyncClient:
         self,
         run_id: str,
         headers: dict[str, str],
-        timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
         limit: Deadline | None = None,
     ) -> AsyncIterator[httpx.Response]:
         request = self._http.build_request(
@@ -334,7 +334,7 @@ class AsyncSession:
         content: str | list[dict[str, Any]],
         *,
         on_permission_ask: AsyncResponder | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         queue: bool = False,
@@ -374,7 +374,7 @@ class AsyncSession:
         self,
         *,
         on_permission_ask: AsyncResponder | None = None,
-        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (SPEC section 8)
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         deadline: float | None = None,

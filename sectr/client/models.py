@@ -71,7 +71,7 @@ class ResolvedModel:
 
 @dataclass(frozen=True)
 class Snapshot:
-    """A session's state (SPEC section 6). `raw` is the whole JSON answer."""
+    """A session's state (docs/sessions.md). `raw` is the whole JSON answer."""
 
     id: str
     state: str
@@ -89,7 +89,7 @@ class Snapshot:
     updated_at: str | None
     owner: str
     last_seq: int = 0
-    team: str | None = None  # the session's team (SPEC 11), None for a personal session
+    team: str | None = None  # the session's team (docs/moderation.md), None for a personal session
     #: The agent and version the session runs with: {"id", "slug", "name", "version", "team"}
     #: ("id" None for the built-in default agent).
     agent: dict[str, Any] | None = None
@@ -175,7 +175,7 @@ class Transcript:
 
 @dataclass(frozen=True)
 class RunEvent:
-    """One event of a run (SPEC section 8): `kind`, `text` for deltas, `payload`, `seq`."""
+    """One event of a run (docs/sdk.md): `kind`, `text` for deltas, `payload`, `seq`."""
 
     kind: str
     run_id: str

@@ -137,7 +137,7 @@ class SessionPage:
         return len(self.sessions)
 
 
-# ---- asks and rules (SPEC section 11) ----
+# ---- asks and rules (docs/moderation.md) ----
 
 
 @dataclass(frozen=True)

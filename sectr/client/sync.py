@@ -1,4 +1,4 @@
-"""`Client`: the synchronous SDK (SPEC section 8) over httpx."""
+"""`Client`: the synchronous SDK (docs/sdk.md) over httpx."""
 
 from __future__ import annotations
 

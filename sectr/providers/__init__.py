@@ -1,6 +1,6 @@
 """Model providers: the offline demo model and any OpenAI-compatible server.
 
-Which one Sectr uses is configured by the environment (SPEC section 10):
+Which one Sectr uses is configured by the environment (docs/journal.md):
 ``SECTR_PROVIDER=openai`` with ``OPENAI_BASE_URL``, ``OPENAI_API_KEY`` and
 ``SECTR_MODEL`` selects :class:`OpenAIProvider`; anything else is the demo model.
 """

@@ -1,4 +1,4 @@
-"""The offline deterministic demo model (SPEC section 10).
+"""The offline deterministic demo model (docs/journal.md).
 
 Everything it says is a pure function of the request, so tests can assert exact
 transcripts and token counts. The decision is made on the request's messages

@@ -24,7 +24,7 @@ from sectr.providers.base import ModelInfo
 
 DEFAULT_CONTEXT_WINDOW = 32768
 
-#: The offline demo model (SPEC section 10). It accepts images and audio so media
+#: The offline demo model (docs/journal.md). It accepts images and audio so media
 #: handling can be tested without a real model.
 DEMO_MODEL = ModelInfo(
     model_id="demo", provider_id="demo", context_window=8192, reasoning=True, image_input=True, audio_input=True

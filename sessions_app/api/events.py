@@ -1,4 +1,4 @@
-"""Run events as clients see them: journal envelopes mapped to SDK event kinds (SPEC section 8).
+"""Run events as clients see them: journal envelopes mapped to SDK event kinds (docs/sdk.md).
 
 A run's events are the envelopes of its invocation(s), in journal order. `RunEvents`
 follows one run through its session's journal envelope by envelope (the SSE endpoint

@@ -1,4 +1,4 @@
-"""GET /api/v1/sessions/{id}/export?format=json|markdown (SPEC section 12)."""
+"""GET /api/v1/sessions/{id}/export?format=json|markdown (docs/review.md)."""
 
 from __future__ import annotations
 

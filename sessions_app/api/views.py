@@ -1,4 +1,4 @@
-"""The JSON API's views (SPEC section 7). Thin: parse, call an action, shape the answer.
+"""The JSON API's views (docs/api.md). Thin: parse, call an action, shape the answer.
 
 Every route is an async view made by `api_view` from the operations the route table
 (sessions_app.api.urls.ROUTES) gives it per HTTP method. `api_view` does what every
@@ -528,7 +528,7 @@ async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
     return json_response(await sync_to_async(decide)(), status=202)
 
 
-# ---- asks, teams and rules (SPEC section 11) ----
+# ---- asks, teams and rules (docs/moderation.md) ----
 
 
 def ask_dict(index: AskIndex) -> dict[str, Any]:

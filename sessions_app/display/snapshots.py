@@ -1,4 +1,4 @@
-"""Snapshots and transcripts of a session (SPEC section 6), as JSON-ready dicts.
+"""Snapshots and transcripts of a session (docs/sessions.md), as JSON-ready dicts.
 
 Both are projections: a snapshot reads the Session row's cached projection (itself
 rebuildable from the journal), a transcript folds the journal (the model's view or
@@ -61,7 +61,7 @@ def placement(session_id: str, worktree_selector: Any = None) -> dict[str, Any] 
 
 
 def snapshot(session: Session, *, with_placement: bool = True) -> dict[str, Any]:
-    """The fields of SPEC section 6's snapshot, from the cached projection."""
+    """The fields of docs/sessions.md's snapshot, from the cached projection."""
     state: SessionState = session.projection()
     info = session_model_info(state.model)
     total = state.total_usage
@@ -116,7 +116,7 @@ def _ask(ask: dict[str, Any] | None) -> dict[str, Any] | None:
     if ask is None:
         return None
     data = {key: ask.get(key) for key in ("ask_id", "tool_call_id", "name", "arguments", "seq", "invocation_id")}
-    # What a rule set (SPEC 11): quorum, expiry, and the votes so far.
+    # What a rule set (docs/moderation.md): quorum, expiry, and the votes so far.
     for key in ("rule_id", "approvals_required", "expires_after_s", "requested_at"):
         if ask.get(key) is not None:
             data[key] = ask[key]

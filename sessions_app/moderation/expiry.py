@@ -1,4 +1,4 @@
-"""Expiry: the worker's loop denies asks whose deadline has passed (SPEC section 11).
+"""Expiry: the worker's loop denies asks whose deadline has passed (docs/moderation.md).
 
 The deadline is stored with the ask (AskIndex.deadline, written with its
 APPROVAL_REQUESTED), so a restart of every process changes nothing: any worker, in

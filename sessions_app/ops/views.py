@@ -1,4 +1,4 @@
-"""Operations endpoints (SPEC section 13): liveness, readiness, Prometheus metrics.
+"""Operations endpoints (docs/operations.md): liveness, readiness, Prometheus metrics.
 
 `/healthz` and `/readyz` answer without login (load balancers and orchestrators probe
 them). `/metrics` answers a request bearing SECTR_METRICS_TOKEN (`Authorization: Bearer

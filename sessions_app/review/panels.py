@@ -13,7 +13,7 @@ def _when(iso: str | None) -> str:
 
 
 def snapshot_fields(session: Session) -> list[tuple[str, Any]]:
-    """The snapshot of SPEC section 6 (as the API serves it) as labelled rows."""
+    """The snapshot of docs/sessions.md (as the API serves it) as labelled rows."""
     snap = snapshots.snapshot(session)
     model = snap["resolved_model"]
     ask = snap["pending_ask"]

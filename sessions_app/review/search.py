@@ -1,5 +1,5 @@
 """Finding sessions for /review/: full-text search over SearchEntry plus the filters of
-SPEC section 12 (Team, User, State, Model, From, To, Has asks, Failed).
+docs/review.md (Team, User, State, Model, From, To, Has asks, Failed).
 
 PostgreSQL matches ``to_tsvector('english', text) @@ websearch_to_tsquery(...)`` through
 the GIN index on that very expression (migration 0001_initial); SQLite matches the FTS5 table

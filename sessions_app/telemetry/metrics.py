@@ -1,4 +1,4 @@
-"""The process's Prometheus counters and gauges (SPEC section 13), counted where things
+"""The process's Prometheus counters and gauges (docs/operations.md), counted where things
 happen. `/metrics` serves them with the gauges computed from the database at scrape time
 (sessions_app.ops.scrape); docs/operations.md lists every metric.
 

@@ -1,4 +1,4 @@
-"""OpenTelemetry for the Django processes (SPEC section 13).
+"""OpenTelemetry for the Django processes (docs/operations.md).
 
 `configure_tracing()` (called once per process from the app's `ready()`) installs a
 tracer provider that exports through OTLP over HTTP when OTEL_EXPORTER_OTLP_ENDPOINT is

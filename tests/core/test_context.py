@@ -1,4 +1,4 @@
-"""SessionContext (SPEC section 3): one test or more per member of the table."""
+"""SessionContext (docs/sessions.md): one test or more per member of the table."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The offline demo model (SPEC section 10): exact replies, chunking and token counts."""
+"""The offline demo model (docs/journal.md): exact replies, chunking and token counts."""
 
 from __future__ import annotations
 

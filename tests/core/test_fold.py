@@ -1,4 +1,4 @@
-"""The fold (SPEC section 2): one or more tests per rule, then edge cases and the helpers."""
+"""The fold (docs/journal.md): one or more tests per rule, then edge cases and the helpers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""LocalRuntime's session operations (SPEC sections 5 and 6): construction, fork, clear,
+"""LocalRuntime's session operations (docs/sessions.md): construction, fork, clear,
 rename, mode, titles, manual and automatic compaction, and a handler written only
-against SPEC section 3."""
+against docs/sessions.md."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ def ping() -> str:
     return "pong"
 
 
-# ---- construction (SPEC section 5) ----
+# ---- construction (docs/sessions.md) ----
 
 
 def test_defaults_are_the_default_handler_the_builtin_tools_and_the_environments_provider() -> None:
@@ -108,13 +108,13 @@ async def test_the_quickstart_of_spec_section_5_runs(demo: DemoProvider) -> None
     assert_one_terminal_per_invocation(envelopes)
 
 
-# ---- a handler written against SPEC section 3 only ----
+# ---- a handler written against docs/sessions.md only ----
 
 
 async def test_a_handler_written_against_the_spec_runs_unchanged(demo: DemoProvider) -> None:
     log: list[Any] = []
 
-    async def handler(ctx):  # type: ignore[no-untyped-def]  # exactly as a SPEC reader writes it
+    async def handler(ctx):  # type: ignore[no-untyped-def]  # exactly as a reader of docs/sessions.md writes it
         if ctx.reason["kind"] == "user_message":
             text = ctx.input["content"]
             assert ctx.messages[-1] == {"role": "user", "content": text}

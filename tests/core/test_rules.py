@@ -1,4 +1,4 @@
-"""Approval rules, quorum and expiry in the core (SPEC section 11), on LocalRuntime."""
+"""Approval rules, quorum and expiry in the core (docs/moderation.md), on LocalRuntime."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runtime through LocalRuntime: approvals, limits, steer, cancel, crash recovery,
-provider errors, retry, one run at a time, fencing (SPEC sections 3, 5 and 6)."""
+provider errors, retry, one run at a time, fencing (docs/sessions.md)."""
 
 from __future__ import annotations
 
@@ -831,7 +831,7 @@ async def test_the_intent_is_journaled_before_a_tool_that_is_not_idempotent_runs
     (started,) = of_type(journal.read(sid), EventType.TOOL_STARTED)
     assert started.payload == {"tool_call_id": call_env.payload["tool_call_id"], "name": "charge"}
     assert effects.runs == [("charge", call_env.payload["tool_call_id"])]  # the key is the call id
-    # TOOL_STARTED adds nothing to the model's messages (SPEC section 2 unchanged)
+    # TOOL_STARTED adds nothing to the model's messages (docs/journal.md unchanged)
     without = [e for e in journal.read(sid) if e.type is not EventType.TOOL_STARTED]
     assert fold_messages(journal.read(sid)) == fold_messages(without)
 

@@ -1,4 +1,4 @@
-"""Traces and log context of the core, without Django (SPEC section 13): the GenAI span
+"""Traces and log context of the core, without Django (docs/operations.md): the GenAI span
 names and attributes of an invocation that asks and is resumed by a decision, and JSON
 log lines carrying the ids of the code that logged them."""
 

@@ -63,7 +63,7 @@ def wait_for_state(api: LiveApi, session_id: str, states: tuple[str, ...], user:
 def assert_error(response: httpx.Response, status: int, code: str) -> None:
     assert response.status_code == status, response.text
     body = response.json()
-    # ask_not_pending also names who decided (SPEC 11); every other error is just these two.
+    # ask_not_pending also names who decided (docs/moderation.md); every other error is just these two.
     extra = {"decided_by", "status", "verdict"} if code == "ask_not_pending" else set()
     assert set(body) == {"error"} and {"code", "message"} <= set(body["error"]) <= {"code", "message"} | extra
     assert body["error"]["code"] == code, body

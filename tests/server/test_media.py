@@ -1,4 +1,4 @@
-"""Media parts (SPEC section 6): validation, URL rules (including DNS resolution),
+"""Media parts (docs/sessions.md): validation, URL rules (including DNS resolution),
 content-addressed storage, journal references, and what providers receive."""
 
 from __future__ import annotations

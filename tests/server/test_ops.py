@@ -1,4 +1,4 @@
-"""Operations endpoints and metrics (SPEC section 13): /healthz and /readyz without login,
+"""Operations endpoints and metrics (docs/operations.md): /healthz and /readyz without login,
 /readyz naming what is not ready, /metrics for the token or an unproxied loopback client
 only, database gauges computed at scrape time, and the counters and gauges counted where
 things happen (appends, publish drops, lease expiries and recoveries, websockets, SSE).

@@ -1,4 +1,4 @@
-"""Team review (SPEC section 12): search and its filters, the read page, ratings, queues,
+"""Team review (docs/review.md): search and its filters, the read page, ratings, queues,
 export/import, share links, usage, and who may see any of it.
 
 Three standing users (conftest): owner, teammate (made a reviewer here), outsider.

@@ -1,4 +1,4 @@
-"""sectr.client against a real server: every call of SPEC section 8, sync and async."""
+"""sectr.client against a real server: every call of docs/sdk.md, sync and async."""
 
 from __future__ import annotations
 
@@ -449,7 +449,7 @@ async def test_an_async_cancellation_raises_request_cancelled(api: LiveApi) -> N
         assert info.status in ("running", "cancelled")
 
 
-# ---- moderation: asks and team rules (SPEC section 11) ----
+# ---- moderation: asks and team rules (docs/moderation.md) ----
 
 
 def test_a_moderator_lists_and_decides_asks_and_edits_rules(api: LiveApi, client: Client) -> None:

@@ -1,4 +1,4 @@
-"""Teams, roles, approval rules, expiry and quorum on the server (SPEC section 11).
+"""Teams, roles, approval rules, expiry and quorum on the server (docs/moderation.md).
 
 Standing users: the owner of a session of team "crew", teammates with each role, an
 outsider (in another team) and staff.

@@ -1,4 +1,4 @@
-"""Traces and JSON logs of the server (SPEC section 13): a worker's invocations, the
+"""Traces and JSON logs of the server (docs/operations.md): a worker's invocations, the
 `approval` span of a decision made through the action, the time-to-decision histogram,
 log lines with the worker's ids, and the OTLP/HTTP exporter talking to a real (loopback)
 collector endpoint.

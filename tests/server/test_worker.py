@@ -39,7 +39,7 @@ E = EventType
 P = ParamSpec("P")
 R = TypeVar("R")
 
-TICK = 0.1  # seconds between two `!slow` ticks (SPEC section 10)
+TICK = 0.1  # seconds between two `!slow` ticks (docs/journal.md)
 
 
 class RecordingJournal(DatabaseJournal):

@@ -1,4 +1,4 @@
-"""Manage teams and their members (SPEC section 11).
+"""Manage teams and their members (docs/moderation.md).
 
     python manage.py sectr_team create NAME [--expires-after SECONDS]
     python manage.py sectr_team add NAME USERNAME --role member|reviewer|moderator
