@@ -250,11 +250,16 @@ class ApprovalRule(models.Model):
     def policy_for_session(cls, session_id: str) -> Policy:
         """The policy the runtime applies to a session: its team's rules in order, and the
         team's default expiry; a personal session has none. Two queries."""
+        return cls.policy_and_team_for_session(session_id)[0]
+
+    @classmethod
+    def policy_and_team_for_session(cls, session_id: str) -> tuple[Policy, int | None]:
+        """The session's policy and its team's id (None: a personal session)."""
         team = Team.objects.filter(sessions__pk=session_id).values_list("pk", "ask_expires_after_s").first()
         if team is None:
-            return Policy()
+            return Policy(), None
         rows = cls.objects.filter(team_id=team[0]).order_by("position", "id")
-        return Policy(tuple(row.to_core() for row in rows), team[1] or None)
+        return Policy(tuple(row.to_core() for row in rows), team[1] or None), team[0]
 
 
 class Session(models.Model):

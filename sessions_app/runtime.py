@@ -27,7 +27,7 @@ from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
 from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
 from sessions_app.provider_config import configured_provider, model_info
-from sessions_app.team_budgets import session_budget_spent
+from sessions_app.team_budgets import remember_session_team, session_budget_spent
 
 
 @cache
@@ -50,7 +50,10 @@ def get_runtime() -> Runtime:
 async def session_policy(session_id: str) -> Policy:
     """The approval rules of a session's team, read from the database as each invocation
     starts (a rule a moderator changed applies from the next invocation on)."""
-    return await run_in_db_thread(ApprovalRule.policy_for_session, session_id)
+    policy, team_id = await run_in_db_thread(ApprovalRule.policy_and_team_for_session, session_id)
+    # The budget check that follows needs the team: it has it now, without a query.
+    remember_session_team(session_id, team_id)
+    return policy
 
 
 #: Agent versions already read, by (agent id, version number). A version never changes,

@@ -193,29 +193,33 @@ def _check_seconds() -> float:
     return float(settings.SECTR_BUDGET_CHECK_SECONDS)
 
 
-def _read_for_session(session_id: str, team_id: int | None, known: bool) -> tuple[int | None, TeamFigure | None]:
-    if not known:
-        team_id = Session.objects.filter(pk=session_id).values_list("team_id", flat=True).first()
-    if team_id is None:
-        return None, None
-    return team_id, read_figure(team_id)
+def remember_session_team(session_id: str, team_id: int | None) -> None:
+    """A session's team, as another read of the run's start learned it (a session never
+    changes team)."""
+    if len(_SESSION_TEAMS) >= KEPT:
+        _SESSION_TEAMS.clear()
+    _SESSION_TEAMS[session_id] = team_id
+
+
+def _session_team(session_id: str) -> int | None:
+    team_id: int | None = Session.objects.filter(pk=session_id).values_list("team_id", flat=True).first()
+    return team_id
 
 
 async def session_budget_spent(session_id: str) -> bool:
     """Whether the session's team has spent its monthly budget (the runtime's budget
-    source). No query while this process's figure of the team is fresh."""
-    known = session_id in _SESSION_TEAMS
-    team_id = _SESSION_TEAMS.get(session_id)
-    if known and team_id is None:
+    source). No query while this process knows the session's team (the run start's rules
+    read tells it) and its figure of the team is fresh."""
+    if session_id in _SESSION_TEAMS:
+        team_id = _SESSION_TEAMS[session_id]
+    else:
+        team_id = await run_in_db_thread(_session_team, session_id)
+        remember_session_team(session_id, team_id)
+    if team_id is None:
         return False  # a personal session has no team budget
-    figure = _FIGURES.get(team_id) if team_id is not None else None
+    figure = _FIGURES.get(team_id)
     if figure is None or time.monotonic() - figure.read_at > _check_seconds():
-        team_id, figure = await run_in_db_thread(_read_for_session, session_id, team_id, known)
-        if len(_SESSION_TEAMS) >= KEPT:
-            _SESSION_TEAMS.clear()
-        _SESSION_TEAMS[session_id] = team_id
-        if team_id is None or figure is None:
-            return False
+        figure = await run_in_db_thread(read_figure, team_id)
         _FIGURES[team_id] = figure
     return figure.spent
 
