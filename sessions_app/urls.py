@@ -7,6 +7,7 @@ from sessions_app.chat import views as chat
 from sessions_app.moderation import views as moderation
 from sessions_app.ops import views as ops
 from sessions_app.review import views as review
+from sessions_app.teams import views as teams
 
 urlpatterns = [
     path("", chat.home, name="home"),
@@ -40,6 +41,21 @@ urlpatterns = [
     path("approvals/rules/<str:team_name>/new", moderation.create_rule, name="approval_rule_create"),
     path("approvals/rules/<str:team_name>/preview", moderation.preview_rule, name="approval_rule_preview"),
     path("approvals/rules/<str:team_name>/<int:rule_id>/delete", moderation.delete_rule, name="approval_rule_delete"),
+    path("teams/", teams.teams, name="teams"),
+    path("teams/new", teams.create_team, name="team_create"),
+    path("teams/<str:name>/", teams.team, name="team"),
+    path("teams/<str:name>/members/add", teams.add_member, name="team_member_add"),
+    path("teams/<str:name>/members/<str:username>/role", teams.change_role, name="team_member_role"),
+    path("teams/<str:name>/members/<str:username>/remove", teams.remove_member, name="team_member_remove"),
+    path("teams/<str:name>/agents/new", teams.new_agent, name="team_agent_new"),
+    path("teams/<str:name>/agents/<str:slug>/", teams.agent_page, name="team_agent"),
+    path("teams/<str:name>/rules/new", teams.create_rule, name="team_rule_create"),
+    path("teams/<str:name>/rules/test", teams.test_rule, name="team_rule_test"),
+    path("teams/<str:name>/rules/<int:rule_id>/edit", teams.update_rule, name="team_rule_update"),
+    path("teams/<str:name>/rules/<int:rule_id>/move", teams.move_rule, name="team_rule_move"),
+    path("teams/<str:name>/rules/<int:rule_id>/delete", teams.delete_rule, name="team_rule_delete"),
+    path("teams/<str:name>/budget", teams.set_budget, name="team_budget"),
+    path("teams/<str:name>/retention", teams.set_retention, name="team_retention"),
     path("review/", review.review, name="review"),
     path("review/export.jsonl", review.export_results, name="review_export_results"),
     path("review/usage/", review.usage_page, name="review_usage"),

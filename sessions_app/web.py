@@ -117,4 +117,7 @@ def go_to(request: HtmxHttpRequest, url: str) -> HttpResponse:
 def team_roles(request: HttpRequest) -> dict[str, object]:
     """Template context: whether to show the menus of team roles (a query only when used)."""
     user = getattr(request, "user", None)
-    return {"sectr_can_review": SimpleLazyObject(lambda: access.has_any_role(user, "reviewer"))}
+    return {
+        "sectr_can_review": SimpleLazyObject(lambda: access.has_any_role(user, "reviewer")),
+        "sectr_has_team": SimpleLazyObject(lambda: access.has_any_role(user, "member")),
+    }

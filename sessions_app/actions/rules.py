@@ -116,3 +116,19 @@ def do_delete_rule(actor: Any, team_name: str, rule_id: Any) -> None:
         rule = _rule_of(team, rule_id)
         rule.delete()
         _renumber(team, [r for r in rules if r.pk != rule.pk])
+
+
+def do_move_rule(actor: Any, team_name: str, rule_id: Any, offset: int) -> ApprovalRule:
+    """Move a rule up (offset -1) or down (+1) in the order its team's rules are tried."""
+    team = _moderated_team(actor, team_name)
+    if offset not in (-1, 1):
+        raise ValidationFailed("a rule moves one place up or down", code="invalid_rule")
+    with transaction.atomic():
+        rules = _locked_rules(team)
+        rule = _rule_of(team, rule_id)
+        index = next(i for i, r in enumerate(rules) if r.pk == rule.pk)
+        target = min(max(index + offset, 0), len(rules) - 1)
+        rules.insert(target, rules.pop(index))
+        _renumber(team, rules)
+    rule.refresh_from_db()
+    return rule

@@ -47,6 +47,7 @@ DATETIME = {"type": "string", "format": "date-time"}
 MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
 VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
+ROLE = {"type": "string", "enum": ["member", "reviewer", "moderator"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
 TRANSCRIPT_VIEW = {"type": "string", "enum": ["model", "history"]}
 #: An empty query parameter (`?view=`) is one that was not given.
@@ -583,6 +584,25 @@ SCHEMAS: dict[str, Any] = {
             },
         }
     ),
+    "TeamList": _object(
+        {
+            "teams": {
+                "type": "array",
+                "items": _object({"name": STRING, "role": nullable(ROLE), "staff": BOOLEAN}, ("name", "role", "staff")),
+            }
+        },
+        ("teams",),
+    ),
+    "Member": _object({"username": STRING, "role": ROLE, "added_at": DATETIME}, ("username", "role", "added_at")),
+    "MemberList": _object({"team": STRING, "members": {"type": "array", "items": ref("Member")}}, ("team", "members")),
+    "MemberInput": _object(
+        {
+            "username": {"type": "string", "minLength": 1, "maxLength": 254},
+            "email": {"type": "string", "minLength": 1, "maxLength": 254},
+            "role": ROLE,
+        },
+    ),
+    "MemberRole": _object({"role": ROLE}, ("role",)),
     "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 
@@ -625,7 +645,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such object (or not the caller's)",
     405: "Method not allowed",
     409: "Conflict: session_busy, awaiting_approval, ask_not_pending (with decided_by), already_voted, "
-    "stale_run_control, failed_step_retry_ineligible",
+    "stale_run_control, failed_step_retry_ineligible, already_member, last_moderator",
     412: "Not at a turn boundary",
     413: "Body too large",
     429: "Rate limited (see Retry-After)",

@@ -18,6 +18,7 @@ from django.urls import URLPattern, path, re_path
 from sessions_app.api import agents as agents_api
 from sessions_app.api import audit as audit_api
 from sessions_app.api import export as session_export
+from sessions_app.api import teams as teams_api
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
 from sessions_app.api.views import RUN_BODY_LIMIT, Operation
@@ -418,6 +419,51 @@ ROUTES: tuple[Route, ...] = (
                 request="BudgetInput",
                 response="Budget",
                 errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "teams",
+        "teams",
+        {
+            "GET": op(
+                teams_api.list_teams,
+                "The caller's teams and their role in each (staff: every team)",
+                response="TeamList",
+            )
+        },
+    ),
+    Route(
+        "teams/<str:name>/members",
+        "team-members",
+        {
+            "GET": op(teams_api.list_members, "A team's members and roles", response="MemberList", errors=(404,)),
+            "POST": op(
+                teams_api.add_member,
+                "Add a person to a team by username or email (moderators of the team)",
+                status=201,
+                request="MemberInput",
+                response="Member",
+                errors=(400, 403, 404, 409),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/members/<str:username>",
+        "team-member",
+        {
+            "PUT": op(
+                teams_api.change_member,
+                "Change a member's role (moderators; a team keeps at least one moderator)",
+                request="MemberRole",
+                response="Member",
+                errors=(400, 403, 404, 409),
+            ),
+            "DELETE": op(
+                teams_api.remove_member,
+                "Remove a member (moderators; a team keeps at least one moderator)",
+                status=204,
+                errors=(403, 404, 409),
             ),
         },
     ),

@@ -37,10 +37,11 @@ from sectr.events import EventType
 from sessions_app import access, actions
 from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
 from sessions_app.chat.view_model import ChatViewModel, UserView
+from sessions_app.display.snapshots import agent_summary
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
-from sessions_app.models import Envelope, MediaBlob, Rating, Run, Session
+from sessions_app.models import AgentVersion, Envelope, MediaBlob, Rating, Run, Session, Team
 from sessions_app.provider_config import default_model
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
 
@@ -76,7 +77,47 @@ def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, An
         branches=branches,
         sidebar_sessions=sidebar_sessions(user, ""),
         my_thumbs=my_thumbs(user, session) if can_write else {},
+        agent=session_agent_label(user, vm.state.agent),
     )
+
+
+def agent_choices(user: Any, teams: list[Team]) -> list[dict[str, Any]]:
+    """The New session form's Agent choices, by team (installation-wide ones first, team
+    ""), from the agents the user may use: one query for the agents, one for their latest
+    versions' names."""
+    team_names = {team.name for team in teams}
+    agents = [a for a in actions.list_agents(user) if a.team_id is None or a.team_name in team_names]
+    names = dict(
+        (
+            (agent_id, number),
+            name,
+        )
+        for agent_id, number, name in AgentVersion.objects.filter(agent__in=agents).values_list(
+            "agent_id", "number", "name"
+        )
+    )
+    groups: dict[str, dict[str, Any]] = {}
+    for agent in agents:
+        team = agent.team_name or ""
+        group = groups.setdefault(team, {"team": team, "label": team or "Everyone", "agents": []})
+        name = names.get((agent.pk, agent.latest_version), agent.slug)
+        group["agents"].append({"ref": f"{team}/{agent.slug}" if team else agent.slug, "label": name})
+    return list(groups.values())
+
+
+def session_agent_label(user: Any, pin: dict[str, Any] | None) -> dict[str, Any]:
+    """What the chat header says about the session's agent: its name and version, and a
+    link to its page on its team's settings for those with a role in that team."""
+    summary = agent_summary(pin)
+    name = summary.get("name") or summary.get("slug") or "default"
+    label = f"{name} v{summary.get('version') or 1}" if summary.get("id") else name
+    url = None
+    team = summary.get("team")
+    if team and summary.get("slug"):
+        team_id = Team.objects.filter(name=team).values_list("pk", flat=True).first()
+        if access.team_role(user, team_id) is not None:
+            url = reverse("team_agent", args=[team, summary["slug"]])
+    return {"label": label, "url": url}
 
 
 def my_thumbs(user: Any, session: Session) -> dict[str, int]:
@@ -204,6 +245,8 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
         origin = (item.state or {}).get("forked_from") or {}
         item.forked_from_id = origin.get("session_id")
     teams = list(access.member_teams(request.user))
+    default_team = teams[0].name if len(teams) == 1 else ""
+    groups = agent_choices(request.user, teams)
     return render(
         request,
         "chat/home.html",
@@ -212,7 +255,13 @@ def home(request: HtmxHttpRequest) -> HttpResponse:
             "query": query,
             "teams": teams,
             # The New session form preselects the owner's team when they have exactly one.
-            "default_team": teams[0].name if len(teams) == 1 else "",
+            "default_team": default_team,
+            "agent_groups": groups,
+            # The preselected team's first agent (the form's script keeps this in step
+            # with the Team picker).
+            "default_agent": next(
+                (g["agents"][0]["ref"] for g in groups if g["team"] == default_team and g["team"]), ""
+            ),
             "modes": mode_choices(),
             "models": model_choices(),
             "default_model": default_model(),
@@ -257,6 +306,7 @@ def create_session(request: HtmxHttpRequest) -> HttpResponse:
         model=request.POST.get("model") or None,
         # The form always sends its Team choice; "" is a personal session.
         team=request.POST.get("team") or None if "team" in request.POST else actions.DEFAULT_TEAM,
+        agent=request.POST.get("agent") or None,
     )
     return go_to(request, reverse("chat", args=[session.pk]))
 
