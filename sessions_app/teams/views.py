@@ -184,7 +184,8 @@ def _team_tools(agent_rows: list[dict[str, Any]], tools: list[Tool]) -> list[dic
     listed = []
     for tool in tools:
         users = [row["agent"].slug for row in agent_rows if row["spec"].offers(tool.name)]
-        listed.append({"tool": tool, "gate": tool_gate(tool), "agents": users})
+        # Names, not the Tool: a template would call the callable tool instead of reading it.
+        listed.append({"name": tool.name, "description": tool.description, "gate": tool_gate(tool), "agents": users})
     return listed
 
 
