@@ -116,15 +116,16 @@ def go_to(request: HtmxHttpRequest, url: str) -> HttpResponse:
 
 def team_roles(request: HttpRequest) -> dict[str, object]:
     """Template context: whether to show the menus of team roles (a query only when used)."""
-    user = getattr(request, "user", None)
+    user: Any = getattr(request, "user", None)
     read: list[set[str]] = []
 
     def roles() -> set[str]:
         # One query for both menus (Review, Teams), and none on a page that uses neither.
         if not read:
-            authenticated = user is not None and user.is_authenticated
-            found = Membership.objects.filter(user_id=user.pk).values_list("role", flat=True) if authenticated else []
-            read.append(set(found))
+            signed_in = user is not None and user.is_authenticated
+            read.append(
+                set(Membership.objects.filter(user_id=user.pk).values_list("role", flat=True)) if signed_in else set()
+            )
         return read[0]
 
     staff = access.is_staff(user)
