@@ -64,7 +64,10 @@ def widest(page: Page) -> list[str]:
 
 @pytest.mark.timeout(300)
 def test_a_moderator_makes_an_agent_and_a_member_runs_it(browser: Browser, live: LiveSectr) -> None:
+    # Their own users: the live server is shared, and a team (with its first agent) would
+    # change the default of every later test's new sessions for alice.
     live.create_user("mia", password=PASSWORD)
+    live.create_user("milo", password=PASSWORD)
     live.manage("shell", "-c", TEAM_SETUP)
 
     # mia, the team's moderator, finds the team from the top menu.
@@ -74,11 +77,11 @@ def test_a_moderator_makes_an_agent_and_a_member_runs_it(browser: Browser, live:
     mia.get_by_role("link", name="launch").click()
     expect(mia.get_by_role("heading", name="launch", level=1)).to_be_visible()
 
-    # Members: she adds alice.
-    mia.get_by_label("Username or email").fill("alice")
+    # Members: she adds milo.
+    mia.get_by_label("Username or email").fill("milo")
     mia.get_by_role("button", name="Add person").click()
-    expect(mia.locator(".messages")).to_contain_text("alice added as member")
-    expect(mia.locator("table.members")).to_contain_text("alice")
+    expect(mia.locator(".messages")).to_contain_text("milo added as member")
+    expect(mia.locator("table.members")).to_contain_text("milo")
 
     # Agents: a new agent with instructions and two tools from the picker.
     mia.get_by_role("link", name="New agent").click()
@@ -118,27 +121,27 @@ def test_a_moderator_makes_an_agent_and_a_member_runs_it(browser: Browser, live:
     phone.screenshot(path=str(SHOTS / "teams-phone.png"), full_page=True)
     phone_context.close()
 
-    # alice, now a member, starts a session with the team's agent from the New session form.
-    alice = browser.new_context(base_url=live.base_url, viewport={"width": 1280, "height": 900}).new_page()
-    log_in(alice, "alice")
-    alice.get_by_label("Team").select_option("launch")
-    expect(alice.get_by_label("Agent")).to_have_value("launch/launch-helper")
-    alice.get_by_role("button", name="New session").click()
-    alice.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
-    expect(alice.locator("#live")).to_have_text("live")
-    header = alice.locator(".agent-name")
+    # milo, now a member, starts a session with the team's agent from the New session form.
+    milo = browser.new_context(base_url=live.base_url, viewport={"width": 1280, "height": 900}).new_page()
+    log_in(milo, "milo")
+    milo.get_by_label("Team").select_option("launch")
+    expect(milo.get_by_label("Agent")).to_have_value("launch/launch-helper")
+    milo.get_by_role("button", name="New session").click()
+    milo.wait_for_url(re.compile(r"/sessions/ses_[0-9a-f]+/$"))
+    expect(milo.locator("#live")).to_have_text("live")
+    header = milo.locator(".agent-name")
     expect(header).to_have_text("Launch assistant v1")
     expect(header.get_by_role("link")).to_have_attribute("href", "/teams/launch/agents/launch-helper/")
 
-    send(alice, "!system")
-    expect(alice.locator('[data-role="assistant"]').last).to_contain_text(f"system: {INSTRUCTIONS}")
-    send(alice, "!offered")
-    expect(alice.locator('[data-role="assistant"]').last).to_contain_text("tools: calculator, get_time")
+    send(milo, "!system")
+    expect(milo.locator('[data-role="assistant"]').last).to_contain_text(f"system: {INSTRUCTIONS}")
+    send(milo, "!offered")
+    expect(milo.locator('[data-role="assistant"]').last).to_contain_text("tools: calculator, get_time")
 
     # A member reads the team page but gets no edit forms.
-    alice.goto("/teams/launch/")
-    expect(alice.get_by_role("heading", name="Members")).to_be_visible()
-    expect(alice.get_by_role("button", name="Add person")).to_have_count(0)
-    expect(alice.get_by_role("link", name="New agent")).to_have_count(0)
-    alice.context.close()
+    milo.goto("/teams/launch/")
+    expect(milo.get_by_role("heading", name="Members")).to_be_visible()
+    expect(milo.get_by_role("button", name="Add person")).to_have_count(0)
+    expect(milo.get_by_role("link", name="New agent")).to_have_count(0)
+    milo.context.close()
     mia.context.close()
