@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from live import PASSWORD, create_sessions, log_in, percentile  # noqa: E402
 
 from tests.cluster import Cluster  # noqa: E402
-from tests.server.test_worker_processes import LiveDriver, reply_ticks  # noqa: E402
+from tests.server.runs.test_worker_processes import LiveDriver, reply_ticks  # noqa: E402
 
 
 def starts_a_run(envelope: dict[str, Any]) -> bool:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from scripts.reachable import reachable  # noqa: E402
 from tests.liveserver import LiveSectr  # noqa: E402
-from tests.server.test_worker_processes import LiveDriver, streamed_ticks, wait_for  # noqa: E402
+from tests.server.runs.test_worker_processes import LiveDriver, streamed_ticks, wait_for  # noqa: E402
 
 AIM_SECONDS = 10.0
 POSTGRES_URL = os.environ.get("SECTR_BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/sectr")

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from live import percentile  # noqa: E402
 
 from tests.cluster import Cluster  # noqa: E402
-from tests.server.test_worker_processes import LiveDriver, streamed_ticks, wait_for  # noqa: E402
+from tests.server.runs.test_worker_processes import LiveDriver, streamed_ticks, wait_for  # noqa: E402
 
 AIM_MS = 250.0
 

@@ -96,7 +96,7 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
 
     It uses channels_redis' own naming, sharding, serialisation and connection (private
     parts of channels-redis 4.3, pinned in requirements.txt), so what it publishes is
-    exactly what group_send would; tests/server/test_channel_layer.py checks that
+    exactly what group_send would; tests/server/journal/test_channel_layer.py checks that
     against the real Redis with the layer's own receivers.
     """
 

@@ -9,7 +9,7 @@ Every variable is parsed here, once, by the env_* functions below: a value they 
 read stops the start-up with ImproperlyConfigured naming the variable and what it
 accepts (a typo never silently reads as the default). The code reads these settings
 through `django.conf.settings` where it uses them, so `override_settings` reaches it.
-README.md's settings table lists every variable read here (tests/server/test_settings.py).
+README.md's settings table lists every variable read here (tests/server/ops/test_settings.py).
 """
 
 from __future__ import annotations

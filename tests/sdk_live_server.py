@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.server.test_api_support import live_api
+from tests.server.api.test_api_support import live_api
 
 
 def main() -> None:

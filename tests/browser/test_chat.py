@@ -218,7 +218,7 @@ def test_the_approval_queue_fills_live_and_its_decision_reaches_the_chat(alice: 
 
 
 def test_an_image_attachment_goes_with_the_message(alice: Page) -> None:
-    from tests.server.test_web import PNG
+    from tests.server.chat.test_web import PNG
 
     new_session(alice)
     alice.locator("#composer input[type=file]").set_input_files(

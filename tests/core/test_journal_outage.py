@@ -1,7 +1,7 @@
 """The journal going away mid-run (a database restart) is not the invocation's failure:
 the runtime stops writing and raises JournalUnavailable, journaling no INVOCATION_FAILED
 (which would end for good a run that recovery can continue); the session stays running
-for the worker's recovery (tests/server/test_faults.py restarts PostgreSQL for real)."""
+for the worker's recovery (tests/server/runs/test_faults.py restarts PostgreSQL for real)."""
 
 from __future__ import annotations
 

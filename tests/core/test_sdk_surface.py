@@ -46,7 +46,7 @@ def test_the_request_controls_are_the_listed_ones() -> None:
 
 
 def test_the_event_kinds_are_the_listed_ones() -> None:
-    # tests/server/test_sdk_contract.py checks the server's own list against the same file.
+    # tests/server/api/test_sdk_contract.py checks the server's own list against the same file.
     assert list(EVENT_KINDS) == SURFACE["event_kinds"]
 
 
