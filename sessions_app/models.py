@@ -689,7 +689,7 @@ class SearchEntry(models.Model):
 
 
 class UsageDaily(models.Model):
-    """Tokens per (UTC day, session owner, session team, API token, model), summed from
+    """Tokens per (UTC day, session owner, session team, API token, model, agent version), summed from
     MESSAGE_END usage as the journal writes it. `team_key` is the session's Team id and
     `api_token_key` the ApiToken's id, 0 for none (a personal session; the web UI): 0,
     not NULL, because a unique constraint treats NULLs as distinct and the upsert needs
@@ -700,6 +700,8 @@ class UsageDaily(models.Model):
     team_key = models.BigIntegerField(default=0)
     api_token_key = models.BigIntegerField(default=0)
     model = models.CharField(max_length=200)
+    #: The pinned agent and version, "<agent id>:<version>" ("" for the built-in agent).
+    agent_key = models.CharField(max_length=60, default="", db_default="")
     input_tokens = models.BigIntegerField(default=0)
     output_tokens = models.BigIntegerField(default=0)
     reasoning_tokens = models.BigIntegerField(default=0)
@@ -711,7 +713,7 @@ class UsageDaily(models.Model):
         verbose_name_plural = "daily usage"
         constraints = [
             models.UniqueConstraint(
-                fields=["day", "user", "team_key", "api_token_key", "model"], name="usagedaily_key_uniq"
+                fields=["day", "user", "team_key", "api_token_key", "model", "agent_key"], name="usagedaily_key_uniq"
             )
         ]
         indexes = [

@@ -59,7 +59,7 @@ class ReviewProjection:
         self.using = using
         self.entries: list[models.SearchEntry] = []
         self.ended: list[tuple[Envelope, int | None]] = []  # (MESSAGE_END, its MESSAGE_START seq if in batch)
-        self.usage: dict[tuple[date, int, str], list[int]] = {}
+        self.usage: dict[tuple[date, int, str, str], list[int]] = {}
         self.forks: list[models.ForkLink] = []
         self.api_token_key = api_token_key
         self._starts: dict[str, int] = {}
@@ -87,7 +87,7 @@ class ReviewProjection:
             if isinstance(usage, dict):
                 model = p.get("model") or state.open_message_model or state.model
                 token_key = self._token_key(envelope.invocation_id)
-                key = (envelope.created_at.date(), token_key, str(model))
+                key = (envelope.created_at.date(), token_key, str(model), agent_key(state))
                 row = self.usage.setdefault(key, [0, 0, 0, 0, 0])
                 for i, name in enumerate(("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")):
                     value = usage.get(name) or 0
@@ -163,12 +163,12 @@ class ReviewProjection:
         counters = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens", "messages")
         updates = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in counters)
         sql = (
-            f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, {', '.join(counters)}) "  # noqa: S608
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
-            f"ON CONFLICT (day, user_id, team_key, api_token_key, model) DO UPDATE SET {updates}"
+            f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, agent_key, {', '.join(counters)}) "  # noqa: S608
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            f"ON CONFLICT (day, user_id, team_key, api_token_key, model, agent_key) DO UPDATE SET {updates}"
         )
         with connection.cursor() as cursor:
-            for (day, token_key, model), row in self.usage.items():
+            for (day, token_key, model, agent), row in self.usage.items():
                 cursor.execute(
                     sql,
                     [
@@ -177,9 +177,17 @@ class ReviewProjection:
                         self.session.team_id or 0,
                         token_key,
                         model,
+                        agent,
                         *row,
                     ],
                 )
+
+
+def agent_key(state: SessionState) -> str:
+    """The usage rollup's key of the agent version a session runs with ("" for the
+    built-in agent)."""
+    pin = state.agent or {}
+    return f"{pin['id']}:{pin.get('version') or 1}" if pin.get("id") else ""
 
 
 def rebuild_review_projections(

@@ -19,7 +19,7 @@ from django.db.models import QuerySet, Sum
 from django.utils import timezone
 
 from sessions_app import access
-from sessions_app.models import ApiToken, ModelPrice, Team, UsageDaily
+from sessions_app.models import Agent, ApiToken, ModelPrice, Team, UsageDaily
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -49,6 +49,7 @@ class UsageReport:
     by_user: list[UsageRow] = field(default_factory=list)
     by_token: list[UsageRow] = field(default_factory=list)
     by_model: list[UsageRow] = field(default_factory=list)
+    by_agent: list[UsageRow] = field(default_factory=list)
     total: UsageRow | None = None
     currency: str = "USD"
     errors: list[str] = field(default_factory=list)
@@ -113,6 +114,15 @@ def _scaled(rows: list[UsageRow]) -> list[UsageRow]:
     return rows
 
 
+def _agent_label(key: str) -> str:
+    """ "team/slug v2" for a rollup's agent key ("<agent id>:<version>")."""
+    if not key:
+        return "default (built-in)"
+    agent_id, _, version = key.partition(":")
+    agent = Agent.objects.select_related("team").filter(pk=agent_id).first()
+    return f"{agent} v{version}" if agent is not None else f"{agent_id} v{version} (deleted)"
+
+
 def build_report(user: Any, params: Any) -> UsageReport:
     today = timezone.now().date()
     errors: list[str] = []
@@ -158,6 +168,12 @@ def build_report(user: Any, params: Any) -> UsageReport:
     report.by_model = _scaled(
         sorted(
             (UsageRow(str(k), i, o, m, c) for k, i, o, m, c in _grouped(rows, "model", prices)), key=lambda r: -r.total
+        )
+    )
+    report.by_agent = _scaled(
+        sorted(
+            (UsageRow(_agent_label(str(k)), i, o, m, c) for k, i, o, m, c in _grouped(rows, "agent_key", prices)),
+            key=lambda r: -r.total,
         )
     )
     costs = [r.cost for r in report.by_model if r.cost is not None]

@@ -91,17 +91,18 @@ def rebuild_usage(token_keys: dict[str, int]) -> int:
             envelopes = (row.to_envelope() for row in Envelope.objects.filter(session=session).order_by("seq"))
             projection = ReviewProjection(session, "default", texts={}, token_keys=token_keys)
             observe_all(projection, envelopes, SessionState(session_id=session.pk))
-            for (day, token_key, model), row in projection.usage.items():
-                total = sums[(day, session.owner_id, session.team_id or 0, token_key, model)]
+            for (day, token_key, model, agent), row in projection.usage.items():
+                total = sums[(day, session.owner_id, session.team_id or 0, token_key, model, agent)]
                 for i, value in enumerate(row):
                     total[i] += value
         UsageDaily.objects.bulk_create(
             [
                 UsageDaily(
                     day=day, user_id=user_id, team_key=team_key, api_token_key=token_key, model=model,
-                    input_tokens=i, output_tokens=o, reasoning_tokens=r, cached_input_tokens=c, messages=m,
+                    agent_key=agent, input_tokens=i, output_tokens=o, reasoning_tokens=r, cached_input_tokens=c,
+                    messages=m,
                 )
-                for (day, user_id, team_key, token_key, model), (i, o, r, c, m) in sums.items()
+                for (day, user_id, team_key, token_key, model, agent), (i, o, r, c, m) in sums.items()
             ],
             batch_size=2000,
         )  # fmt: skip

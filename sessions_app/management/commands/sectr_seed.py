@@ -159,9 +159,10 @@ def _add_usage(usage: dict[tuple[Any, ...], list[int]]) -> None:
     """Add a batch's usage into UsageDaily (an upsert, as the journal's writes do)."""
     table = connection.ops.quote_name(UsageDaily._meta.db_table)
     sql = (
-        f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, input_tokens, output_tokens, "  # noqa: S608
-        "reasoning_tokens, cached_input_tokens, messages) VALUES (%s, %s, %s, 0, %s, %s, %s, 0, 0, %s) "
-        "ON CONFLICT (day, user_id, team_key, api_token_key, model) DO UPDATE SET "
+        f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, agent_key, input_tokens, "  # noqa: S608
+        "output_tokens, reasoning_tokens, cached_input_tokens, messages) "
+        "VALUES (%s, %s, %s, 0, %s, '', %s, %s, 0, 0, %s) "
+        "ON CONFLICT (day, user_id, team_key, api_token_key, model, agent_key) DO UPDATE SET "
         f"input_tokens = {table}.input_tokens + excluded.input_tokens, "
         f"output_tokens = {table}.output_tokens + excluded.output_tokens, "
         f"messages = {table}.messages + excluded.messages"

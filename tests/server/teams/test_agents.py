@@ -375,3 +375,32 @@ def test_review_filters_by_agent_and_version_and_names_the_pin(people: dict[str,
     review = client.get(f"/review/{second.pk}/").content.decode()
     assert "crew/Release assistant (release, version 2)" in review
     assert first.pk and plain.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_usage_is_rolled_up_and_shown_per_agent_version(people: dict[str, Any]) -> None:
+    from django.core.management import call_command
+
+    from sessions_app.models import UsageDaily
+
+    agent = release_agent(people)
+    first = actions.do_create_session(people["owner"])
+    reply_to(first, people["owner"], "!long 5")
+    actions.do_save_agent_version(people["moderator"], agent.pk, {"instructions": "Two."})
+    second = actions.do_create_session(people["owner"])
+    reply_to(second, people["owner"], "!long 7")
+    plain = actions.do_create_session(people["owner"], team=None)
+    reply_to(plain, people["owner"], "!long 9")
+
+    def rollup() -> dict[str, int]:
+        return {row.agent_key: row.output_tokens for row in UsageDaily.objects.all()}
+
+    live = rollup()
+    assert live == {f"{agent.pk}:1": 5, f"{agent.pk}:2": 7, "": 9}
+    call_command("sectr_reindex", verbosity=0)  # rebuilt from the journal alone: the same
+    assert rollup() == live
+    page = Client()
+    page.force_login(people["staff"])
+    usage = page.get("/review/usage/").content.decode()
+    assert "Per agent" in usage and "crew/release v1" in usage and "crew/release v2" in usage
+    assert "default (built-in)" in usage
