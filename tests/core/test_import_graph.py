@@ -10,60 +10,21 @@ import get_journal` one to `sessions_app.journal` (its `__init__`).
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Iterator
 from pathlib import Path
+
+# One reading of the imports for this test and the script that prints the graph.
+from scripts.import_graph import imported_names, package_modules, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sectr", "sessions_app")
 DJANGO_TOP_LEVEL = {"django", "channels", "channels_redis", "daphne", "asgiref", "django_htmx"}
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
 def our_modules() -> dict[str, Path]:
-    modules = {}
+    modules: dict[str, Path] = {}
     for package in PACKAGES:
-        for path in (ROOT / package).rglob("*.py"):
-            if "migrations" in path.parts:
-                continue  # Django's generated files import only django and the models
-            modules[module_name(path)] = path
+        modules.update(package_modules(package))
     return modules
-
-
-def imported_names(path: Path, name: str) -> Iterator[tuple[str, int]]:
-    """(dotted name, line) of everything `path` imports, relative imports resolved."""
-    is_package = path.name == "__init__.py"
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = name.split(".")
-                base = base if is_package else base[:-1]
-                base = base[: len(base) - (node.level - 1)]
-                module = ".".join([*base, node.module] if node.module else base)
-            else:
-                module = node.module or ""
-            for alias in node.names:
-                yield f"{module}.{alias.name}", node.lineno
-
-
-def resolve(target: str, modules: dict[str, Path]) -> str | None:
-    """The most specific module of ours that `target` names (None: not ours)."""
-    parts = target.split(".")
-    while parts:
-        candidate = ".".join(parts)
-        if candidate in modules:
-            return candidate
-        parts.pop()
-    return None
 
 
 def import_graph() -> dict[str, set[str]]:
