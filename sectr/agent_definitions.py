@@ -8,7 +8,7 @@ the same words.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from sectr.agents import DEFAULT_HANDLER
@@ -72,6 +72,8 @@ def check_params(params: Any) -> dict[str, Any]:
     if effort is not None:
         checked["reasoning_effort"] = effort
     max_output = params.get("max_output_tokens")
+    if isinstance(max_output, float) and max_output.is_integer():
+        max_output = int(max_output)  # 5.0 is the whole number 5 in JSON (and in JSON Schema)
     if max_output is not None:
         if isinstance(max_output, bool) or not isinstance(max_output, int) or not 1 <= max_output <= 10**7:
             raise ValidationFailed(
@@ -85,7 +87,7 @@ def check_tool_patterns(tools: Any) -> tuple[str, ...] | None:
     """A list of tool names or globs (None: every tool the runtime has)."""
     if tools is None:
         return None
-    if isinstance(tools, str) or not isinstance(tools, Iterable):
+    if not isinstance(tools, list | tuple):  # a string, a dict or a set is not a list of names
         raise ValidationFailed("tools must be a list of tool names or globs", code="invalid_tools")
     patterns: list[str] = []
     for pattern in tools:

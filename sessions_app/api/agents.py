@@ -8,7 +8,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse
 
-from sectr.errors import ValidationFailed
+from sectr.errors import NotFound, ValidationFailed
 from sessions_app import actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
 from sessions_app.actions.team_budgets import do_set_budget
@@ -62,7 +62,8 @@ async def list_team_agents(call: ApiCall, name: str) -> HttpResponse:
 
 
 def _definition(body: dict[str, Any]) -> dict[str, Any]:
-    return {key: body[key] for key in DEFINITION_FIELDS if key in body}
+    """The definition fields given; a null is "not given", as everywhere in the API."""
+    return {key: body[key] for key in DEFINITION_FIELDS if body.get(key) is not None}
 
 
 async def create_agent(call: ApiCall, name: str) -> HttpResponse:
@@ -117,7 +118,9 @@ async def list_versions(call: ApiCall, agent_id: str) -> HttpResponse:
 async def get_agent_version(call: ApiCall, agent_id: str, number: str) -> HttpResponse:
     def read() -> dict[str, Any]:
         agent = actions.get_agent_for_user(call.user, check_id(agent_id, "agent"))
-        return version_dict(actions.get_version(agent, number))
+        if not (number.isascii() and number.isdigit() and 0 < int(number) <= agent.latest_version):
+            raise NotFound(f"agent {agent.slug} has no version {number[:20]}")  # as any missing version
+        return version_dict(actions.get_version(agent, int(number)))
 
     return json_response(await sync_to_async(read)())
 

@@ -124,10 +124,10 @@ RUN_PROPERTIES: dict[str, Any] = {
 }
 ACTION = {"type": "string", "enum": ["allow", "deny", "ask"]}
 AGENT_PARAMS = _object(
-    {
-        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-        "reasoning_effort": REASONING_EFFORT,
-        "max_output_tokens": {"type": "integer", "minimum": 1, "maximum": 10**7},
+    {  # null: not set
+        "temperature": nullable({"type": "number", "minimum": 0, "maximum": 2}),
+        "reasoning_effort": nullable(REASONING_EFFORT),
+        "max_output_tokens": nullable({"type": "integer", "minimum": 1, "maximum": 10**7}),
     }
 )
 #: What an agent's version holds, as answers show it.
@@ -148,12 +148,14 @@ AGENT_INPUT: dict[str, Any] = {
     "name": {"type": "string", "minLength": 1, "maxLength": 120, "pattern": r"\S"},
     "description": {"type": "string", "maxLength": 2000},
     "instructions": {"type": "string", "maxLength": 100000},
-    "model": {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+    # "" (or null): the installation's default model.
+    "model": {"type": "string", "maxLength": 200, "pattern": r"^$|\S"},
     "params": AGENT_PARAMS,
     "tools": {"type": "array", "items": TOOL_PATTERN, "maxItems": 200},
     "mode": MODE,
     "limits": ref("Limits"),
-    "handler": {"type": "string", "pattern": r"^[A-Za-z0-9_.:\-]{1,200}$"},
+    # "" (or null) is the default handler.
+    "handler": {"type": "string", "pattern": r"^[A-Za-z0-9_.:\-]{0,200}$"},
 }
 #: A decimal amount as a string (no float rounding): "100", "12.50".
 DECIMAL = {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,4})?$"}

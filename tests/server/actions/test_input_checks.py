@@ -171,9 +171,9 @@ def test_a_nul_in_a_cookie_is_a_400(owner_client: Client) -> None:
 
 @pytest.mark.django_db(transaction=True)
 async def test_a_nul_in_a_websocket_session_id_closes_it_as_not_found(
-    owner: Any, session: Session, monkeypatch: pytest.MonkeyPatch
+    owner: Any, session: Session, settings: Any
 ) -> None:
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")
+    settings.SECTR_EMBEDDED_WORKER = False
     communicator, connected, code = await connect(owner, f"/ws/sessions/{session.pk}\x00/")
     assert (connected, code) == (False, 4404)
     await communicator.disconnect()

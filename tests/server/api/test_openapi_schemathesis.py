@@ -35,7 +35,7 @@ SEED = os.environ.get("SECTR_SCHEMATHESIS_SEED", "12")
 def seed(live: LiveSectr, token: str) -> dict[str, str]:
     """Real objects for the path parameters, so the operations get past their 404s: a
     team the prober moderates (`crew`), a session of it with a pending ask and the run
-    that asked, a rule, and a spare session and rule for the DELETEs to take."""
+    that asked, a rule, an agent, and a spare session and rule for the DELETEs to take."""
     api = httpx.Client(base_url=live.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=20)
 
     def created(path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -50,7 +50,11 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
     while not (ask := api.get(f"/api/v1/sessions/{session}").json()["pending_ask"]):
         assert time.monotonic() < deadline, "the run never asked"
         time.sleep(0.1)
+    agent = created("/api/v1/teams/crew/agents", {"slug": "probe", "name": "Probe", "instructions": "Probe."})
     return {
+        "agent_id": agent["id"],
+        "number": "1",
+        "slug": "probe",
         "session_id": session,
         "run_id": run["run_id"],
         "ask_id": ask["ask_id"],

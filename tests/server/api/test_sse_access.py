@@ -34,12 +34,12 @@ QUIET = 1.0
 
 
 @pytest.fixture(autouse=True, params=["events", "polling"])
-def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SECTR_EMBEDDED_WORKER", "0")  # the test writes the run's envelopes itself
+def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    settings.SECTR_EMBEDDED_WORKER = False  # the test writes the run's envelopes itself
     if request.param == "events":
-        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", 600.0)
+        settings.SECTR_WS_ACCESS_SECONDS = 600.0
     else:
-        monkeypatch.setattr("sessions_app.socket_access.ACCESS_RECHECK_SECONDS", RECHECK)
+        settings.SECTR_WS_ACCESS_SECONDS = RECHECK
         monkeypatch.setattr("sessions_app.socket_access._notify", lambda group: None)
 
 

@@ -110,7 +110,7 @@ async def worker() -> AsyncIterator[Worker]:
 async def test_a_lost_database_while_reading_the_rules_leaves_the_run_to_recovery(
     owner: Any, worker: Worker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = ApprovalRule.policy_for_session
+    real = ApprovalRule.policy_and_team_for_session
     failures = [OperationalError(ADMIN_COMMAND)]
 
     def policy_for_session(session_id: str) -> Any:
@@ -118,7 +118,7 @@ async def test_a_lost_database_while_reading_the_rules_leaves_the_run_to_recover
             raise failures.pop()
         return real(session_id)
 
-    monkeypatch.setattr(ApprovalRule, "policy_for_session", policy_for_session)
+    monkeypatch.setattr(ApprovalRule, "policy_and_team_for_session", policy_for_session)
     session = await run_in_db_thread(actions.do_create_session, owner)
     posted = await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
     run = await wait_until(lambda: run_ended(posted.pk))
@@ -134,7 +134,7 @@ async def test_a_stopped_run_is_released_once_the_database_is_back(owner: Any, m
     """The database still away when the worker stops the run: it keeps trying to release
     it, so the run is recovered as soon as the database is back, not after its lease
     (and, on PostgreSQL, the living owner's grace: LIVE_OWNER_GRACE_LEASES more)."""
-    real_policy, real_release = ApprovalRule.policy_for_session, runs.release_lease
+    real_policy, real_release = ApprovalRule.policy_and_team_for_session, runs.release_lease
     policy_failures = [OperationalError(ADMIN_COMMAND)]
     release_failures = [OperationalError("connection refused")] * 3
 
@@ -148,7 +148,7 @@ async def test_a_stopped_run_is_released_once_the_database_is_back(owner: Any, m
             raise release_failures.pop()
         real_release(claim)
 
-    monkeypatch.setattr(ApprovalRule, "policy_for_session", policy_for_session)
+    monkeypatch.setattr(ApprovalRule, "policy_and_team_for_session", policy_for_session)
     monkeypatch.setattr(runs, "release_lease", release_lease)
     lease = 10.0
     runtime = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.001), rules=session_policy)
