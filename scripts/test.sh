@@ -7,6 +7,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 PY=.venv/bin/python
+# The framework adapters' packages (optional for running Sectr, needed by their tests and mypy).
+adapters_stamp=.venv/.requirements-adapters.sha256
+adapters_want=$(sha256sum requirements-adapters.txt | cut -d' ' -f1)
+if [ ! -f "$adapters_stamp" ] || [ "$(cat "$adapters_stamp")" != "$adapters_want" ]; then
+  "$PY" -m pip install --quiet -r requirements-adapters.txt
+  echo "$adapters_want" > "$adapters_stamp"
+fi
 PG_URL="${SECTR_TEST_POSTGRES_URL:-postgres://postgres@127.0.0.1:5432/sectr}"
 REDIS_URL_T="${SECTR_TEST_REDIS_URL:-redis://127.0.0.1:6379/0}"
 
