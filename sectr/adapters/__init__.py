@@ -15,14 +15,16 @@ journal.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from sectr.agent import answer_open_tool_calls, answered_before_the_crash
 from sectr.context import ModelTurn, SessionContext
+from sectr.events import EventType
 from sectr.tools import Tool, ToolContext, ToolRegistry
 
-__all__ = ["ForeignTool", "Runner", "install_tools", "run_loop"]
+__all__ = ["ForeignTool", "Runner", "fresh_call_id", "install_tools", "run_loop"]
 
 #: Runs one call of a framework tool: (validated-by-the-framework arguments, tool call id) -> value.
 Runner = Callable[[dict[str, Any], str | None], Awaitable[Any]]
@@ -128,3 +130,11 @@ async def run_loop(ctx: SessionContext, step: Callable[[], Awaitable[ModelTurn]]
         if turn.finish_reason == "length" and ctx.limit_reached() == "budget":
             ctx.stop_reason = "budget"
         return
+
+
+def fresh_call_id(ctx: SessionContext, call_id: str | None) -> str:
+    """The model's tool call id, or a new one when the session has used it already: some
+    models (PydanticAI's TestModel, scripted servers) number calls per request, and a
+    session's tool call ids must stay unique across its journal."""
+    used = {envelope.payload.get("tool_call_id") for envelope in ctx.transcript if envelope.type is EventType.TOOL_CALL}
+    return call_id if call_id and call_id not in used else f"call_{uuid.uuid4().hex}"

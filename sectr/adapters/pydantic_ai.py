@@ -17,7 +17,6 @@ grants apply to every tool. Text and thinking are journaled as deltas as they st
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,9 +49,8 @@ from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
 
-from sectr.adapters import ForeignTool, install_tools, run_loop
+from sectr.adapters import ForeignTool, fresh_call_id, install_tools, run_loop
 from sectr.context import MessageStream, ModelTurn, SessionContext
-from sectr.events import EventType
 from sectr.runtime import Handler
 
 __all__ = ["handler", "to_model_messages"]
@@ -187,7 +185,7 @@ class _Run:
                 response = events.response
         for part in response.parts:
             if isinstance(part, ToolCallPart):
-                await stream.tool_call(_fresh_id(ctx, part.tool_call_id), part.tool_name, part.args_as_json_str())
+                await stream.tool_call(fresh_call_id(ctx, part.tool_call_id), part.tool_name, part.args_as_json_str())
         usage = {
             key: value
             for key, value in (
@@ -201,14 +199,6 @@ class _Run:
             finish = "tool_calls" if stream.turn.tool_calls else "stop"
         await stream.end(finish, usage or None)
         return stream.turn
-
-
-def _fresh_id(ctx: SessionContext, call_id: str) -> str:
-    """The model's tool call id, or a new one when the session has used it already:
-    some models (PydanticAI's TestModel among them) number calls per request, and a
-    session's ids must stay unique across its whole journal."""
-    used = {envelope.payload.get("tool_call_id") for envelope in ctx.transcript if envelope.type is EventType.TOOL_CALL}
-    return call_id if call_id and call_id not in used else f"call_{uuid.uuid4().hex}"
 
 
 class ToolRetry(Exception):
