@@ -1,0 +1,136 @@
+"""Adapted agents on the server: a team agent whose `handler` names a PydanticAI or an
+OpenAI Agents SDK agent that a plugin module (examples/) registers runs in a session
+through the worker, pauses for a moderator's approval, and resumes in a new runtime (as
+after a restart) from the journal. The model is the local OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from sectr.events import EventType
+from sectr.fold import fold_messages, last_assistant_text
+from sectr.runtime import Runtime
+from sessions_app import actions
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import Run, Session
+from sessions_app.plugins import plugin_registry
+from sessions_app.runtime import _AGENT_VERSIONS, get_runtime
+from sessions_app.worker import Worker
+from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, text_stream, tool_call_stream
+
+E = EventType
+EXAMPLES = {
+    "pydantic-ai-release": "examples.pydantic_ai_agent",
+    "openai-agents-release": "examples.openai_agents_agent",
+}
+
+
+def scripted(body: dict[str, Any]) -> SSEStream:
+    last = body["messages"][-1]
+    if last["role"] == "tool":
+        return text_stream("Done: ", str(last["content"]))
+    if "publish" in str(last.get("content")):
+        return tool_call_stream([("call_publish", "publish_release", '{"version": "1.4.0"}')])
+    return text_stream("Hello from ", "the release agent")
+
+
+@pytest.fixture
+def stub(settings: Any) -> Iterator[OpenAIStubServer]:
+    with OpenAIStubServer(fallback=scripted) as server:
+        settings.SECTR_PLUGINS = list(EXAMPLES.values())
+        settings.OPENAI_BASE_URL = server.base_url
+        settings.OPENAI_API_KEY = "test-key"
+        settings.SECTR_MODEL = STUB_MODEL
+        restart()
+        yield server
+    restart()
+
+
+def restart() -> None:
+    """What a new process has: a new registry and runtime (new handler and agent objects)."""
+    plugin_registry.cache_clear()
+    get_runtime.cache_clear()
+    _AGENT_VERSIONS.clear()
+
+
+@pytest.fixture
+def people(db: None) -> dict[str, Any]:
+    actions.do_create_team("crew")
+    users = {}
+    for name, role in (("owner", "member"), ("moderator", "moderator")):
+        users[name] = get_user_model().objects.create_user(username=name, email=f"{name}@example.org")
+        actions.do_set_membership("crew", name, role)
+    return users
+
+
+def run_worker(runtime: Runtime, timeout: float = 30.0) -> None:
+    def busy() -> bool:
+        return Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists()
+
+    async def main() -> None:
+        worker = Worker(concurrency=2, poll_interval=0.05, lease=5.0, runtime=runtime, listen=False)
+        task = asyncio.ensure_future(worker.run(drain_timeout=5))
+        deadline = time.monotonic() + timeout
+        try:
+            quiet = 0
+            while quiet < 5:
+                idle = not await run_in_db_thread(busy) and not worker.tasks
+                quiet = quiet + 1 if idle else 0
+                assert time.monotonic() < deadline, "runs did not finish in time"
+                await asyncio.sleep(0.05)
+        finally:
+            worker.stop()
+            await task
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("handler", sorted(EXAMPLES))
+@pytest.mark.django_db(transaction=True)
+def test_an_adapted_team_agent_pauses_for_a_moderator_and_resumes_after_a_restart(
+    people: dict[str, Any], stub: OpenAIStubServer, handler: str
+) -> None:
+    example = importlib.import_module(EXAMPLES[handler])
+    example.PUBLISHED.clear()
+    assert plugin_registry().handlers[handler].source == f"SECTR_PLUGINS {EXAMPLES[handler]}"
+    definition = {"name": "Release", "handler": handler, "instructions": "Team rules: be careful."}
+    actions.do_create_agent(people["moderator"], "crew", "release", definition)
+    session = actions.do_create_session(people["owner"])
+
+    actions.do_post_message(people["owner"], session.pk, "hello")
+    run_worker(get_runtime())
+    journal = DatabaseJournal()
+    assert last_assistant_text(fold_messages(journal.load_sync(session.pk))) == "Hello from the release agent"
+    first = stub.requests[0]["messages"]
+    assert {"role": "system", "content": "Team rules: be careful."} in first
+    assert "You prepare and publish releases." in str(first)
+
+    actions.do_post_message(people["owner"], session.pk, "publish 1.4.0 please")
+    run_worker(get_runtime())
+    envelopes = journal.load_sync(session.pk)
+    (ask,) = [e for e in envelopes if e.type is E.APPROVAL_REQUESTED]
+    assert envelopes[-1].type is E.INVOCATION_SUSPENDED
+    assert (ask.payload["name"], ask.payload["arguments"]) == ("publish_release", {"version": "1.4.0"})
+    assert example.PUBLISHED == []
+    assert not Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists(), "no worker is held"
+
+    restart()  # every process between the ask and the decision is new
+    actions.do_decide(people["moderator"], ask.payload["ask_id"], "allow_once")
+    run_worker(get_runtime())
+    envelopes = journal.load_sync(session.pk)
+    assert envelopes[-1].type is E.INVOCATION_COMPLETED
+    (started,) = [e for e in envelopes if e.type is E.INVOCATION_STARTED][-1:]
+    assert started.payload["reason"]["decision"]["approver"] == "moderator"
+    assert example.PUBLISHED == ["1.4.0"]
+    (result,) = [e for e in envelopes if e.type is E.TOOL_RESULT]
+    assert result.payload["content"] == "published 1.4.0"
+    assert last_assistant_text(fold_messages(envelopes)) == "Done: published 1.4.0"
+    assert Session.objects.get(pk=session.pk).agent_id is not None
