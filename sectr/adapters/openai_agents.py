@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from agents import Agent, FunctionTool, RunContextWrapper
+from agents import Agent, FunctionTool, ModelSettings, RunContextWrapper
 from agents.models.interface import Model, ModelTracing
 from agents.models.openai_provider import OpenAIProvider
 from agents.tool_context import ToolContext
@@ -122,10 +122,14 @@ class _Run:
         ctx = self.ctx
         stream = MessageStream(ctx, self.model_name or None)
         response: Any = None
+        settings = self.agent.model_settings
+        cap = ctx._output_budget()  # what is left of the run's token budget, as the default handler caps it
+        if cap is not None:
+            settings = settings.resolve(ModelSettings(max_tokens=cap))
         events = self.model.stream_response(
             self.system,
             to_input_items(ctx.model_messages()),
-            self.agent.model_settings,
+            settings,
             list(self.tools.values()),
             None,
             [],

@@ -45,6 +45,7 @@ from pydantic_ai.messages import (
     UserPromptPart,
 )
 from pydantic_ai.models import Model, infer_model
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.toolsets import AbstractToolset, CombinedToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_ai.usage import RunUsage
@@ -166,7 +167,9 @@ class _Run:
         ctx = self.ctx
         history = to_model_messages(ctx.model_messages())
         stream = MessageStream(ctx, self.model.model_name)
-        async with self.agent.iter(None, message_history=history, deps=self.deps) as run:
+        cap = ctx._output_budget()  # what is left of the run's token budget, as the default handler caps it
+        settings: ModelSettings | None = {"max_tokens": cap} if cap is not None else None
+        async with self.agent.iter(None, message_history=history, deps=self.deps, model_settings=settings) as run:
             node: Any = run.next_node
             while not isinstance(node, ModelRequestNode):
                 node = await run.next(node)

@@ -242,3 +242,13 @@ def test_the_fold_converts_to_responses_input_items() -> None:
         {"type": "function_call_output", "call_id": "c1", "output": "5"},
     ]
     assert json.loads(json.dumps(items)) == items
+
+
+async def test_the_run_token_budget_caps_each_step_and_stops_the_loop(server: OpenAIStubServer, disk: Disk) -> None:
+    rt = LocalRuntime(handler=handler(make_agent(server, disk), read_only=["add"]))
+    sid = await rt.create_session(limits={"max_run_tokens": 12})
+    outcome = await rt.send(sid, "add them")
+    assert outcome.payload["stop_reason"] == "budget"
+    assert server.requests[0]["max_tokens"] == 12
+    assert len(server.requests) == 1, "the tool step spent 15 tokens: no second step"
+    assert disk.added == [(2, 3)]

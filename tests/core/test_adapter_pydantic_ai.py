@@ -337,3 +337,29 @@ def test_the_fold_converts_to_pydantic_ai_messages() -> None:
     assert isinstance(first.parts[0], SystemPromptPart) and first.parts[1].content == ["look"]  # type: ignore[union-attr]
     assert second.parts[0].tool_name == "add"  # type: ignore[union-attr]
     assert third.parts[0].tool_name == "add" and third.parts[0].content == "5"  # type: ignore[union-attr]
+
+
+async def test_the_run_token_budget_caps_each_step_and_stops_the_loop(disk: Disk) -> None:
+    settings_seen: list[Any] = []
+
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        settings_seen.append(info.model_settings)
+        yield {1: DeltaToolCall(name="add", json_args='{"a": 1, "b": 1}', tool_call_id="call_1")}
+
+    agent: Agent[None, str] = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def add(a: int, b: int) -> int:
+        disk.added.append((a, b))
+        return a + b
+
+    rt = LocalRuntime(handler=handler(agent))
+    sid = await rt.create_session(limits={"max_run_tokens": 80})
+    outcome = await rt.send(sid, "add")
+    assert outcome.payload["stop_reason"] == "budget"
+    first_end = of_type(rt.journal.read(sid), EventType.MESSAGE_END)[0]
+    spent = first_end.payload["usage"]["input_tokens"] + first_end.payload["usage"]["output_tokens"]
+    assert 0 < spent < 80
+    # each step may use what is left of the budget; the run stops once it is spent
+    assert [s["max_tokens"] for s in settings_seen] == [80, 80 - spent]
+    assert len(disk.added) == 2
