@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.test import Client
 
 from sectr.events import EventType
 from sectr.fold import fold_messages, last_assistant_text
 from sectr.runtime import Runtime
 from sessions_app import actions
+from sessions_app.actions.tokens import do_issue_token
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Run, Session
@@ -123,7 +125,14 @@ def test_an_adapted_team_agent_pauses_for_a_moderator_and_resumes_after_a_restar
     assert not Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists(), "no worker is held"
 
     restart()  # every process between the ask and the decision is new
-    actions.do_decide(people["moderator"], ask.payload["ask_id"], "allow_once")
+    moderator = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
+    pending = moderator.get("/api/v1/asks?state=pending").json()["asks"]
+    ask_id = ask.payload["ask_id"]
+    assert [(a["ask_id"], a["tool"], a["team"]) for a in pending] == [(ask_id, "publish_release", "crew")]
+    response = moderator.post(
+        f"/api/v1/asks/{ask.payload['ask_id']}", {"verdict": "allow_once"}, content_type="application/json"
+    )
+    assert response.status_code == 202, response.content
     run_worker(get_runtime())
     envelopes = journal.load_sync(session.pk)
     assert envelopes[-1].type is E.INVOCATION_COMPLETED
