@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, ModelRetry
+from pydantic_ai.exceptions import ApprovalRequired
 from pydantic_ai.messages import (
     ModelMessage,
     ModelRequest,
@@ -363,3 +364,29 @@ async def test_the_run_token_budget_caps_each_step_and_stops_the_loop(disk: Disk
     # each step may use what is left of the budget; the run stops once it is spent
     assert [s["max_tokens"] for s in settings_seen] == [80, 80 - spent]
     assert len(disk.added) == 2
+
+
+async def test_model_retry_and_an_approval_raised_in_a_tool_body_become_error_results() -> None:
+    async def stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        if isinstance(last_part(messages), ToolReturnPart):
+            yield "ok"
+            return
+        yield {1: DeltaToolCall(name="picky", json_args="{}", tool_call_id="call_p")}
+        yield {2: DeltaToolCall(name="shy", json_args="{}", tool_call_id="call_s")}
+
+    agent: Agent[None, str] = Agent(FunctionModel(stream_function=stream))
+
+    @agent.tool_plain
+    def picky() -> str:
+        raise ModelRetry("give me a number")
+
+    @agent.tool_plain
+    def shy() -> str:
+        raise ApprovalRequired()
+
+    rt = LocalRuntime(handler=handler(agent))
+    sid = await rt.create_session()
+    assert (await rt.send(sid, "go")).type is EventType.INVOCATION_COMPLETED
+    results = {e.payload["name"]: e.payload for e in of_type(rt.journal.read(sid), EventType.TOOL_RESULT)}
+    assert results["picky"]["is_error"] and "give me a number" in results["picky"]["content"]
+    assert results["shy"]["is_error"] and "requires_approval=True" in results["shy"]["content"]
