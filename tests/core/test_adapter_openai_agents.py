@@ -252,3 +252,32 @@ async def test_the_run_token_budget_caps_each_step_and_stops_the_loop(server: Op
     assert server.requests[0]["max_tokens"] == 12
     assert len(server.requests) == 1, "the tool step spent 15 tokens: no second step"
     assert disk.added == [(2, 3)]
+
+
+async def test_a_needs_approval_function_asks_for_every_call(server: OpenAIStubServer) -> None:
+    async def never(context: Any, arguments: dict[str, Any], call_id: str) -> bool:
+        return False  # Sectr does not ask the function: it decides before the call, from the journal
+
+    @function_tool(needs_approval=never)
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test-key", max_retries=0)
+    agent: Agent[Any] = Agent(
+        name="adder", model=OpenAIChatCompletionsModel(model=STUB_MODEL, openai_client=client), tools=[add]
+    )
+    rt = LocalRuntime(handler=handler(agent))
+    sid = await rt.create_session()
+    assert (await rt.send(sid, "add them")).type is EventType.INVOCATION_SUSPENDED
+
+
+async def test_an_agent_with_handoffs_is_refused_with_the_reason(server: OpenAIStubServer, disk: Disk) -> None:
+    agent = make_agent(server, disk)
+    agent.handoffs = [make_agent(server, disk)]
+    rt = LocalRuntime(handler=handler(agent))
+    sid = await rt.create_session()
+    outcome = await rt.send(sid, "hello")
+    assert outcome.type is EventType.INVOCATION_FAILED
+    assert "handoffs" in str(outcome.payload)
+    assert server.requests == []
