@@ -143,3 +143,10 @@ def test_an_adapted_team_agent_pauses_for_a_moderator_and_resumes_after_a_restar
     assert result.payload["content"] == "published 1.4.0"
     assert last_assistant_text(fold_messages(envelopes)) == "Done: published 1.4.0"
     assert Session.objects.get(pk=session.pk).agent_id is not None
+
+    # In review like any session: found by its tool's name, the reply on its page.
+    reviewer = Client()
+    reviewer.force_login(people["moderator"])
+    page = reviewer.get("/review/", {"q": "publish_release"}).content.decode()
+    assert str(session.pk) in page
+    assert reviewer.get("/review/", {"q": "nothing-like-this"}).content.decode().count(str(session.pk)) == 0
