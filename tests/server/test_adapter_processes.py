@@ -18,7 +18,8 @@ from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, te
 
 from .test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
 
-pytestmark = pytest.mark.slow
+# Their own server, migrations, a restart and workers: slow on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 HANDLERS = ("pydantic-ai-release", "openai-agents-release")
 TICKS = 40
