@@ -35,9 +35,10 @@ def _frozen(mapping: Mapping[str, Any] | None) -> Mapping[str, Any]:
 class AgentSpec:
     """One version of an agent, as every invocation of a session pinned to it sees it.
 
-    `tools` None offers every tool the runtime knows (the built-in `default` agent, and
-    `LocalRuntime` without an agent); a tuple offers the tools whose names match one of
-    its names or globs, in the runtime's order.
+    `tools` None offers every tool the runtime knows except MCP servers' tools (the
+    built-in `default` agent, and `LocalRuntime` without an agent); a tuple offers the
+    tools whose names match one of its names or globs, in the runtime's order. An MCP
+    tool is offered only by a glob or name that selects it (``git__*``, ``*``).
     """
 
     slug: str = DEFAULT_SLUG
@@ -76,7 +77,11 @@ class AgentSpec:
     def select_tools(self, registry: ToolRegistry) -> ToolRegistry:
         """The tools of `registry` this agent offers to the model and lets run."""
         if self.tools is None:
-            return registry
+            # A team's MCP servers reach real systems: only an agent that names them
+            # gets them, never every session by default.
+            if not any(t.mcp_server is not None for t in registry):
+                return registry
+            return ToolRegistry(t for t in registry if t.mcp_server is None)
         return ToolRegistry(t for t in registry if self.offers(t.name))
 
     def to_dict(self) -> dict[str, Any]:

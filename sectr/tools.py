@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
-__all__ = ["Tool", "ToolArgumentError", "ToolContext", "ToolRegistry", "format_result", "tool"]
+__all__ = ["SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolRegistry", "format_result", "tool"]
 
 #: What the OpenAI API accepts as a function name.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -365,6 +365,9 @@ class Tool:
     idempotent: bool
     fn: Callable[..., Any]
     schema: dict[str, Any]
+    #: The MCP server a tool comes from (`sectr.mcp`); None for a Python tool. Agents
+    #: that name no tools (the built-in default agent) are offered no MCP tools.
+    mcp_server: str | None = None
     # Copied from the function by functools.update_wrapper, like any decorator's wrapper.
     __name__: str
     __wrapped__: Callable[..., Any]
@@ -520,6 +523,81 @@ class Tool:
         if inspect.isawaitable(result):  # a sync wrapper around a coroutine function
             result = await result
         return result
+
+
+class SchemaTool(Tool):
+    """A tool described by a JSON schema rather than a Python signature (an MCP
+    server's tool, say): `fn` is ``async fn(arguments: dict, context: ToolContext | None)``
+    and `parameters` the JSON schema of its arguments, shown to the model as given.
+
+    `validate` checks only what the schema's top level says (an object, its required
+    and, when ``additionalProperties`` is false, unknown properties, and the JSON type of
+    each property that names one); the tool's owner checks the rest.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[[dict[str, Any], ToolContext | None], Any],
+        *,
+        name: str,
+        description: str,
+        parameters: Mapping[str, Any],
+        gated: bool = False,
+        mutating: bool = False,
+        edit: bool = False,
+        idempotent: bool = False,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"a tool needs a callable, got {fn!r}")
+        if not _NAME_RE.match(name):
+            raise ValueError(f"invalid tool name {name!r}: use 1-64 letters, digits, '_' or '-'")
+        self.name = name
+        self.fn = fn
+        self.gated = gated
+        self.edit = edit
+        self.mutating = mutating or edit
+        self.idempotent = idempotent
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.description = description
+        self._params = {}
+        self._context_param = "context"
+        self._context_required = False
+        params = dict(parameters) if isinstance(parameters, Mapping) else {}
+        params.setdefault("type", "object")
+        params.setdefault("properties", {})
+        self.schema = {
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": params},
+        }
+        self.__name__ = name
+        self.__wrapped__ = fn
+
+    @property
+    def wants_context(self) -> bool:
+        return True
+
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        if not isinstance(arguments, dict):
+            raise ToolArgumentError(f"{self.name}: arguments must be a JSON object, got {_json_type_of(arguments)}")
+        params = self.parameters
+        properties = params.get("properties") or {}
+        problems = [
+            f"missing required argument {key!r}" for key in params.get("required") or () if key not in arguments
+        ]
+        if params.get("additionalProperties") is False:
+            problems += [f"unknown argument {key!r}" for key in arguments if key not in properties]
+        for key, value in arguments.items():
+            expected = (properties.get(key) or {}).get("type") if isinstance(properties.get(key), dict) else None
+            kinds = [expected] if isinstance(expected, str) else list(expected or [])
+            actual = _json_type_of(value)
+            if kinds and actual not in kinds and not (actual == "integer" and "number" in kinds):
+                problems.append(f"argument {key!r} must be {' or '.join(kinds)}, got {actual}")
+        if problems:
+            raise ToolArgumentError(f"{self.name}: " + "; ".join(problems))
+        return dict(arguments)
+
+    def bind(self, arguments: dict[str, Any], context: ToolContext | None = None) -> dict[str, Any]:
+        return {"arguments": self.validate(arguments), "context": context}
 
 
 @overload

@@ -1,0 +1,456 @@
+"""MCP (Model Context Protocol) tool servers as Sectr tools, without Django (docs/mcp.md).
+
+A `McpServer` keeps one connection to one server (a stdio command it runs, or a
+Streamable HTTP endpoint), speaks whichever protocol revision the server does (the
+stateless 2026-07-28 one or the session-based 2025-11-25 one: the `mcp` package's client
+probes `server/discover` and falls back to `initialize`), and turns the server's tools
+into `SchemaTool`s named ``<server>__<tool>``::
+
+    async with McpServer(ServerConfig(name="git", command="mcp-server-git", args=("--repository", path))) as git:
+        tools = await git.discover()
+        rt = LocalRuntime(tools=tools, agent=AgentSpec(tools=("git__*",)))
+
+Gates come from the tool's annotations (`readOnlyHint: true` runs without asking; every
+other tool asks; `destructiveHint: false` is not mutating; only `idempotentHint: true` is
+idempotent, so every other call is journaled as started before it runs). A call carries
+its idempotency key in `_meta` (``sectr/idempotency_key``). Whatever goes wrong in a call
+(`isError`, a protocol error, a timeout, a server that is unreachable or died) raises
+`McpToolError`, which the runtime turns into an error result for the model: never a failed
+run. A server that died is started again on the next call, after a backoff when it keeps
+dying.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import fnmatch
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from sectr.tools import SchemaTool, ToolContext
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+__all__ = [
+    "DEFAULT_MAX_RESULT_BYTES",
+    "IDEMPOTENCY_META_KEY",
+    "McpServer",
+    "McpToolError",
+    "cap",
+    "result_text",
+    "ServerConfig",
+    "discover_tools",
+    "gates_from_annotations",
+    "tool_name",
+]
+
+logger = logging.getLogger("sectr.mcp")
+
+DEFAULT_MAX_RESULT_BYTES = 262144
+DEFAULT_TIMEOUT_S = 60.0
+#: The `_meta` key a call's idempotency key travels under.
+IDEMPOTENCY_META_KEY = "sectr/idempotency_key"
+_NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+#: Seconds before the n-th restart in a row of a server that keeps dying (then the last).
+_BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+_CLIENT_NAME = "sectr"
+
+
+class McpToolError(RuntimeError):
+    """An MCP call that did not give a result: the message says why, for the model."""
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """One MCP server: a stdio `command` (with `args`, `env`, `cwd`) or a Streamable HTTP
+    `url` (with `headers`, secrets: never in `repr`). `tools` are globs of the server's
+    tool names to offer (None: all). `mode` is the
+    protocol choice of the `mcp` client (``auto``: whatever the server speaks)."""
+
+    name: str
+    command: str | None = None
+    args: Sequence[str] = ()
+    env: Mapping[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    #: How long starting the server and agreeing on a protocol may take.
+    connect_timeout_s: float = 30.0
+    tools: Sequence[str] | None = None
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    mode: str = "auto"
+
+    def __post_init__(self) -> None:
+        if not _SERVER_NAME.match(self.name):
+            raise ValueError(f"invalid MCP server name {self.name!r}: use 1-32 lowercase letters, digits or '-'")
+        if (self.command is None) == (self.url is None):
+            raise ValueError(f"MCP server {self.name}: give either a command (stdio) or a url (HTTP)")
+        if self.timeout_s <= 0 or self.max_result_bytes <= 0:
+            raise ValueError(f"MCP server {self.name}: timeout_s and max_result_bytes must be positive")
+        object.__setattr__(self, "args", tuple(self.args))
+        if self.tools is not None:
+            object.__setattr__(self, "tools", tuple(self.tools))
+
+    @property
+    def transport(self) -> str:
+        return "stdio" if self.command is not None else "http"
+
+    def offers(self, tool: str) -> bool:
+        return self.tools is None or any(fnmatch.fnmatchcase(tool, pattern) for pattern in self.tools)
+
+
+def tool_name(server: str, tool: str) -> str:
+    """The name the model sees: ``<server>__<tool>``, valid as an OpenAI function name.
+    A name that is too long or has other characters is shortened (or cleaned) and ends in
+    a hash of the original, so two tools never share a name and the name never changes."""
+    full = f"{server}__{tool}"
+    if _NAME_OK.match(full):
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:10]
+    clean = re.sub(r"[^A-Za-z0-9_-]", "_", full)
+    return f"{clean[: 64 - len(digest) - 1]}_{digest}"
+
+
+def gates_from_annotations(annotations: Any) -> dict[str, bool]:
+    """`Tool` flags from an MCP tool's annotations (hints: missing means the cautious side)."""
+    read_only = bool(getattr(annotations, "read_only_hint", None))
+    destructive = getattr(annotations, "destructive_hint", None)
+    return {
+        "gated": not read_only,
+        "mutating": not read_only and destructive is not False,
+        "idempotent": getattr(annotations, "idempotent_hint", None) is True,
+    }
+
+
+def _describe_block(block: Any) -> str:
+    kind = getattr(block, "type", None)
+    if kind == "text":
+        return str(block.text)
+    if kind in ("image", "audio"):
+        try:
+            size = len(base64.b64decode(block.data, validate=False))
+        except (ValueError, TypeError):
+            size = len(block.data or "")
+        return f"[{kind}: {block.mime_type}, {size} bytes]"
+    if kind == "resource_link":
+        title = getattr(block, "title", None) or block.name
+        return f"[resource: {title} <{block.uri}>]"
+    if kind == "resource":
+        resource = block.resource
+        text = getattr(resource, "text", None)
+        if text is not None:
+            return str(text)
+        return f"[resource: <{resource.uri}> ({getattr(resource, 'mime_type', None) or 'binary'})]"
+    return f"[{kind or 'unknown'} content]"
+
+
+def result_text(result: Any) -> str:
+    """The text of a `CallToolResult`: its text blocks joined, other blocks named."""
+    parts = [_describe_block(block) for block in result.content or ()]
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+    return "\n".join(parts)
+
+
+def cap(text: str, max_bytes: int) -> str:
+    """`text` cut to `max_bytes` of UTF-8, with a note saying so."""
+    data = text.encode()
+    if len(data) <= max_bytes:
+        return text
+    kept = data[:max_bytes].decode(errors="ignore")
+    return f"{kept}\n[cut: the result was {len(data)} bytes; only the first {max_bytes} are kept]"
+
+
+class _StderrLog:
+    """A pipe a stdio server writes its stderr to; each line goes to the log with the
+    server's name (never to the worker's own stderr, where it would lose its origin)."""
+
+    def __init__(self, server: str) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w")
+        self._reader = os.fdopen(read_fd, "rb")
+        self._server = server
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), self._reader)
+        try:
+            while line := await reader.readline():
+                logger.info("mcp server %s: %s", self._server, line.decode(errors="replace").rstrip())
+        finally:
+            transport.close()
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.writer.close()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._task), 1.0)
+            self._task.cancel()
+
+
+class McpServer:
+    """One connection to one MCP server, reused across calls and runs.
+
+    The connection lives in a task of its own (the `mcp` client's task group must be
+    entered and left by one task); calls from any task of the same loop use it. When the
+    server dies, the next call starts it again, waiting out a backoff when it died just
+    before; a call that would wait longer than its timeout fails at once instead.
+    """
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self._client: Client | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._closing: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._failures = 0
+        self._failed_at = 0.0
+        #: The last error, for a health display (None: the last connect worked).
+        self.last_error: str | None = None
+        #: The protocol revision the server speaks, once connected.
+        self.protocol_version: str | None = None
+
+    async def __aenter__(self) -> McpServer:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- the connection ------------------------------------------------------------------
+
+    async def _connected(self) -> Client:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self.alive and self._client is not None:
+                return self._client
+            if self._client is not None:  # it was up, and went away since
+                self._note_failure(ConnectionError("the connection closed (did the server exit?)"))
+                logger.warning("MCP server %s: connection lost; starting it again", self.config.name)
+            await self._stop()
+            if self._failures:
+                wait = _BACKOFF[min(self._failures, len(_BACKOFF) - 1)] - (time.monotonic() - self._failed_at)
+                if wait > self.config.connect_timeout_s:
+                    down = f"MCP server {self.config.name} is down (last error: {self.last_error})"
+                    raise McpToolError(f"{down}; retrying in {wait:.0f}s")
+                if wait > 0:
+                    await asyncio.sleep(wait)
+            try:
+                async with asyncio.timeout(self.config.connect_timeout_s):
+                    return await self._start()
+            except Exception as exc:
+                self._note_failure(exc)
+                await self._stop()
+                raise McpToolError(f"MCP server {self.config.name} is unreachable: {_reason(exc)}") from None
+
+    def _note_failure(self, exc: BaseException) -> None:
+        self._failures += 1
+        self._failed_at = time.monotonic()
+        self.last_error = _reason(exc)
+
+    async def _start(self) -> Client:
+        from mcp import Client, Implementation
+
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[Client] = loop.create_future()
+        closing = asyncio.Event()
+        stderr = _StderrLog(self.config.name) if self.config.command is not None else None
+
+        async def run() -> None:
+            try:
+                transport = self._transport(stderr)
+                async with Client(
+                    transport,
+                    mode=self.config.mode,
+                    client_info=Implementation(name=_CLIENT_NAME, version="1"),
+                    cache=None,  # discovery is explicit (`discover`), never a stale cached list
+                ) as client:
+                    if not ready.done():
+                        ready.set_result(client)
+                    await closing.wait()
+            except BaseException as exc:  # noqa: BLE001 - reported to whoever waits, or the next call
+                if not ready.done():
+                    ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
+                elif not closing.is_set():
+                    self._note_failure(exc)
+                    logger.warning("MCP server %s: connection lost: %s", self.config.name, _reason(exc))
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+            finally:
+                if stderr is not None:
+                    await stderr.close()
+
+        if stderr is not None:
+            stderr.start()
+        self._closing = closing
+        self._runner = loop.create_task(run(), name=f"mcp:{self.config.name}")
+        client = await ready
+        self._client = client
+        self.protocol_version = client.protocol_version
+        return client
+
+    def _transport(self, stderr: _StderrLog | None) -> Any:
+        from mcp import StdioServerParameters, stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        config = self.config
+        if config.command is not None:
+            env = None if config.env is None else {**_inherited_env(), **config.env}
+            params = StdioServerParameters(command=config.command, args=list(config.args), env=env, cwd=config.cwd)
+            assert stderr is not None
+            return stdio_client(params, errlog=stderr.writer)
+        assert config.url is not None
+        http = create_mcp_http_client(headers=dict(config.headers))
+        return streamable_http_client(config.url, http_client=http)
+
+    async def _stop(self) -> None:
+        runner, self._runner, self._client = self._runner, None, None
+        if self._closing is not None:
+            self._closing.set()
+        if runner is not None and not runner.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(runner), 5.0)
+            except Exception:
+                runner.cancel()
+                with contextlib.suppress(BaseException):
+                    await runner
+
+    async def close(self) -> None:
+        """Close the connection (stop a stdio server). A later call opens a new one."""
+        await self._stop()
+
+    @property
+    def alive(self) -> bool:
+        """Whether the connection is up (a stdio server that exited is noticed here, so the
+        next call starts it again instead of failing on the dead pipe)."""
+        client, runner = self._client, self._runner
+        if client is None or runner is None or runner.done():
+            return False
+        # The `mcp` client shows no public sign of a transport that closed under it; its
+        # dispatcher's flag is the one place that knows, read defensively.
+        dispatcher = getattr(client.session, "_dispatcher", None)
+        return not getattr(dispatcher, "_closed", False)
+
+    # --- tools -----------------------------------------------------------------------------
+
+    async def list_tools(self) -> list[Any]:
+        """The server's tools (every page of `tools/list`), as the `mcp` package's objects."""
+        client = await self._connected()
+        tools: list[Any] = []
+        cursor: str | None = None
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                for _ in range(100):  # a server whose pages never end cannot hang discovery
+                    page = await client.list_tools(cursor=cursor)
+                    tools.extend(page.tools)
+                    cursor = page.next_cursor
+                    if not cursor:
+                        break
+        except Exception as exc:
+            await self._after_error(exc)
+            raise McpToolError(f"MCP server {self.config.name}: tools/list failed: {_reason(exc)}") from None
+        self._failures = 0
+        self.last_error = None
+        return tools
+
+    async def discover(self) -> list[SchemaTool]:
+        """The server's tools its config offers, as Sectr tools bound to this connection."""
+        return [self.make_tool(t) for t in await self.list_tools() if self.config.offers(t.name)]
+
+    def make_tool(self, mcp_tool: Any) -> SchemaTool:
+        """A Sectr tool for one of the server's tools (an `mcp` Tool, or its JSON as a dict)."""
+        if isinstance(mcp_tool, Mapping):
+            from mcp import Tool as McpTool
+
+            mcp_tool = McpTool.model_validate(dict(mcp_tool))
+        remote = str(mcp_tool.name)
+        server = self
+
+        async def call(arguments: dict[str, Any], context: ToolContext | None = None) -> str:
+            key = None
+            if context is not None and context.tool_call_id is not None:
+                key = f"{context.session_id}:{context.tool_call_id}"
+            return await server.call(remote, arguments, idempotency_key=key)
+
+        description = mcp_tool.description or getattr(mcp_tool, "title", None) or remote
+        tool = SchemaTool(
+            call,
+            name=tool_name(self.config.name, remote),
+            description=str(description),
+            parameters=dict(mcp_tool.input_schema or {}),
+            **gates_from_annotations(mcp_tool.annotations),
+        )
+        tool.mcp_server = self.config.name
+        return tool
+
+    async def call(self, tool: str, arguments: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
+        """Call one of the server's tools; its text, capped. McpToolError for anything else."""
+        name = self.config.name
+        client = await self._connected()
+        meta: dict[str, Any] = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else {}
+        try:
+            async with asyncio.timeout(self.config.timeout_s):
+                result = await client.call_tool(tool, dict(arguments), meta=meta or None)  # type: ignore[arg-type]
+        except TimeoutError:
+            # A server that does not answer in time may be stuck: the next call gets a new one.
+            self._note_failure(TimeoutError(f"{tool} timed out"))
+            await self._stop()
+            raise McpToolError(f"MCP server {name}: {tool} timed out after {self.config.timeout_s:g}s") from None
+        except Exception as exc:
+            await self._after_error(exc)
+            raise McpToolError(f"MCP server {name}: {tool} failed: {_reason(exc)}") from None
+        text = cap(result_text(result), self.config.max_result_bytes)
+        if result.is_error:
+            raise McpToolError(f"MCP server {name}: {tool} reported an error: {text or '(no message)'}")
+        return text
+
+    async def _after_error(self, exc: BaseException) -> None:
+        """Keep the connection after an error the server answered; drop it otherwise."""
+        from mcp import MCPError
+        from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT
+
+        if isinstance(exc, MCPError) and exc.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT) and self.alive:
+            return
+        self._note_failure(exc)
+        await self._stop()
+
+
+def _inherited_env() -> dict[str, str]:
+    # What a stdio server needs to start at all (PATH, HOME, the locale); the `mcp`
+    # package's own default list, so a configured `env` adds to it rather than replacing it.
+    from mcp.client.stdio import get_default_environment
+
+    return get_default_environment()
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        inner = exc.exceptions[0] if exc.exceptions else exc
+        return _reason(inner)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+async def discover_tools(config: ServerConfig) -> list[SchemaTool]:
+    """Connect to a server and return its tools. The connection stays open for their calls
+    as long as the process runs; to close it, use `McpServer` (``async with``) instead."""
+    return await McpServer(config).discover()

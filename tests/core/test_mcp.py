@@ -1,0 +1,353 @@
+"""MCP tool servers as Sectr tools (`sectr.mcp`), against servers nobody on the project
+wrote: `mcp-server-time` and `mcp-server-git` from PyPI (Python, the stateless protocol
+revision, stdio) and `@modelcontextprotocol/server-everything` from npm (TypeScript, the
+session-based revision, stdio and Streamable HTTP; scripts/setup.sh installs it)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sectr import LocalRuntime
+from sectr.agents import DEFAULT_AGENT, AgentSpec
+from sectr.events import EventType
+from sectr.mcp import McpServer, McpToolError, ServerConfig, cap, tool_name
+from sectr.tools import SchemaTool, ToolRegistry
+
+from .conftest import ScriptedProvider, call, of_type, say
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+EVERYTHING = ROOT / "var" / "mcp-npm" / "node_modules" / ".bin" / "mcp-server-everything"
+
+
+def _bin(name: str) -> str:
+    path = BIN / name
+    assert path.exists(), f"{name} is not installed: run scripts/setup.sh (requirements.txt pins it)"
+    return str(path)
+
+
+def _everything() -> str:
+    assert EVERYTHING.exists(), "server-everything is not installed: run scripts/setup.sh (it needs npm)"
+    return str(EVERYTHING)
+
+
+@pytest.fixture
+async def time_server() -> AsyncIterator[McpServer]:
+    async with McpServer(ServerConfig(name="time", command=_bin("mcp-server-time"), timeout_s=20)) as server:
+        yield server
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    path = tmp_path / "repo"
+    path.mkdir()
+    git = ["git", "-C", str(path), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run(["git", "init", "-q", str(path)], check=True)
+    (path / "a.txt").write_text("one\n")
+    subprocess.run([*git, "add", "a.txt"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "first"], check=True)
+    (path / "b.txt").write_text("two\n")
+    subprocess.run([*git, "add", "b.txt"], check=True)  # staged, for the model's commit
+    return path
+
+
+@pytest.fixture
+async def git_server(repo: Path) -> AsyncIterator[McpServer]:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t"}
+    env["GIT_COMMITTER_EMAIL"] = "t@example.org"
+    config = ServerConfig(name="git", command=_bin("mcp-server-git"), args=("--repository", str(repo)), env=env)
+    async with McpServer(config) as server:
+        yield server
+
+
+def commits(repo: Path) -> list[str]:
+    out = subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], check=True, capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def one_call(name: str, arguments: str) -> ScriptedProvider:
+    """A model that calls one tool, then answers with the text of the result it got."""
+
+    def script(request: Any, n: int) -> list[Any]:
+        if n == 1:
+            return call(name, arguments, call_id="c1")
+        return say("done: " + str(request.messages[-1].get("content", "")))
+
+    return ScriptedProvider(script)
+
+
+def result_of(rt: LocalRuntime, sid: str) -> dict[str, Any]:
+    (result,) = of_type(rt.journal.read(sid), EventType.TOOL_RESULT)
+    return dict(result.payload)
+
+
+def server_pids() -> Iterator[int]:
+    """This process's children: the stdio servers it started."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == os.getpid():
+                yield int(entry)
+
+
+# ---- names and discovery ----
+
+
+def test_tool_names_are_openai_function_names_and_stable() -> None:
+    assert tool_name("git", "git_commit") == "git__git_commit"
+    long = tool_name("srv", "x" * 80)
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", long) and long == tool_name("srv", "x" * 80)
+    assert long != tool_name("srv", "x" * 79)
+    dotted = tool_name("srv", "files.read")
+    assert re.fullmatch(r"[A-Za-z0-9_-]{1,64}", dotted) and dotted != tool_name("srv", "files_read")
+
+
+async def test_discovery_names_the_tools_server__tool_with_their_schemas_and_gates(
+    time_server: McpServer, git_server: McpServer
+) -> None:
+    time_tools = {t.name: t for t in await time_server.discover()}
+    assert set(time_tools) == {"time__get_current_time", "time__convert_time"}
+    raw = {t.name: t for t in await time_server.list_tools()}
+    current = time_tools["time__get_current_time"]
+    assert current.parameters == raw["get_current_time"].input_schema  # passed through as the server gives it
+    assert current.schema["function"]["description"] == raw["get_current_time"].description
+    assert (current.gated, current.mutating, current.idempotent) == (False, False, True)  # readOnlyHint
+    assert current.mcp_server == "time"
+    assert time_server.protocol_version == "2026-07-28"  # the Python servers' stateless revision
+
+    git_tools = {t.name: t for t in await git_server.discover()}
+    commit, reset = git_tools["git__git_commit"], git_tools["git__git_reset"]
+    assert (commit.gated, commit.mutating, commit.idempotent) == (True, False, False)  # destructiveHint false
+    assert (reset.gated, reset.mutating) == (True, True)  # destructive
+    assert not git_tools["git__git_status"].gated
+
+
+async def test_a_servers_tool_globs_limit_what_it_offers(repo: Path) -> None:
+    config = ServerConfig(
+        name="git", command=_bin("mcp-server-git"), args=("--repository", str(repo)), tools=("git_s*",)
+    )
+    async with McpServer(config) as server:
+        assert sorted(t.name for t in await server.discover()) == ["git__git_show", "git__git_status"]
+
+
+def test_the_default_agent_is_offered_no_mcp_tools_and_a_glob_selects_them() -> None:
+    async def fn(arguments: dict[str, Any], context: Any = None) -> str:
+        return "x"
+
+    mcp_tool = SchemaTool(fn, name="git__git_status", description="status", parameters={"type": "object"})
+    mcp_tool.mcp_server = "git"
+    plain = SchemaTool(fn, name="plain", description="plain", parameters={"type": "object"})
+    registry = ToolRegistry([plain, mcp_tool])
+    assert DEFAULT_AGENT.select_tools(registry).names() == ["plain"]
+    assert AgentSpec(tools=("git__*",)).select_tools(registry).names() == ["git__git_status"]
+    assert AgentSpec(tools=("*",)).select_tools(registry).names() == ["plain", "git__git_status"]
+
+
+async def test_the_default_agents_model_is_not_offered_a_servers_tools(time_server: McpServer) -> None:
+    provider = ScriptedProvider(lambda request, n: say("hi"))
+    rt = LocalRuntime(tools=await time_server.discover(), provider=provider)
+    await rt.send(await rt.create_session(), "hello")
+    offered = {t["function"]["name"] for t in provider.requests[0].tools or []}
+    assert offered and not any(name.startswith("time__") for name in offered)
+
+
+# ---- calls through a run ----
+
+
+async def test_a_read_only_tool_runs_without_asking(time_server: McpServer) -> None:
+    provider = one_call("time__get_current_time", '{"timezone": "Europe/Paris"}')
+    rt = LocalRuntime(tools=await time_server.discover(), provider=provider, agent=AgentSpec(tools=("time__*",)))
+    sid = await rt.create_session()
+    done = await rt.send(sid, "what time is it in Paris?")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    result = result_of(rt, sid)
+    assert not result.get("is_error") and '"timezone": "Europe/Paris"' in result["content"]
+    assert not of_type(rt.journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert not of_type(rt.journal.read(sid), EventType.TOOL_STARTED)  # idempotent: no start to journal
+
+
+async def test_git_commit_asks_and_runs_only_after_approval(git_server: McpServer, repo: Path) -> None:
+    provider = one_call("git__git_commit", json.dumps({"repo_path": str(repo), "message": "approved"}))
+    rt = LocalRuntime(tools=await git_server.discover(), provider=provider, agent=AgentSpec(tools=("git__*",)))
+    sid = await rt.create_session()
+    suspended = await rt.send(sid, "commit the staged file")
+    assert suspended.type is EventType.INVOCATION_SUSPENDED
+    assert commits(repo) == ["first"]  # nothing ran while it waited
+    done = await rt.decide(sid, suspended.payload["ask_id"], "allow_once", approver="bob")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    assert commits(repo) == ["approved", "first"]
+    assert not result_of(rt, sid).get("is_error")
+    # Not idempotent: journaled as started before it ran, so a crash cannot re-run it.
+    assert of_type(rt.journal.read(sid), EventType.TOOL_STARTED)
+
+
+async def test_git_commit_does_not_run_after_a_denial(git_server: McpServer, repo: Path) -> None:
+    provider = one_call("git__git_commit", json.dumps({"repo_path": str(repo), "message": "denied"}))
+    rt = LocalRuntime(tools=await git_server.discover(), provider=provider, agent=AgentSpec(tools=("git__*",)))
+    sid = await rt.create_session()
+    suspended = await rt.send(sid, "commit the staged file")
+    await rt.decide(sid, suspended.payload["ask_id"], "deny", approver="bob")
+    assert commits(repo) == ["first"]
+    assert result_of(rt, sid)["content"].startswith("denied")
+
+
+async def test_a_servers_error_is_an_error_result_and_the_run_ends_normally(time_server: McpServer) -> None:
+    provider = one_call("time__get_current_time", '{"timezone": "Nowhere/Atlantis"}')
+    rt = LocalRuntime(tools=await time_server.discover(), provider=provider, agent=AgentSpec(tools=("time__*",)))
+    sid = await rt.create_session()
+    done = await rt.send(sid, "time in Atlantis?")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    result = result_of(rt, sid)
+    assert result.get("is_error")
+    assert "MCP server time: get_current_time reported an error" in result["content"]
+    assert "Nowhere/Atlantis" in result["content"]
+
+
+async def test_a_protocol_error_is_an_error_result(time_server: McpServer) -> None:
+    gone = time_server.make_tool(
+        {"name": "vanished", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    )
+    provider = one_call("time__vanished", "{}")
+    rt = LocalRuntime(tools=[gone], provider=provider, agent=AgentSpec(tools=("time__*",)))
+    sid = await rt.create_session()
+    done = await rt.send(sid, "call it")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    result = result_of(rt, sid)
+    assert result.get("is_error") and "vanished failed" in result["content"] and "Unknown tool" in result["content"]
+    # The server answered: the connection is kept.
+    assert time_server.alive
+
+
+async def test_an_unreachable_server_is_an_error_result(tmp_path: Path) -> None:
+    server = McpServer(ServerConfig(name="gone", command=str(tmp_path / "no-such-server"), connect_timeout_s=5))
+    tool = server.make_tool(
+        {"name": "anything", "inputSchema": {"type": "object"}, "annotations": {"readOnlyHint": True}}
+    )
+    rt = LocalRuntime(tools=[tool], provider=one_call("gone__anything", "{}"), agent=AgentSpec(tools=("gone__*",)))
+    sid = await rt.create_session()
+    done = await rt.send(sid, "call it")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    result = result_of(rt, sid)
+    assert result.get("is_error") and "MCP server gone is unreachable" in result["content"]
+    assert server.last_error
+    await server.close()
+
+
+async def test_a_crashed_stdio_server_is_started_again_for_the_next_call(time_server: McpServer) -> None:
+    assert "UTC" in await time_server.call("get_current_time", {"timezone": "UTC"})
+    (pid,) = list(server_pids())
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(100):  # the client notices the closed pipe
+        if not time_server.alive:
+            break
+        await asyncio.sleep(0.05)
+    assert "UTC" in await time_server.call("get_current_time", {"timezone": "UTC"})
+    (new_pid,) = list(server_pids())
+    assert new_pid != pid
+    assert time_server.last_error and "closed" in time_server.last_error
+
+
+async def test_a_result_over_the_cap_is_cut_with_a_note() -> None:
+    config = ServerConfig(name="time", command=_bin("mcp-server-time"), max_result_bytes=20)
+    async with McpServer(config) as server:
+        text = await server.call("get_current_time", {"timezone": "UTC"})
+    kept, note = text.split("\n[cut: ", 1)
+    assert len(kept.encode()) <= 20 and note.startswith("the result was ")
+    assert cap("é" * 10, 5).startswith("éé\n[cut: the result was 20 bytes")  # never half a character
+
+
+def test_a_server_config_is_either_a_command_or_a_url_and_hides_its_headers() -> None:
+    with pytest.raises(ValueError):
+        ServerConfig(name="x")
+    with pytest.raises(ValueError):
+        ServerConfig(name="x", command="a", url="http://b")
+    with pytest.raises(ValueError):
+        ServerConfig(name="Not A Slug", command="a")
+    assert "s3cret" not in repr(ServerConfig(name="x", url="https://h/mcp", headers={"Authorization": "s3cret"}))
+
+
+# ---- the session-based revision (TypeScript SDK 1.x), over stdio and Streamable HTTP ----
+
+
+async def test_the_session_based_revision_over_stdio_with_images_named_and_timeouts() -> None:
+    config = ServerConfig(name="every", command=_everything(), timeout_s=1.5)
+    async with McpServer(config) as server:
+        tools = {t.name: t for t in await server.discover()}
+        assert server.protocol_version == "2025-11-25"
+        assert {"every__echo", "every__get-tiny-image", "every__trigger-long-running-operation"} <= set(tools)
+        assert await server.call("echo", {"message": "hi"}) == "Echo: hi"
+        image = await server.call("get-tiny-image", {})
+        assert re.search(r"\[image: image/png, \d+ bytes\]", image)
+
+        rt = LocalRuntime(
+            tools=tools.values(),
+            provider=one_call("every__trigger-long-running-operation", '{"duration": 10, "steps": 2}'),
+            agent=AgentSpec(tools=("every__*",)),
+        )
+        sid = await rt.create_session()
+        done = await rt.send(sid, "run the long one")
+        assert done.type is EventType.INVOCATION_COMPLETED
+        result = result_of(rt, sid)
+        assert result.get("is_error") and "timed out after 1.5s" in result["content"]
+        # A server that did not answer in time is replaced: the next call works.
+        assert await server.call("echo", {"message": "again"}) == "Echo: again"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def everything_http() -> AsyncIterator[str]:
+    port = _free_port()
+    proc = await asyncio.create_subprocess_exec(
+        _everything(),
+        "streamableHttp",
+        env={**os.environ, "PORT": str(port)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_streamable_http_with_the_session_based_revision(everything_http: str) -> None:
+    config = ServerConfig(name="every", url=everything_http, headers={"X-Test": "1"})
+    async with McpServer(config) as server:
+        names = {t.name for t in await server.discover()}
+        assert "every__echo" in names and server.protocol_version == "2025-11-25"
+        assert await server.call("echo", {"message": "over http"}) == "Echo: over http"
+
+
+async def test_an_http_server_that_is_not_there_is_an_error() -> None:
+    config = ServerConfig(name="nobody", url=f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout_s=5)
+    async with McpServer(config) as server:
+        with pytest.raises(McpToolError, match="MCP server nobody is unreachable"):
+            await server.call("echo", {"message": "x"})
