@@ -351,3 +351,23 @@ async def test_an_http_server_that_is_not_there_is_an_error() -> None:
     async with McpServer(config) as server:
         with pytest.raises(McpToolError, match="MCP server nobody is unreachable"):
             await server.call("echo", {"message": "x"})
+
+
+# ---- what a call carries ----
+
+
+async def test_a_call_carries_its_idempotency_key_in_meta() -> None:
+    script = str(Path(__file__).with_name("mcp_meta_server.py"))
+    async with McpServer(ServerConfig(name="meta", command=sys.executable, args=(script,))) as server:
+        rt = LocalRuntime(
+            tools=await server.discover(),
+            provider=one_call("meta__show_meta", "{}"),
+            agent=AgentSpec(tools=("meta__*",)),
+        )
+        sid = await rt.create_session()
+        await rt.send(sid, "show the meta")
+        meta = json.loads(result_of(rt, sid)["content"])
+    assert meta["sectr/idempotency_key"] == f"{sid}:c1"
+    # The stateless revision: version and client identity travel in each request's _meta.
+    assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
+    assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "sectr"

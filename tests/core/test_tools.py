@@ -18,7 +18,7 @@ import pytest
 from sectr.builtin_tools import BUILTIN_TOOLS, calculator, delete_note, get_time, write_note
 from sectr.events import Envelope, EventType
 from sectr.state import project
-from sectr.tools import Tool, ToolArgumentError, ToolContext, ToolRegistry, format_result, tool
+from sectr.tools import SchemaTool, Tool, ToolArgumentError, ToolContext, ToolRegistry, format_result, tool
 
 
 class Color(enum.Enum):
@@ -771,3 +771,40 @@ def test_builtin_tools_and_flags() -> None:
     assert registry.names() == ["get_time", "calculator", "write_note", "delete_note"]
     assert _params(write_note)["required"] == ["title", "body"]
     assert list(_params(delete_note)["properties"]) == ["title"]
+
+
+# ---- tools described by a JSON schema (MCP servers' tools) ----
+
+
+async def test_a_schema_tool_shows_its_schema_as_given_and_checks_the_top_level() -> None:
+    seen: list[tuple[dict[str, Any], ToolContext | None]] = []
+
+    async def remote(arguments: dict[str, Any], context: ToolContext | None = None) -> str:
+        seen.append((arguments, context))
+        return "ok"
+
+    parameters = {
+        "type": "object",
+        "properties": {"path": {"type": "string", "minLength": 1}, "depth": {"type": ["integer", "null"]}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    schema_tool = SchemaTool(remote, name="fs__read", description="Read a file.", parameters=parameters, gated=True)
+    assert schema_tool.schema == {
+        "type": "function",
+        "function": {"name": "fs__read", "description": "Read a file.", "parameters": parameters},
+    }
+    assert (schema_tool.gated, schema_tool.mutating, schema_tool.idempotent) == (True, False, False)
+    context = ToolContext("s1", tool_call_id="c1")
+    assert await schema_tool.run({"path": "a", "depth": None}, context) == "ok"
+    assert seen == [({"path": "a", "depth": None}, context)]
+    with pytest.raises(ToolArgumentError) as problem:
+        schema_tool.validate({"depth": "deep", "mode": "x"})
+    assert str(problem.value) == (
+        "fs__read: missing required argument 'path'; unknown argument 'mode';"
+        " argument 'depth' must be integer or null, got string"
+    )
+    with pytest.raises(ToolArgumentError):
+        schema_tool.validate([])  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        SchemaTool(remote, name="fs.read", description="", parameters=parameters)
