@@ -24,7 +24,7 @@ from sectr.journal import MemoryJournal, NewEvent
 from sectr.providers import default_model_from_env
 from sectr.providers.base import Provider
 from sectr.rules import Policy, Rule
-from sectr.runtime import BudgetSource, Handler, Runtime
+from sectr.runtime import BudgetSource, Handler, Runtime, ToolSource
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolRegistry
 
@@ -40,6 +40,7 @@ class LocalRuntime:
         agent: AgentSpec | None = None,
         handlers: Mapping[str, Handler] | None = None,
         budget: BudgetSource | None = None,
+        extra_tools: ToolSource | None = None,
     ) -> None:
         self.journal = journal or MemoryJournal()
         #: The agent every session of this runtime runs with (its instructions, model,
@@ -54,6 +55,7 @@ class LocalRuntime:
             agent=agent,
             handlers=handlers,
             budget=budget,
+            extra_tools=extra_tools,
         )
         self._controls: dict[str, RunControl] = {}
         self._locks: dict[str, asyncio.Lock] = {}

@@ -53,6 +53,9 @@ PolicySource = Callable[[str], Awaitable[Policy]]
 #: The agent version a session is pinned to (`SessionState.agent`), as an invocation
 #: starts. Versions never change, so the Django worker's keeps them in memory once read.
 AgentSource = Callable[[SessionState], Awaitable[AgentSpec]]
+#: The tools a session gets beside the runtime's own (its team's MCP servers' tools, in
+#: the Django worker), asked as each invocation starts.
+ToolSource = Callable[[SessionState], Awaitable[Iterable[Tool]]]
 #: Whether the session's team has spent its budget (the Django worker's answers from a
 #: figure it keeps for a few seconds). Asked as each invocation starts and before each
 #: model step of the default handler.
@@ -82,6 +85,7 @@ class Runtime:
         agent: AgentSource | AgentSpec | None = None,
         handlers: Mapping[str, Handler] | None = None,
         budget: BudgetSource | None = None,
+        extra_tools: ToolSource | None = None,
     ) -> None:
         from sectr.agent import default_handler
 
@@ -100,6 +104,7 @@ class Runtime:
         self.handlers: dict[str, Handler] = dict(handlers or {})
         self._budget_source = budget
         self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
+        self._tool_source = extra_tools
         self.provider = provider or provider_from_env()
 
     async def folded_messages(self, session_id: str) -> list[dict[str, Any]]:
@@ -123,6 +128,7 @@ class Runtime:
         # whatever the journal's `state()` returns (a live object, a fresh row...).
         state = journal_state.copy()
         agent = await self.agent_for(state)
+        tools = await self.tools_for(state)
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:
@@ -136,7 +142,7 @@ class Runtime:
             transcript=transcript,
             state=state,
             writer=writer,
-            tools=self.tools,
+            tools=tools,
             provider=self.provider,
             model_info=self.provider.model_info(state.model),
             control=control,
@@ -151,6 +157,16 @@ class Runtime:
         if self._policy_source is None:
             return self._policy
         return await self._policy_source(session_id)
+
+    async def tools_for(self, state: SessionState) -> ToolRegistry:
+        """The tools an invocation of this session knows: the runtime's, plus those its
+        `extra_tools` source gives this session (a name the runtime has is not replaced)."""
+        if self._tool_source is None:
+            return self.tools
+        extra = [t for t in await self._tool_source(state) if t.name not in self.tools]
+        if not extra:
+            return self.tools
+        return ToolRegistry([*self.tools, *extra])
 
     async def agent_for(self, state: SessionState) -> AgentSpec:
         """The agent version an invocation of this session runs with."""

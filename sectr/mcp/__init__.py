@@ -44,10 +44,12 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_RESULT_BYTES",
     "IDEMPOTENCY_META_KEY",
+    "McpPool",
     "McpServer",
     "McpToolError",
     "cap",
     "result_text",
+    "server_configs_from_json",
     "ServerConfig",
     "discover_tools",
     "gates_from_annotations",
@@ -448,6 +450,108 @@ def _reason(exc: BaseException) -> str:
         return _reason(inner)
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class McpPool:
+    """The MCP connections of one process (a worker): one `McpServer` per key (a team's
+    server, an installation's stdio server), reused across runs, its tools discovered once
+    and kept until `refresh`, all closed by `close` (when the worker drains).
+
+    A server that cannot be reached while its tools were never discovered offers no tools
+    (its `last_error` says why); once discovered, its tools stay, and a call to a server
+    that died meanwhile is an error result while the connection is started again.
+    """
+
+    def __init__(self) -> None:
+        self._servers: dict[str, McpServer] = {}
+        self._tools: dict[str, list[SchemaTool]] = {}
+        self._discovering: dict[str, asyncio.Task[list[SchemaTool]]] = {}
+
+    def server(self, key: str, config: ServerConfig) -> McpServer:
+        """The connection for `key`; a changed config replaces it (the old one is closed)."""
+        current = self._servers.get(key)
+        if current is not None and current.config == config:
+            return current
+        if current is not None:
+            self._tools.pop(key, None)
+            asyncio.get_running_loop().create_task(current.close())
+        server = self._servers[key] = McpServer(config)
+        return server
+
+    async def tools(self, key: str, config: ServerConfig) -> list[SchemaTool]:
+        """The server's tools (discovered on first use; concurrent callers share one
+        discovery). [] when it cannot be reached and has never been."""
+        server = self.server(key, config)
+        if key in self._tools and self._servers.get(key) is server:
+            return self._tools[key]
+        task = self._discovering.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(server.discover())
+            self._discovering[key] = task
+        try:
+            tools = await asyncio.shield(task)
+        except McpToolError as exc:
+            logger.warning("%s", exc)
+            return []
+        finally:
+            if task.done() and self._discovering.get(key) is task:
+                del self._discovering[key]
+        if self._servers.get(key) is server:
+            self._tools[key] = tools
+        return tools
+
+    def refresh(self, key: str) -> None:
+        """Forget the tools of `key`: the next `tools` call discovers them again."""
+        self._tools.pop(key, None)
+
+    def status(self, key: str) -> dict[str, Any]:
+        """What a health display shows of `key`: up or not, its protocol and last error."""
+        server = self._servers.get(key)
+        if server is None:
+            return {"connected": False, "protocol_version": None, "last_error": None}
+        return {"connected": server.alive, "protocol_version": server.protocol_version, "last_error": server.last_error}
+
+    async def close(self) -> None:
+        servers, self._servers, self._tools = list(self._servers.values()), {}, {}
+        await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
+
+
+def server_configs_from_json(data: Any, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> dict[str, ServerConfig]:
+    """Stdio servers from an operator's file: ``{name: {command, args?, env?, cwd?}}``.
+    ValueError naming the first entry that is not one."""
+    if not isinstance(data, dict):
+        raise ValueError("MCP servers: expected a JSON object of name -> {command, args, env, cwd}")
+    configs: dict[str, ServerConfig] = {}
+    for name, entry in data.items():
+        if not isinstance(entry, dict) or not isinstance(entry.get("command"), str) or not entry["command"]:
+            raise ValueError(f"MCP server {name!r}: needs a command (a string)")
+        unknown = set(entry) - {"command", "args", "env", "cwd", "timeout_s", "tools"}
+        if unknown:
+            raise ValueError(f"MCP server {name!r}: unknown keys {sorted(unknown)}")
+        args, env, cwd = entry.get("args", []), entry.get("env"), entry.get("cwd")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError(f"MCP server {name!r}: args must be a list of strings")
+        if env is not None and not (isinstance(env, dict) and all(isinstance(v, str) for v in env.values())):
+            raise ValueError(f"MCP server {name!r}: env must map names to strings")
+        if cwd is not None and not isinstance(cwd, str):
+            raise ValueError(f"MCP server {name!r}: cwd must be a string")
+        tools = entry.get("tools")
+        if tools is not None and not (isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+            raise ValueError(f"MCP server {name!r}: tools must be a list of globs")
+        timeout = entry.get("timeout_s", DEFAULT_TIMEOUT_S)
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise ValueError(f"MCP server {name!r}: timeout_s must be a number")
+        configs[name] = ServerConfig(
+            name=str(name),
+            command=entry["command"],
+            args=args,
+            env=env,
+            cwd=cwd,
+            timeout_s=float(timeout),
+            tools=tools,
+            max_result_bytes=max_result_bytes,
+        )
+    return configs
 
 
 async def discover_tools(config: ServerConfig) -> list[SchemaTool]:

@@ -22,7 +22,7 @@ import pytest
 from sectr import LocalRuntime
 from sectr.agents import DEFAULT_AGENT, AgentSpec
 from sectr.events import EventType
-from sectr.mcp import McpServer, McpToolError, ServerConfig, cap, tool_name
+from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, cap, server_configs_from_json, tool_name
 from sectr.tools import SchemaTool, ToolRegistry
 
 from .conftest import ScriptedProvider, call, of_type, say
@@ -371,3 +371,69 @@ async def test_a_call_carries_its_idempotency_key_in_meta() -> None:
     # The stateless revision: version and client identity travel in each request's _meta.
     assert meta["io.modelcontextprotocol/protocolVersion"] == "2026-07-28"
     assert meta["io.modelcontextprotocol/clientInfo"]["name"] == "sectr"
+
+
+# ---- a process's connections (a worker's pool) and a session's tools ----
+
+
+async def test_a_pool_keeps_one_connection_per_server_and_its_discovery() -> None:
+    pool = McpPool()
+    config = ServerConfig(name="time", command=_bin("mcp-server-time"))
+    first, second = await asyncio.gather(pool.tools("team1:time", config), pool.tools("team1:time", config))
+    assert first is second and {t.name for t in first} == {"time__get_current_time", "time__convert_time"}
+    assert await pool.tools("team1:time", config) is first
+    assert len(list(server_pids())) == 1
+    assert "UTC" in await first[0].run({"timezone": "UTC"})
+    assert pool.status("team1:time") == {"connected": True, "protocol_version": "2026-07-28", "last_error": None}
+    pool.refresh("team1:time")
+    assert await pool.tools("team1:time", config) is not first
+    await pool.close()
+    assert list(server_pids()) == []
+
+
+async def test_a_pool_offers_no_tools_of_a_server_it_cannot_reach(tmp_path: Path) -> None:
+    pool = McpPool()
+    config = ServerConfig(name="gone", command=str(tmp_path / "missing"), connect_timeout_s=5)
+    assert await pool.tools("gone", config) == []
+    assert pool.status("gone")["last_error"]
+    await pool.close()
+
+
+async def test_a_runtimes_tool_source_adds_a_sessions_mcp_tools() -> None:
+    pool = McpPool()
+    config = ServerConfig(name="time", command=_bin("mcp-server-time"))
+    sessions_seen: list[str] = []
+
+    async def team_tools(state: Any) -> list[Any]:
+        sessions_seen.append(state.session_id)
+        return list(await pool.tools("time", config))
+
+    rt = LocalRuntime(
+        provider=one_call("time__get_current_time", '{"timezone": "UTC"}'),
+        agent=AgentSpec(tools=("get_time", "time__*")),
+        extra_tools=team_tools,
+    )
+    assert "time__get_current_time" not in rt.runtime.tools  # the process's registry is untouched
+    sid = await rt.create_session()
+    assert (await rt.send(sid, "time?")).type is EventType.INVOCATION_COMPLETED
+    assert sessions_seen == [sid]
+    assert '"timezone": "UTC"' in result_of(rt, sid)["content"]
+    await pool.close()
+
+
+def test_an_operators_servers_file_is_checked_entry_by_entry() -> None:
+    configs = server_configs_from_json(
+        {"git": {"command": "mcp-server-git", "args": ["--repository", "/srv/repo"], "env": {"A": "b"}, "cwd": "/srv"}},
+        max_result_bytes=1000,
+    )
+    assert configs["git"].args == ("--repository", "/srv/repo") and configs["git"].max_result_bytes == 1000
+    for bad, message in [
+        ([], "expected a JSON object"),
+        ({"git": {"args": []}}, "'git': needs a command"),
+        ({"git": {"command": "x", "args": "--all"}}, "args must be a list of strings"),
+        ({"git": {"command": "x", "env": {"A": 1}}}, "env must map names to strings"),
+        ({"git": {"command": "x", "shell": True}}, "unknown keys"),
+        ({"Not Slug": {"command": "x"}}, "invalid MCP server name"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            server_configs_from_json(bad)
