@@ -435,7 +435,10 @@ class SessionContext:
         cut off, the approval gate. Raises LookupError and ApprovalRequired; a refusal or
         a denial comes back as an error content to journal (and, for a denial, raise)."""
         tool = self._offered_tool(name)  # LookupError for an unknown or unoffered tool
-        if self.mode == "plan" and tool.mutating:
+        # An MCP tool runs in plan mode only when its server says it only reads
+        # (`readOnlyHint`, which is what leaves it ungated): "not destructive" is not
+        # "changes nothing".
+        if self.mode == "plan" and (tool.mutating or (tool.mcp_server is not None and tool.gated)):
             refusal = f"refused: {name} changes things and this session is in plan mode (read-only tools only)"
             return _Admission(call_id, content=refusal)
         if call_id is not None and not tool.idempotent and self._interrupted(call_id):

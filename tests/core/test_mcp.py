@@ -437,3 +437,21 @@ def test_an_operators_servers_file_is_checked_entry_by_entry() -> None:
     ]:
         with pytest.raises(ValueError, match=message):
             server_configs_from_json(bad)
+
+
+async def test_plan_mode_refuses_an_mcp_tool_that_is_not_read_only(git_server: McpServer, repo: Path) -> None:
+    provider = one_call("git__git_commit", json.dumps({"repo_path": str(repo), "message": "in plan"}))
+    rt = LocalRuntime(tools=await git_server.discover(), provider=provider, agent=AgentSpec(tools=("git__*",)))
+    sid = await rt.create_session(mode="plan")
+    done = await rt.send(sid, "commit")
+    assert done.type is EventType.INVOCATION_COMPLETED
+    assert result_of(rt, sid)["content"].startswith("refused: git__git_commit changes things")
+    assert commits(repo) == ["first"]
+
+
+async def test_plan_mode_runs_a_read_only_mcp_tool(time_server: McpServer) -> None:
+    provider = one_call("time__get_current_time", '{"timezone": "UTC"}')
+    rt = LocalRuntime(tools=await time_server.discover(), provider=provider, agent=AgentSpec(tools=("time__*",)))
+    sid = await rt.create_session(mode="plan")
+    await rt.send(sid, "time?")
+    assert '"timezone": "UTC"' in result_of(rt, sid)["content"]
