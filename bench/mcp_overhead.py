@@ -1,0 +1,104 @@
+"""What Sectr adds to an MCP tool call. Run: .venv/bin/python bench/mcp_overhead.py [N]
+
+`mcp-server-time` (stdio) answers `get_current_time` N times (default 300) three ways:
+(a) directly with the `mcp` package's own client (the server's time plus the protocol),
+(b) through `sectr.mcp.McpServer.call` (Sectr's client layer: the connection check, the
+    timeout, the result's text and cap), and
+(c) as a tool call inside a run of `LocalRuntime` (the in-memory journal, the offline demo
+    model's `!tool`, the agent's selection, the journaled call and result), timed from
+    the send to the run's end, minus the same run calling the built-in `get_time`
+    instead, so the model and journal cost of a run with one tool call is taken out.
+Prints p50/p99 of each and the p50 differences: the overhead Sectr adds. Run it on an
+idle machine: under load the differences drown in the noise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from mcp import Client, StdioServerParameters  # noqa: E402
+
+import sectr  # noqa: E402
+from sectr.agents import AgentSpec  # noqa: E402
+from sectr.mcp import McpServer, ServerConfig  # noqa: E402
+from sectr.providers import DemoProvider  # noqa: E402
+
+SERVER = str(Path(sys.executable).parent / "mcp-server-time")
+ARGS = {"timezone": "UTC"}
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def show(label: str, values: list[float]) -> None:
+    print(f"{label:<48} p50 {pct(values, 0.5):7.3f} ms   p99 {pct(values, 0.99):7.3f} ms")
+
+
+async def direct(n: int) -> list[float]:
+    times = []
+    async with Client(StdioServerParameters(command=SERVER), cache=None) as client:
+        await client.call_tool("get_current_time", ARGS)
+        for _ in range(n):
+            start = time.perf_counter()
+            await client.call_tool("get_current_time", ARGS)
+            times.append(time.perf_counter() - start)
+    return times
+
+
+async def through_client(n: int) -> list[float]:
+    times = []
+    async with McpServer(ServerConfig(name="time", command=SERVER)) as server:
+        await server.call("get_current_time", ARGS)
+        for _ in range(n):
+            start = time.perf_counter()
+            await server.call("get_current_time", ARGS)
+            times.append(time.perf_counter() - start)
+    return times
+
+
+async def through_runs(n: int) -> tuple[list[float], list[float]]:
+    async with McpServer(ServerConfig(name="time", command=SERVER)) as server:
+        rt = sectr.LocalRuntime(
+            tools=await server.discover(),
+            provider=DemoProvider(delay=0),
+            agent=AgentSpec(tools=("get_time", "time__*")),
+        )
+        mcp_times, builtin_times = [], []
+        for i in range(n + 1):
+            sid = await rt.create_session()
+            start = time.perf_counter()
+            await rt.send(sid, '!tool time__get_current_time {"timezone": "UTC"}')
+            elapsed = time.perf_counter() - start
+            sid = await rt.create_session()
+            start = time.perf_counter()
+            await rt.send(sid, "!tool get_time {}")
+            if i:  # the first of each warms up
+                mcp_times.append(elapsed)
+                builtin_times.append(time.perf_counter() - start)
+    return mcp_times, builtin_times
+
+
+async def main(n: int) -> None:
+    a = await direct(n)
+    b = await through_client(n)
+    runs, builtin = await through_runs(n)
+    show("(a) mcp client, directly", a)
+    show("(b) sectr.mcp McpServer.call", b)
+    show("(c) run with the MCP call", runs)
+    show("    run with the built-in get_time", builtin)
+    base = statistics.median(a)
+    print(f"Sectr's client layer, p50 (b) - (a): {(statistics.median(b) - base) * 1000:+.3f} ms")
+    run_cost = statistics.median(runs) - statistics.median(builtin)
+    print(f"a run's MCP call, p50 ((c) - built-in run) - (a): {(run_cost - base) * 1000:+.3f} ms")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 300))
