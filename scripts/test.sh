@@ -27,6 +27,8 @@ pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e 
   "$PY" -m pytest "$@"
 }
 
+echo "== MCP test servers (npm)"; bash scripts/ensure_mcp_test_servers.sh
+
 echo "== tests: SQLite + in-memory channel layer"
 DATABASE_URL= REDIS_URL= pytest_run -q tests/core tests/server
 

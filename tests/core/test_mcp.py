@@ -1,7 +1,7 @@
 """MCP tool servers as Sectr tools (`sectr.mcp`), against servers nobody on the project
 wrote: `mcp-server-time` and `mcp-server-git` from PyPI (Python, the stateless protocol
 revision, stdio) and `@modelcontextprotocol/server-everything` from npm (TypeScript, the
-session-based revision, stdio and Streamable HTTP; scripts/setup.sh installs it)."""
+session-based revision, stdio and Streamable HTTP; scripts/ensure_mcp_test_servers.sh installs it)."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def _bin(name: str) -> str:
 
 
 def _everything() -> str:
-    assert EVERYTHING.exists(), "server-everything is not installed: run scripts/setup.sh (it needs npm)"
+    assert EVERYTHING.exists(), "server-everything is not installed: run scripts/ensure_mcp_test_servers.sh"
     return str(EVERYTHING)
 
 
