@@ -71,8 +71,12 @@ class _Admission:
     """What the session's rules say about one tool call, before it runs (`_admit`)."""
 
     call_id: str | None
-    tool: Tool | None = None  # run it; None: answer `content` as an error without running
+    tool: Tool | None = None  # run it; None: answer `content` without running
     content: str = ""
+    is_error: bool = True  # `content` is an error (a refusal, a denial), not a person's answer
+    #: run the tool with these (a person edited the asked arguments), its result prefixed
+    arguments: dict[str, Any] | None = None
+    result_prefix: str = ""
     denied: ApprovalDenied | None = None  # raise this after answering
     #: APPROVAL_REQUESTED payloads of asks decided at once (a rule, or an "Approve all"
     #: of the same turn), journaled first
@@ -307,11 +311,7 @@ class SessionContext:
                 return None
             followed.add(previous)
             start = next(
-                (
-                    e
-                    for e in self.transcript
-                    if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous
-                ),
+                (e for e in self.transcript if e.type is EventType.INVOCATION_STARTED and e.invocation_id == previous),
                 None,
             )
             if start is None:  # compacted away: the gate asks again, which is safe
@@ -372,15 +372,18 @@ class SessionContext:
         for payload in admission.decided_by_rule:
             await self.writer.emit(EventType.APPROVAL_REQUESTED, payload)
         if tool is None:
-            result = await self._tool_result(call_id, name, admission.content, is_error=True)
+            result = await self._tool_result(call_id, name, admission.content, is_error=admission.is_error)
             if admission.denied is not None:
                 raise admission.denied
             return result
+        prefix = admission.result_prefix
+        if admission.arguments is not None:
+            arguments = admission.arguments
         self.tool_call_count += 1
         try:
             kwargs = tool.bind(arguments, self._tool_context(call_id))
         except Exception as exc:  # arguments the model got wrong: a result it can correct
-            return await self._tool_failed(call_id, name, exc)
+            return await self._tool_failed(call_id, name, exc, prefix)
         if call_id is not None and not tool.idempotent:
             # Committed before the tool runs: if the worker dies now, recovery knows the
             # call may have taken effect. An idempotent tool is simply run again, so its
@@ -393,9 +396,9 @@ class SessionContext:
             # for recovery like the journal does, rather than tell the model it failed.
             raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            return await self._tool_failed(call_id, name, exc)
+            return await self._tool_failed(call_id, name, exc, prefix)
         self.consecutive_failures = 0
-        return await self._tool_result(call_id, name, format_result(value), is_error=False, value=value)
+        return await self._tool_result(call_id, name, prefix + format_result(value), is_error=False, value=value)
 
     def _execute_on_loop(self, name: str, arguments: dict[str, Any], call_id: str | None) -> ToolResult:
         """`execute` on the invocation's own loop: no awaiting, so the tool runs here and
@@ -413,22 +416,26 @@ class SessionContext:
         for payload in admission.decided_by_rule:
             self.writer.append_soon(self.writer.event(EventType.APPROVAL_REQUESTED, payload))
         if admission.tool is None:
-            result = self._tool_result_soon(call_id, name, admission.content, is_error=True)
+            result = self._tool_result_soon(call_id, name, admission.content, is_error=admission.is_error)
             if admission.denied is not None:
                 raise admission.denied
             return result
+        prefix = admission.result_prefix
+        if admission.arguments is not None:
+            arguments = admission.arguments
         self.tool_call_count += 1
         try:
             value = tool.fn(**tool.bind(arguments, self._tool_context(call_id)))
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             self.consecutive_failures += 1
-            return self._tool_result_soon(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
+            content = f"{prefix}Error: {type(exc).__name__}: {exc}"
+            return self._tool_result_soon(call_id, name, content, is_error=True)
         if inspect.isawaitable(value):
             if inspect.iscoroutine(value):
                 value.close()  # never awaited, on purpose
             raise TypeError(f"{name} returned an awaitable: in an async handler, `await ctx.aexecute({name!r}, ...)`")
         self.consecutive_failures = 0
-        return self._tool_result_soon(call_id, name, format_result(value), is_error=False, value=value)
+        return self._tool_result_soon(call_id, name, prefix + format_result(value), is_error=False, value=value)
 
     def _admit(self, name: str, arguments: dict[str, Any], call_id: str | None) -> _Admission:
         """Apply the session's rules to a call before it runs: plan mode, a call a crash
@@ -461,11 +468,23 @@ class SessionContext:
                 # the model's history stays valid (every tool call gets its result).
                 call_id = call_id or ask.get("tool_call_id")
                 decision = (self._decision_reason() or {}).get("decision") or {}
+                approver = decision.get("approver") or "the approver"
+                if decision.get("verdict") == "respond":
+                    # A person answered instead: the model gets their text as the call's
+                    # (non-error) result, and the tool never runs.
+                    content = f"(answered by {approver} instead of running {name}) {decision.get('result') or ''}"
+                    return _Admission(call_id, content=content, is_error=False)
                 if not decision.get("approved"):
-                    approver = decision.get("approver") or "the approver"
                     note = decision.get("note")
                     content = f"denied: {approver} denied this call" + (f" ({note})" if note else "")
                     return _Admission(call_id, content=content, denied=ApprovalDenied(name, note))
+                edited = decision.get("arguments")
+                if isinstance(edited, dict):
+                    # The model asked for other arguments than those that ran: its result
+                    # says so, or it would reason about a call it did not make.
+                    shown = json.dumps(edited, ensure_ascii=False, separators=(", ", ": "))
+                    prefix = f"(arguments edited by {approver}: {shown})\n"
+                    return _Admission(call_id, tool=tool, arguments=dict(edited), result_prefix=prefix)
             else:
                 return self._apply_rules(tool, arguments, call_id)
         return _Admission(call_id, tool=tool)
@@ -489,9 +508,9 @@ class SessionContext:
     def _tool_context(self, call_id: str | None) -> ToolContext:
         return ToolContext(self.session_id, self.invocation_id, dict(self.state.notes), tool_call_id=call_id)
 
-    async def _tool_failed(self, call_id: str | None, name: str, exc: Exception) -> ToolResult:
+    async def _tool_failed(self, call_id: str | None, name: str, exc: Exception, prefix: str = "") -> ToolResult:
         self.consecutive_failures += 1
-        return await self._tool_result(call_id, name, f"Error: {type(exc).__name__}: {exc}", is_error=True)
+        return await self._tool_result(call_id, name, f"{prefix}Error: {type(exc).__name__}: {exc}", is_error=True)
 
     @property
     def policy(self) -> Policy:

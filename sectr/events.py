@@ -48,7 +48,14 @@ TERMINAL_TYPES = frozenset(
 )
 
 REASON_KINDS = frozenset({"user_message", "approval_decision", "retry", "recover"})
-VERDICTS = ("allow_once", "allow_always", "deny")
+VERDICTS = ("allow_once", "allow_always", "deny", "respond")
+#: The verdicts a vote towards a quorum may carry: an edited call or a person's answer
+#: instead of the call decides an ask one person decides only.
+VOTE_VERDICTS = ("allow_once", "allow_always", "deny")
+#: A person's answer instead of running the call (`respond`), and edited arguments
+#: (`allow_once` with `arguments`): their largest size, in characters (arguments as JSON).
+RESPONSE_MAX = 20_000
+EDITED_ARGUMENTS_MAX = 100_000
 #: The scopes an approving decision may carry: "turn" ("Approve all") also approves the
 #: later gated calls of the same assistant message that would otherwise ask.
 DECISION_SCOPES = ("turn",)
@@ -129,7 +136,12 @@ def approval_decision_reason(
     verdict: str | None = None,
     note: str | None = None,
     scope: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    result: str | None = None,
 ) -> dict[str, Any]:
+    """The reason of the INVOCATION_STARTED a decision journals. `arguments`: the call's
+    arguments as a person edited them (allow_once; the ask keeps those asked); `result`:
+    a person's answer instead of running the call (verdict respond, not approved)."""
     decision: dict[str, Any] = {"approved": approved}
     if approver is not None:
         decision["approver"] = approver
@@ -139,6 +151,10 @@ def approval_decision_reason(
         decision["note"] = note
     if scope is not None:
         decision["scope"] = scope
+    if arguments is not None:
+        decision["arguments"] = arguments
+    if result is not None:
+        decision["result"] = result
     return {"kind": "approval_decision", "ask_id": ask_id, "decision": decision}
 
 

@@ -125,8 +125,14 @@ class LocalRuntime:
         approver: str | None = None,
         note: str | None = None,
         scope: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
     ) -> Envelope:
         """Record a verdict on the pending ask; the decision resumes the session.
+
+        `allow_once` with `arguments` runs the call with these instead of those asked;
+        `respond` with `result` answers the call with the text instead of running it
+        (both on an ask one person decides only).
 
         `scope="turn"` (an approving verdict only) approves all: the later gated calls of
         the same assistant message run without asking again, unless a rule denies them or
@@ -138,7 +144,16 @@ class LocalRuntime:
         """
         return await self._start_and_run(
             session_id,
-            lambda state: operations.vote_events(state, ask_id, verdict, approver=approver, note=note, scope=scope),
+            lambda state: operations.vote_events(
+                state,
+                ask_id,
+                verdict,
+                approver=approver,
+                note=note,
+                scope=scope,
+                arguments=arguments,
+                result=result,
+            ),
         )
 
     async def expire_asks(self, now: datetime | None = None) -> list[Envelope]:

@@ -25,8 +25,10 @@ from sectr.errors import (
 )
 from sectr.events import (
     DECISION_SCOPES,
+    EDITED_ARGUMENTS_MAX,
     IMPORTED_PREFIX,
     MODES,
+    RESPONSE_MAX,
     VERDICTS,
     Envelope,
     EventType,
@@ -338,9 +340,9 @@ def check_scope_value(verdict: Any, scope: Any) -> str | None:
         return None
     if scope not in DECISION_SCOPES:
         raise ValidationFailed(f"scope must be one of {', '.join(DECISION_SCOPES)}", code="invalid_scope")
-    if verdict == "deny":
+    if verdict in ("deny", "respond"):
         raise ValidationFailed(
-            'scope "turn" (approve all) goes with an approval only, not with deny', code="invalid_scope"
+            f'scope "turn" (approve all) goes with an approval only, not with {verdict}', code="invalid_scope"
         )
     return str(scope)
 
@@ -361,6 +363,48 @@ def check_scope(ask: dict[str, Any], verdict: str, scope: Any) -> str | None:
     return str(scope)
 
 
+def check_answer_values(verdict: Any, arguments: Any = None, result: Any = None) -> None:
+    """Edited `arguments` and a `result` on their own: arguments an object (JSON, at most
+    EDITED_ARGUMENTS_MAX characters) with allow_once only; a result a non-empty text (at
+    most RESPONSE_MAX characters), required with respond and only there."""
+    if arguments is not None:
+        if verdict != "allow_once":
+            raise ValidationFailed("arguments (an edited call) go with allow_once only", code="invalid_arguments")
+        if not isinstance(arguments, dict):
+            raise ValidationFailed("arguments must be a JSON object", code="invalid_arguments")
+        try:
+            size = len(json.dumps(arguments, allow_nan=False))
+        except (TypeError, ValueError):
+            raise ValidationFailed("arguments must be plain JSON", code="invalid_arguments") from None
+        if size > EDITED_ARGUMENTS_MAX:
+            raise ValidationFailed(
+                f"arguments are longer than {EDITED_ARGUMENTS_MAX:,} characters as JSON", code="invalid_arguments"
+            )
+    if verdict == "respond":
+        if not isinstance(result, str) or not result.strip():
+            raise ValidationFailed("respond needs a result: the text the model gets instead", code="invalid_result")
+        if len(result) > RESPONSE_MAX:
+            raise ValidationFailed(f"result is longer than {RESPONSE_MAX:,} characters", code="invalid_result")
+    elif result is not None:
+        raise ValidationFailed("result goes with the verdict respond only", code="invalid_result")
+
+
+def check_answer(ask: dict[str, Any], verdict: str, arguments: Any = None, result: Any = None) -> None:
+    """Edited arguments or a response on this ask: only on a tool call's ask that one
+    person decides (an ask needing several approvals is voted on as asked)."""
+    check_answer_values(verdict, arguments, result)
+    if arguments is None and verdict != "respond":
+        return
+    what = "edited arguments" if arguments is not None else "respond"
+    if int(ask.get("approvals_required") or 1) > 1:
+        raise ValidationFailed(
+            f"{what} is not possible on an ask needing several approvals; vote on the call as asked",
+            code="needs_quorum",
+        )
+    if ask.get("tool_call_id") is None:
+        raise ValidationFailed(f"{what} applies to a tool call's ask only", code="invalid_verdict")
+
+
 def decision_events(
     state: SessionState,
     ask_id: str,
@@ -369,12 +413,24 @@ def decision_events(
     approver: str | None = None,
     note: str | None = None,
     scope: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    result: str | None = None,
 ) -> tuple[str, list[NewEvent]]:
     ask = check_decision(state, ask_id, verdict)
     scope = check_scope(ask, verdict, scope)
+    check_answer(ask, verdict, arguments, result)
+    if arguments is not None:
+        arguments = json.loads(json.dumps(arguments))  # plain JSON, a copy the caller cannot change
     invocation_id = new_id("inv")
     reason = approval_decision_reason(
-        ask_id, verdict != "deny", approver=approver, verdict=verdict, note=note or None, scope=scope
+        ask_id,
+        verdict not in ("deny", "respond"),
+        approver=approver,
+        verdict=verdict,
+        note=note or None,
+        scope=scope,
+        arguments=arguments,
+        result=result,
     )
     return invocation_id, [NewEvent(EventType.INVOCATION_STARTED, {"reason": reason}, invocation_id)]
 
@@ -388,6 +444,8 @@ def vote_events(
     note: str | None = None,
     requester: str | None = None,
     scope: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    result: str | None = None,
 ) -> tuple[str | None, list[NewEvent]]:
     """A person's verdict on an ask, under its quorum (docs/moderation.md).
 
@@ -399,12 +457,17 @@ def vote_events(
     own approval never counts towards N > 1 (refused, 403), nor does anyone's second vote
     (409 already_voted). The decision names who completed it (`approver`) and every
     approver (`approvers`); it is `allow_always` only when every approval said so.
+    Edited `arguments` and `respond` (with its `result`) decide an ask one person
+    decides only (400 needs_quorum otherwise).
     """
     ask = check_decision(state, ask_id, verdict)
     check_scope(ask, verdict, scope)
+    check_answer(ask, verdict, arguments, result)
     required = int(ask.get("approvals_required") or 1)
     if required <= 1:
-        return decision_events(state, ask_id, verdict, approver=approver, note=note, scope=scope)
+        return decision_events(
+            state, ask_id, verdict, approver=approver, note=note, scope=scope, arguments=arguments, result=result
+        )
     if not approver:
         raise ValidationFailed("a vote on an ask needing several approvals must name its approver", code="invalid_vote")
     votes: list[dict[str, Any]] = list(ask.get("votes") or [])

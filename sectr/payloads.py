@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sectr.events import DECISION_SCOPES, MODES, REASON_KINDS, VERDICTS, EventType
+from sectr.events import DECISION_SCOPES, MODES, REASON_KINDS, VERDICTS, VOTE_VERDICTS, EventType
 from sectr.rules import MAX_APPROVALS
 from sectr.state import TITLE_MAX
 
@@ -137,7 +137,9 @@ def check_usage(usage: Any, where: str = "usage") -> None:
 
 def check_decision(decision: Any, where: str) -> None:
     """A decision: `approved`, and the optional `approver`, `approvers`, `verdict`,
-    `note`, `scope`, `with_ask`."""
+    `note`, `scope`, `with_ask`; `arguments` (an object: the call as a person edited it,
+    on an approved allow_once only) and `result` (a person's answer instead of the call,
+    with verdict respond, never approved)."""
     if not isinstance(decision, dict):
         raise InvalidEvent(f"{where} must be an object")
     _boolean(decision, "approved", where)
@@ -150,6 +152,18 @@ def check_decision(decision: Any, where: str) -> None:
         not isinstance(approvers, list) or not all(isinstance(a, str) and a for a in approvers)
     ):
         raise InvalidEvent(f"{where}.approvers must be a list of names")
+    if "arguments" in decision and (
+        not isinstance(decision["arguments"], dict)
+        or decision.get("verdict") != "allow_once"
+        or decision.get("approved") is not True
+    ):
+        raise InvalidEvent(f"{where}.arguments must be an object, on an approved allow_once only")
+    if decision.get("verdict") == "respond":
+        if decision.get("approved") is not False:
+            raise InvalidEvent(f"{where}: a respond decision is never approved (the call does not run)")
+        _string(decision, "result", where)
+    elif "result" in decision:
+        raise InvalidEvent(f"{where}.result goes with verdict respond only")
 
 
 def check_reason(reason: Any, where: str = "payload.reason") -> None:
@@ -258,7 +272,7 @@ def _approval_requested(p: dict[str, Any], w: str) -> None:
 def _approval_voted(p: dict[str, Any], w: str) -> None:
     _string(p, "ask_id", w, empty=False)
     _string(p, "approver", w, empty=False)
-    _one_of(p, "verdict", w, VERDICTS)
+    _one_of(p, "verdict", w, VOTE_VERDICTS)
     _string(p, "note", w, required=False)
 
 

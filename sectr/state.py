@@ -8,6 +8,7 @@ from the journal at any time.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field, fields
 from datetime import datetime
@@ -165,6 +166,14 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
                 ask["approver"] = decision.get("approver")
                 if ask["verdict"] == "allow_always" and ask["name"] not in state.grants:
                     state.grants.append(ask["name"])
+                edited = decision.get("arguments")
+                call = state.note_calls.get(ask.get("tool_call_id") or "")
+                if call is not None and isinstance(edited, dict):
+                    # The note a person's edit wrote is the edited one, not the model's.
+                    call["arguments"] = json.dumps(edited)
+                elif call is not None and ask["verdict"] == "respond":
+                    # Answered by a person: the call never ran, so it writes no note.
+                    state.note_calls.pop(ask["tool_call_id"], None)
             if state.pending_ask and state.pending_ask.get("ask_id") == reason.get("ask_id"):
                 state.pending_ask = None
     elif t is EventType.MESSAGE_START:
