@@ -900,6 +900,9 @@ class AuditEntry(models.Model):
     note = models.TextField(blank=True, default="")
     tool = models.CharField(max_length=100, blank=True, default="")
     arguments = models.JSONField(default=dict, blank=True)
+    # A decision that ran the call with arguments a person edited: those that ran
+    # (`arguments` stays what was asked). Null: as asked, or not a decision.
+    run_arguments = models.JSONField(null=True, blank=True)
     requester = models.CharField(max_length=150, blank=True, default="")  # the session's owner
     rule = models.CharField(max_length=200, blank=True, default="")  # the approval rule that matched, if any
     asked_at = models.DateTimeField(null=True, blank=True)
@@ -916,6 +919,11 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} {self.verdict} on {self.ask_id} by {self.actor}"
+
+    @property
+    def edited(self) -> bool:
+        """Whether the call ran with arguments a person edited."""
+        return self.run_arguments is not None
 
 
 def new_webhook_secret() -> str:

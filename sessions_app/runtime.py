@@ -17,10 +17,12 @@ from functools import cache
 from typing import Any
 
 from sectr.agents import DEFAULT_AGENT, AgentSpec
+from sectr.errors import ValidationFailed
 from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sectr.state import SessionState
+from sectr.tools import ToolArgumentError
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.media import MediaResolvingProvider
@@ -109,7 +111,21 @@ def session_model_info(model: str) -> ModelInfo:
     """
     return model_info(model, get_runtime().provider.provider_id)
 
+
 def is_gated_tool(name: str) -> bool:
     """Whether the process's runtime gates this tool (an unknown tool is never run)."""
     tools = get_runtime().tools
     return name in tools and tools.get(name).gated
+
+
+def check_edited_arguments(name: str, arguments: dict[str, Any]) -> None:
+    """Arguments a person edited must fit the tool's signature, as the model's must: a
+    400 (invalid_arguments) naming each problem now, rather than a run that fails later.
+    A tool this process does not know (a plugin's, since removed) is left to the run."""
+    tools = get_runtime().tools
+    if name not in tools:
+        return
+    try:
+        tools.get(name).validate(arguments)
+    except ToolArgumentError as exc:
+        raise ValidationFailed(f"the edited arguments do not fit the tool: {exc}", code="invalid_arguments") from None

@@ -370,6 +370,23 @@
       const badge = document.getElementById("approvals-badge");
       if (!document.hidden && badge && badge.hasAttribute("hx-get")) htmx.trigger(badge, "refresh-badge");
     });
+    // An approval card's `Edit arguments` field must hold a JSON object: the browser
+    // (and htmx, which checks a form's validity first) refuses to send it otherwise; the
+    // server checks it again against the tool's signature.
+    document.addEventListener("input", function (event) {
+      const field = event.target;
+      if (!(field instanceof HTMLTextAreaElement) || !field.hasAttribute("data-json-object")) return;
+      let problem = "";
+      try {
+        const value = JSON.parse(field.value);
+        if (value === null || typeof value !== "object" || Array.isArray(value)) {
+          problem = "The arguments must be a JSON object: { ... }";
+        }
+      } catch (error) {
+        problem = "Not JSON: " + error.message;
+      }
+      field.setCustomValidity(problem);
+    });
     // Page-level messages (after a redirect) fade too.
     document.querySelectorAll(".messages").forEach(function (list) {
       setTimeout(function () {

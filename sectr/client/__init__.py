@@ -36,8 +36,10 @@ from sectr.client.errors import (
     TransportError,
 )
 from sectr.client.models import (
+    Edit,
     PermissionAsk,
     ResolvedModel,
+    Respond,
     RunEvent,
     RunResult,
     SessionMode,
@@ -61,6 +63,8 @@ from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, Sessio
 from sectr.client.sync import Client, Decision, Run, Session
 
 __all__ = [
+    "Edit",
+    "Respond",
     "AFFINITY_HEADER",
     "DeadlineExceededError",
     "RequestControls",

@@ -28,6 +28,7 @@ from sectr.client.protocol import (
     RequestControls,
     RunFollower,
     SSEDecoder,
+    answer_of,
     backoff,
     base_url_from_env,
     check_stream_answer,
@@ -453,22 +454,38 @@ class AsyncAsks:
         *,
         note: str | None = None,
         scope: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
         **options: Any,
     ) -> Decision:
         """Decide (or vote on) an ask. `Decision.run` is the resumed session's run, or None
         for a vote that leaves a quorum short. AskAlreadyResolvedError (with `decided_by`)
         when someone decided first. `scope="turn"` ("Approve all", with an approving
-        verdict) also approves the later gated calls of the ask's turn."""
+        verdict) also approves the later gated calls of the ask's turn. `arguments` (with
+        allow_once) runs the call with these instead; `result` (with respond) answers it
+        with this text instead of running it."""
         data = await self._client.request(
-            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note, scope), **options
+            "POST",
+            f"/asks/{ask_id}",
+            json=decide_body(verdict_value(verdict), note, scope, arguments, result),
+            **options,
         )
         run = AsyncRun(self._client, data["run_id"]) if data.get("run_id") else None
         ask = AskInfo.from_json(data["ask"]) if isinstance(data.get("ask"), dict) else None
         return Decision(run, ask)
 
-    async def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> AsyncRun:
+    async def resolve(
+        self,
+        ask_id: str,
+        verdict: str,
+        *,
+        note: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
+        **options: Any,
+    ) -> AsyncRun:
         """Decide an ask; returns the resumed session's run. AskAlreadyResolvedError if decided."""
-        decision = await self.decide(ask_id, verdict, note=note, **options)
+        decision = await self.decide(ask_id, verdict, note=note, arguments=arguments, result=result, **options)
         if decision.run is None:
             raise InvalidStateError("the vote was recorded; the ask needs more approvals", code="quorum_pending")
         return decision.run
@@ -612,8 +629,19 @@ class AsyncRun:
     async def status(self, **options: Any) -> RunInfo:
         return await self._client.runs.get(self.id, **self._options(options))
 
-    async def resolve_ask(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> AsyncRun:
-        resumed = await self._client.asks.resolve(ask_id, verdict, note=note, **self._options(options))
+    async def resolve_ask(
+        self,
+        ask_id: str,
+        verdict: str,
+        *,
+        note: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
+        **options: Any,
+    ) -> AsyncRun:
+        resumed = await self._client.asks.resolve(
+            ask_id, verdict, note=note, arguments=arguments, result=result, **self._options(options)
+        )
         pending = self._follower.pending_ask
         if not self.finished and (pending is None or pending.ask_id == ask_id):
             self._follower.resumed(resumed.id)
@@ -670,7 +698,8 @@ class AsyncRun:
         if inspect.isawaitable(verdict):
             verdict = await verdict
         if verdict is not None and self._follower.next_run_id is None:
-            await self.resolve_ask(ask.ask_id, verdict_value(verdict))
+            answer, answer_options = answer_of(verdict)
+            await self.resolve_ask(ask.ask_id, answer, **answer_options)
 
 
 @checked_calls

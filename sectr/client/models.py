@@ -39,9 +39,26 @@ class Verdict(str, Enum):
     ALLOW_ONCE = "allow_once"
     ALLOW_ALWAYS = "allow_always"
     DENY = "deny"
+    RESPOND = "respond"
 
     def __str__(self) -> str:
         return self.value
+
+
+@dataclass(frozen=True)
+class Edit:
+    """A responder's (or `resolve_ask`'s) answer: run the asked call once, with these
+    arguments instead of the model's (verdict allow_once with `arguments`)."""
+
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Respond:
+    """A responder's answer: the model gets `result` as the call's result, attributed to
+    the token's owner; the tool does not run (verdict respond)."""
+
+    result: str
 
 
 def _require(data: Any, *keys: str) -> dict[str, Any]:

@@ -485,6 +485,18 @@ def verdict_value(verdict: Any) -> str:
     return str(getattr(verdict, "value", verdict))
 
 
+def answer_of(answer: Any) -> tuple[str, dict[str, Any]]:
+    """What a responder returned, as a verdict and its options: an `Edit` (allow_once
+    with `arguments`), a `Respond` (respond with `result`) or a verdict."""
+    from sectr.client.models import Edit, Respond
+
+    if isinstance(answer, Edit):
+        return "allow_once", {"arguments": answer.arguments}
+    if isinstance(answer, Respond):
+        return "respond", {"result": answer.result}
+    return verdict_value(answer), {}
+
+
 def transport_error(exc: Exception, what: str) -> SectrError:
     from sectr.client.errors import TransportError
 

@@ -211,12 +211,22 @@ def ask_query(
     return {key: value for key, value in query.items() if value is not None}
 
 
-def decide_body(verdict: str, note: str | None, scope: str | None = None) -> dict[str, Any]:
+def decide_body(
+    verdict: str,
+    note: str | None,
+    scope: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    result: str | None = None,
+) -> dict[str, Any]:
     body: dict[str, Any] = {"verdict": verdict}
     if note is not None:
         body["note"] = note
     if scope is not None:
         body["scope"] = scope
+    if arguments is not None:
+        body["arguments"] = arguments
+    if result is not None:
+        body["result"] = result
     return body
 
 

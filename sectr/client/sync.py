@@ -23,6 +23,7 @@ from sectr.client.protocol import (
     RequestControls,
     RunFollower,
     SSEDecoder,
+    answer_of,
     backoff,
     base_url_from_env,
     check_stream_answer,
@@ -470,22 +471,38 @@ class Asks:
         *,
         note: str | None = None,
         scope: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
         **options: Any,
     ) -> Decision:
         """Decide (or vote on) an ask. `Decision.run` is the resumed session's run, or None
         for a vote that leaves a quorum short. AskAlreadyResolvedError (with `decided_by`)
         when someone decided first. `scope="turn"` ("Approve all", with an approving
-        verdict) also approves the later gated calls of the ask's turn."""
+        verdict) also approves the later gated calls of the ask's turn. `arguments` (with
+        allow_once) runs the call with these instead; `result` (with respond) answers it
+        with this text instead of running it."""
         data = self._client.request(
-            "POST", f"/asks/{ask_id}", json=decide_body(verdict_value(verdict), note, scope), **options
+            "POST",
+            f"/asks/{ask_id}",
+            json=decide_body(verdict_value(verdict), note, scope, arguments, result),
+            **options,
         )
         run = Run(self._client, data["run_id"]) if data.get("run_id") else None
         ask = AskInfo.from_json(data["ask"]) if isinstance(data.get("ask"), dict) else None
         return Decision(run, ask)
 
-    def resolve(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> Run:
+    def resolve(
+        self,
+        ask_id: str,
+        verdict: str,
+        *,
+        note: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
+        **options: Any,
+    ) -> Run:
         """Decide an ask; returns the resumed session's run. AskAlreadyResolvedError if decided."""
-        decision = self.decide(ask_id, verdict, note=note, **options)
+        decision = self.decide(ask_id, verdict, note=note, arguments=arguments, result=result, **options)
         if decision.run is None:
             raise InvalidStateError("the vote was recorded; the ask needs more approvals", code="quorum_pending")
         return decision.run
@@ -634,10 +651,21 @@ class Run:
     def status(self, **options: Any) -> RunInfo:
         return self._client.runs.get(self.id, **self._options(options))
 
-    def resolve_ask(self, ask_id: str, verdict: str, *, note: str | None = None, **options: Any) -> Run:
+    def resolve_ask(
+        self,
+        ask_id: str,
+        verdict: str,
+        *,
+        note: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        result: str | None = None,
+        **options: Any,
+    ) -> Run:
         """Decide an ask of this run. While this Run is consumed, it follows the resumed
         run itself; the returned handle is for a Run whose consumption already ended."""
-        resumed = self._client.asks.resolve(ask_id, verdict, note=note, **self._options(options))
+        resumed = self._client.asks.resolve(
+            ask_id, verdict, note=note, arguments=arguments, result=result, **self._options(options)
+        )
         pending = self._follower.pending_ask
         if not self.finished and (pending is None or pending.ask_id == ask_id):
             self._follower.resumed(resumed.id)
@@ -698,7 +726,8 @@ class Run:
             return
         verdict = self._responder(ask)
         if verdict is not None and self._follower.next_run_id is None:
-            self.resolve_ask(ask.ask_id, verdict_value(verdict))
+            answer, answer_options = answer_of(verdict)
+            self.resolve_ask(ask.ask_id, answer, **answer_options)
 
 
 @checked_calls

@@ -21,6 +21,7 @@ from sessions_app import access, runs
 from sessions_app.actions.sessions import _locked, _username
 from sessions_app.journal import get_journal
 from sessions_app.models import AskIndex, Run, Session
+from sessions_app.runtime import check_edited_arguments
 
 ASK_STATES = ("pending", "decided")
 
@@ -35,9 +36,19 @@ def find_ask_session(ask_id: str) -> Session:
 
 
 def do_decide(
-    actor: Any, ask_id: str, verdict: str, *, note: str | None = None, scope: str | None = None
+    actor: Any,
+    ask_id: str,
+    verdict: str,
+    *,
+    note: str | None = None,
+    scope: str | None = None,
+    arguments: dict[str, Any] | None = None,
+    result: str | None = None,
 ) -> Run | None:
     """A person's verdict on an ask: the decision (N = 1) or a vote (N > 1, sectr.operations.vote_events).
+
+    `allow_once` with `arguments` runs the call as the person edited it; `respond` with
+    `result` answers the call with their text instead of running it (sectr.context).
 
     `scope="turn"` ("Approve all", an approving verdict on an ask one person decides)
     also approves the later gated calls of the ask's turn that would otherwise ask; the
@@ -51,9 +62,22 @@ def do_decide(
         if note is not None and (not isinstance(note, str) or len(note) > 2000):
             raise ValidationFailed("note must be a string of at most 2,000 characters", code="invalid_note")
         operations.check_scope_value(verdict, scope)
+        operations.check_answer_values(verdict, arguments, result)
+        if arguments is not None:
+            ask = state.asks.get(ask_id) or {}
+            if ask.get("status") == "pending":  # a decided one is refused as such, below
+                check_edited_arguments(str(ask.get("name") or ""), arguments)
         requester = session.owner.get_username()
         invocation_id, events = operations.vote_events(
-            state, ask_id, verdict, approver=_username(actor), note=note, requester=requester, scope=scope
+            state,
+            ask_id,
+            verdict,
+            approver=_username(actor),
+            note=note,
+            requester=requester,
+            scope=scope,
+            arguments=arguments,
+            result=result,
         )
         if invocation_id is None:
             get_journal().append_sync(session.pk, events)

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 import sectr
-from sectr.events import DECISION_SCOPES
+from sectr.events import DECISION_SCOPES, RESPONSE_MAX, VERDICTS
 from sectr.rules import MAX_APPROVALS, MAX_EXPIRY_SECONDS, MAX_GLOB, MAX_RULE_ARGUMENTS, MAX_TOOL_GLOB
 from sessions_app.api.events import EVENT_KINDS
 from sessions_app.media import AUDIO_FORMATS, PROMPT_MAX_PARTS
@@ -45,7 +45,7 @@ OBJECT = {"type": "object"}
 WORKTREE_SELECTOR = {"anyOf": [{"type": "string", "minLength": 1, "maxLength": 2048}, {"type": "object"}]}
 DATETIME = {"type": "string", "format": "date-time"}
 MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
-VERDICT = {"type": "string", "enum": ["allow_once", "allow_always", "deny"]}
+VERDICT = {"type": "string", "enum": list(VERDICTS)}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
 ROLE = {"type": "string", "enum": ["member", "reviewer", "moderator"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
@@ -292,6 +292,8 @@ SCHEMAS: dict[str, Any] = {
             "ask_id": STRING,
             "tool": STRING,
             "arguments": OBJECT,
+            "edited": BOOLEAN,
+            "run_arguments": nullable(OBJECT),
             "seconds_to_decide": nullable({"type": "number"}),
             "rule": nullable(STRING),
             "seq": INTEGER,
@@ -440,18 +442,37 @@ SCHEMAS: dict[str, Any] = {
     ),
     "Steer": _request({"text": {"type": "string", "minLength": 1}}, ("text",)),
     # `scope` goes with an approving verdict only (a deny with a scope is a 400
-    # invalid_scope): two shapes, one per kind of verdict.
+    # invalid_scope); `arguments` (the call as edited) with allow_once, `result` (the
+    # answer instead of the call) with respond, both only on an ask one person decides
+    # (400 otherwise): one shape per kind of verdict.
     "Decide": {
         "anyOf": [
             _request(
                 {
-                    "verdict": {"type": "string", "enum": ["allow_once", "allow_always"]},
+                    "verdict": {"const": "allow_once"},
+                    "note": NONEMPTY,
+                    "scope": {"type": "string", "enum": list(DECISION_SCOPES)},
+                    "arguments": OBJECT,
+                },
+                ("verdict",),
+            ),
+            _request(
+                {
+                    "verdict": {"const": "allow_always"},
                     "note": NONEMPTY,
                     "scope": {"type": "string", "enum": list(DECISION_SCOPES)},
                 },
                 ("verdict",),
             ),
             _request({"verdict": {"const": "deny"}, "note": NONEMPTY, "scope": {"type": "null"}}, ("verdict",)),
+            _request(
+                {
+                    "verdict": {"const": "respond"},
+                    "note": NONEMPTY,
+                    "result": {"type": "string", "minLength": 1, "maxLength": RESPONSE_MAX, "pattern": r"\S"},
+                },
+                ("verdict", "result"),
+            ),
         ]
     },
     "AskEntry": _object(

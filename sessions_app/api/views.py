@@ -508,7 +508,7 @@ async def steer_run(call: ApiCall, run_id: str) -> HttpResponse:
 
 
 async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
-    check_fields(call.body, "verdict", "note", "scope")
+    check_fields(call.body, "verdict", "note", "scope", "arguments", "result")
 
     def decide() -> dict[str, Any]:
         ask_id_checked = check_id(ask_id, "ask")
@@ -518,6 +518,8 @@ async def decide_ask(call: ApiCall, ask_id: str) -> HttpResponse:
             required(call.body, "verdict", str),
             note=optional(call.body, "note", str),
             scope=optional(call.body, "scope", str),
+            arguments=optional(call.body, "arguments", dict),
+            result=optional(call.body, "result", str),
         )
         index = AskIndex.objects.select_related("session", "session__team", "session__owner").get(pk=ask_id_checked)
         # A vote that leaves a quorum short starts no run: run_id is null, the ask tells.

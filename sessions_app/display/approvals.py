@@ -80,6 +80,13 @@ class ApprovalView:
     approvals_required: int = 1
     #: the later gated calls of the ask's turn still unanswered (pending cards only)
     turn_calls: list[TurnCall] = field(default_factory=list)
+    tool_call_id: str | None = None  # None: a handler's request_approval, not a tool call
+
+    @property
+    def can_answer(self) -> bool:
+        """Whether the card offers `Edit arguments` and `Respond`: pending, one person
+        decides, and a tool call's ask (there is a call to edit or to answer)."""
+        return self.is_pending and self.approvals_required <= 1 and self.tool_call_id is not None
 
     @property
     def can_approve_all(self) -> bool:
@@ -104,9 +111,13 @@ class ApprovalView:
 
     @property
     def verdict_label(self) -> str:
-        return {"allow_once": "Approved once", "allow_always": "Always allowed", "deny": "Denied"}.get(
-            self.verdict or "", self.status.capitalize()
-        )
+        labels = {
+            "allow_once": "Approved once",
+            "allow_always": "Always allowed",
+            "deny": "Denied",
+            "respond": "Answered",
+        }
+        return labels.get(self.verdict or "", self.status.capitalize())
 
     @classmethod
     def from_ask(cls, ask: dict[str, Any], session_id: str) -> ApprovalView:
@@ -121,4 +132,5 @@ class ApprovalView:
             note=ask.get("note"),
             session_id=session_id,
             approvals_required=int(ask.get("approvals_required") or 1),
+            tool_call_id=ask.get("tool_call_id"),
         )

@@ -112,8 +112,13 @@ def audit_rows(
         approver = str(decision.get("approver") or "")
         approved = bool(decision.get("approved"))
         verdict = str(decision.get("verdict") or ("allow_once" if approved else "deny"))
-        note = str(decision.get("note") or "")[:NOTE_MAX]
-        add(envelope, ask_id, decision_kind(approver), approver, verdict=verdict, note=note)
+        # A person's answer instead of the call is their words on it, as a deny's note is.
+        note = str(decision.get("result") if verdict == "respond" else decision.get("note") or "")[:NOTE_MAX]
+        edited = decision.get("arguments")
+        run_arguments = edited if approved and isinstance(edited, dict) else None
+        add(
+            envelope, ask_id, decision_kind(approver), approver, verdict=verdict, note=note, run_arguments=run_arguments
+        )
         if decision.get("with_ask"):
             # Approved with another ask of its turn ("Approve all"): the person's time is
             # that ask's, so this row does not count in the time to decision.
@@ -214,6 +219,8 @@ def notification_payload(event: str, team: str, session: models.Session, row: mo
         "actor": row.actor,
         "verdict": row.verdict or None,
         "note": row.note or None,
+        "edited": row.edited,
+        "run_arguments": row.run_arguments,
         "rule": row.rule or None,
         "at": row.at.isoformat(),
         "seconds_to_decide": row.seconds_to_decide,

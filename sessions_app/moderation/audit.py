@@ -45,7 +45,7 @@ KIND_LABELS = {
     AuditEntry.WITHDRAWN: "Withdrawn",
     AuditEntry.ASK: "Ask",
 }
-VERDICTS = ("allow_once", "allow_always", "deny")
+VERDICTS = ("allow_once", "allow_always", "deny", "respond")
 CSV_COLUMNS = (
     "at",
     "kind",
@@ -59,6 +59,8 @@ CSV_COLUMNS = (
     "ask_id",
     "tool",
     "arguments",
+    "edited",
+    "run_arguments",
     "seconds_to_decide",
     "rule",
     "seq",
@@ -215,6 +217,8 @@ def entry_dict(entry: AuditEntry) -> dict[str, Any]:
         "ask_id": entry.ask_id,
         "tool": entry.tool,
         "arguments": entry.arguments,
+        "edited": entry.edited,
+        "run_arguments": entry.run_arguments,
         "seconds_to_decide": entry.seconds_to_decide,
         "rule": entry.rule or None,
         "seq": entry.seq,
@@ -235,6 +239,9 @@ def csv_lines(entries: Iterable[AuditEntry]) -> Iterator[str]:
     for entry in entries:
         row = entry_dict(entry)
         row["arguments"] = json.dumps(entry.arguments, ensure_ascii=False, sort_keys=True)
+        row["edited"] = "edited" if entry.edited else ""
+        if entry.run_arguments is not None:
+            row["run_arguments"] = json.dumps(entry.run_arguments, ensure_ascii=False, sort_keys=True)
         values = ["" if row[name] is None else row[name] for name in CSV_COLUMNS]
         # A cell starting with = + - @ is a formula to a spreadsheet: quote it as text.
         yield writer.writerow([_defuse(value) for value in values])

@@ -9,6 +9,7 @@ this request, or by someone faster, whose name and verdict it then shows).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 from urllib.parse import urlencode
 
@@ -63,6 +64,19 @@ def approvals_badge(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, "moderation/_badge.html", queue.badge_context(request.user))
 
 
+def edited_arguments(text: str | None) -> dict[str, Any] | None:
+    """The `Edit arguments` field: None when not sent, else a JSON object (400 otherwise)."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValidationFailed(f"the edited arguments are not JSON: {exc}", code="invalid_arguments") from None
+    if not isinstance(value, dict):
+        raise ValidationFailed("the edited arguments must be a JSON object", code="invalid_arguments")
+    return value
+
+
 @login_required
 @require_POST
 @refusals_as_messages
@@ -71,8 +85,11 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
     # "Approve all" is the button `scope=turn`: an approval once, for the ask's whole turn.
     verdict = request.POST.get("verdict", "") or ("allow_once" if scope else "")
     note = request.POST.get("note", "").strip() or None
+    # `Respond` sends its text as `result`; `Edit arguments` the edited JSON as `arguments`.
+    result = request.POST.get("result") if verdict == "respond" else None
     try:
-        actions.do_decide(request.user, ask_id, verdict, note=note, scope=scope)
+        arguments = edited_arguments(request.POST.get("arguments"))
+        actions.do_decide(request.user, ask_id, verdict, note=note, scope=scope, arguments=arguments, result=result)
     except SectrError as exc:
         if isinstance(exc, NotFound | Forbidden):
             raise
@@ -128,7 +145,11 @@ def audit_page(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "rows": [
             audit.entry_dict(entry)
-            | {"kind_label": audit.KIND_LABELS[entry.kind], "arguments_json": pretty_json(entry.arguments)}
+            | {
+                "kind_label": audit.KIND_LABELS[entry.kind],
+                "arguments_json": pretty_json(entry.arguments),
+                "run_arguments_json": pretty_json(entry.run_arguments) if entry.edited else "",
+            }
             for entry in page
         ],
         "filters": filters,

@@ -10,7 +10,12 @@ from sessions_app.moderation.queue import badge_context
 
 register = template.Library()
 
-VERDICT_LABELS = {"allow_once": "Approved once", "allow_always": "Always allowed", "deny": "Denied"}
+VERDICT_LABELS = {
+    "allow_once": "Approved once",
+    "allow_always": "Always allowed",
+    "deny": "Denied",
+    "respond": "Answered",
+}
 
 
 @register.inclusion_tag("moderation/_badge.html", takes_context=True)

@@ -156,7 +156,8 @@ def test_the_queue_shows_a_moderator_the_team_card_with_its_context(
     assert 'id="ask-ask_1"' in html
     assert 'requested by <span class="requester">owner</span>' in html and '<span class="team">ops</span>' in html
     assert "note: buy milk" in html  # the conversation before the ask
-    assert html.count("&quot;body&quot;: &quot;buy milk&quot;") == 1  # the arguments, once
+    # the arguments, once shown and once in the `Edit arguments` field
+    assert html.count("&quot;body&quot;: &quot;buy milk&quot;") == 2
     assert '<label class="note">Note' in html and "Approve once</button>" in html
     assert 'id="approvals-badge" class="badge" data-count="1"' in html
     for outsider in (outsider_client, logged_in(stranger)):
