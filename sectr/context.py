@@ -482,7 +482,7 @@ class SessionContext:
                 if isinstance(edited, dict):
                     # The model asked for other arguments than those that ran: its result
                     # says so, or it would reason about a call it did not make.
-                    shown = json.dumps(edited, ensure_ascii=False, separators=(", ", ": "))
+                    shown = json.dumps(edited, ensure_ascii=False, sort_keys=True)
                     prefix = f"(arguments edited by {approver}: {shown})\n"
                     return _Admission(call_id, tool=tool, arguments=dict(edited), result_prefix=prefix)
             else:

@@ -423,7 +423,7 @@ class ApprovalRuleInline(admin.TabularInline):
 
 @admin.register(Team)
 class TeamAdmin(admin.ModelAdmin):
-    list_display = ("name", "ask_expires_after_s", "created_at")
+    list_display = ("name", "ask_expires_after_s", "links_decide_without_login", "created_at")
     search_fields = ("name",)
     inlines = (MembershipInline, ApprovalRuleInline)
 

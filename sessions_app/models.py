@@ -59,6 +59,9 @@ class Team(models.Model):
     #: Sessions idle this many days are deleted by `manage.py sectr_retention` (None: the
     #: default, SECTR_RETENTION_DAYS; 0: kept for ever). sessions_app.ops.retention.
     retention_days = models.PositiveIntegerField(null=True, blank=True)
+    #: An email's action link (bound to one moderator and one ask) decides without a
+    #: login (sessions_app.moderation.links); a webhook's link always needs one.
+    links_decide_without_login = models.BooleanField("Links decide without login", default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -1000,3 +1003,16 @@ class PeriodicJob(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ActionLinkUse(models.Model):
+    """An action link that has decided (sessions_app.moderation.links): its token's
+    SHA-256, so a link decides once. Written in the transaction of its decision."""
+
+    digest = models.CharField(primary_key=True, max_length=64)
+    ask_id = models.CharField(max_length=64, db_index=True)
+    used_by = models.CharField(max_length=150)
+    used_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"link for {self.ask_id} used by {self.used_by}"

@@ -35,6 +35,7 @@ urlpatterns = [
     path("asks/<str:ask_id>/decide", moderation.decide, name="decide"),
     path("approvals/", moderation.approvals, name="approvals"),
     path("approvals/badge", moderation.approvals_badge, name="approvals_badge"),
+    path("approvals/act/<str:token>/", moderation.act_by_link, name="act_by_link"),
     path("approvals/audit/", moderation.audit_page, name="approval_audit"),
     path("approvals/audit.csv", moderation.audit_csv, name="approval_audit_csv"),
     path("approvals/rules/", moderation.rules_page, name="approval_rules"),

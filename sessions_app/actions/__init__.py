@@ -21,7 +21,14 @@ from sessions_app.actions.agents import (
     get_version,
     list_agents,
 )
-from sessions_app.actions.asks import do_decide, do_expire_ask, due_ask_ids, find_ask_session, visible_asks
+from sessions_app.actions.asks import (
+    do_decide,
+    do_decide_by_link,
+    do_expire_ask,
+    due_ask_ids,
+    find_ask_session,
+    visible_asks,
+)
 from sessions_app.actions.rules import do_create_rule, do_delete_rule, do_update_rule, list_rules
 from sessions_app.actions.sessions import (
     DeletedSession,
@@ -86,6 +93,7 @@ __all__ = [
     "do_compact",
     "do_create_session",
     "do_decide",
+    "do_decide_by_link",
     "DeletedSession",
     "do_delete",
     "do_delete_expired",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -20,7 +21,8 @@ from sectr.errors import AskNotPending, NotFound, ValidationFailed
 from sessions_app import access, runs
 from sessions_app.actions.sessions import _locked, _username
 from sessions_app.journal import get_journal
-from sessions_app.models import AskIndex, Run, Session
+from sessions_app.models import ActionLinkUse, AskIndex, Run, Session
+from sessions_app.moderation.links import ActionLink, LinkRefused
 from sessions_app.runtime import check_edited_arguments
 
 ASK_STATES = ("pending", "decided")
@@ -128,3 +130,23 @@ def visible_asks(
     if tool:
         asks = asks.filter(tool=tool)
     return asks.select_related("session", "session__team", "session__owner").order_by("-requested_at", "ask_id")
+
+
+LINK_VERDICTS = ("allow_once", "deny")
+
+
+def do_decide_by_link(actor: Any, link: ActionLink, verdict: str, *, note: str | None = None) -> Run | None:
+    """An action link's decision (sessions_app.moderation.links): Approve once or Deny,
+    with a note, as `actor`. The link is spent in the decision's transaction, so a link
+    decides once (a replay is LinkRefused "used") and a refused decision spends nothing."""
+    if verdict not in LINK_VERDICTS:
+        raise ValidationFailed("an action link approves once or denies", code="invalid_verdict")
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                ActionLinkUse.objects.create(
+                    digest=link.digest, ask_id=link.ask_id, used_by=(_username(actor) or "")[:150]
+                )
+        except IntegrityError:
+            raise LinkRefused("used", "This link has been used already.") from None
+        return do_decide(actor, link.ask_id, verdict, note=note)

@@ -49,13 +49,14 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.core.mail import send_mail
+from django.core.mail import EmailMessage, get_connection, send_mail
 from django.db import close_old_connections
 from django.utils import timezone
 
 from sectr.errors import ValidationFailed
 from sessions_app.addresses import UNRESOLVABLE, AddressRefused, IPAddress, check_public_host, normalise_host
-from sessions_app.models import NotificationDelivery
+from sessions_app.models import Membership, NotificationDelivery
+from sessions_app.moderation.links import EMAIL, link_url
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
 log = logging.getLogger("sectr.notifications")
@@ -280,9 +281,36 @@ def send_email(delivery: NotificationDelivery) -> None:
     arguments = json.dumps(payload.get("arguments"), indent=2, ensure_ascii=False)
     body = (
         f"{payload.get('requester')}'s agent in “{title}” (team {payload.get('team')}) asks to run "
-        f"{payload.get('tool')} with:\n\n{arguments}\n\nDecide it here: {payload.get('url')}\n"
+        f"{payload.get('tool')} with:\n\n{arguments}\n\n"
     )
-    send_mail(subject, body, None, list(delivery.recipients))
+    # One message per moderator: each carries an action link bound to its recipient
+    # (sessions_app.moderation.links), made now so the outbox never holds one.
+    moderators = moderators_by_email(delivery.team_id, list(delivery.recipients))
+    messages = []
+    for address in delivery.recipients:
+        user_id = moderators.get(address)
+        link = ""
+        if user_id is not None:
+            url = link_url(delivery.ask_id, EMAIL, user_id)
+            link = f"Decide it on one screen (this link works once, for 24 hours): {url}\n"
+        text = f"{body}{link}Or in the approval queue: {payload.get('url')}\n"
+        messages.append(EmailMessage(subject, text, None, [address]))
+    get_connection().send_messages(messages)
+
+
+def moderators_by_email(team_id: int, addresses: list[str]) -> dict[str, int]:
+    """The active moderator of the team behind each address (the first, if several share one)."""
+    found: dict[str, int] = {}
+    rows = (
+        Membership.objects.filter(
+            team_id=team_id, role=Membership.MODERATOR, user__is_active=True, user__email__in=addresses
+        )
+        .order_by("user_id")
+        .values_list("user__email", "user_id")
+    )
+    for address, user_id in rows:
+        found.setdefault(address, user_id)
+    return found
 
 
 def attempt(delivery: NotificationDelivery) -> bool:

@@ -14,24 +14,26 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
 from sessions_app.display.approvals import ApprovalView, turn_calls_waiting
 from sessions_app.display.content import pretty_json
 from sessions_app.journal import get_journal
-from sessions_app.models import ApprovalRule, Session, Team
-from sessions_app.moderation import audit, queue, rules
+from sessions_app.models import ActionLinkUse, ApprovalRule, Session, Team
+from sessions_app.moderation import audit, links, queue, rules
 from sessions_app.moderation.rules import rule_data_from_form
 from sessions_app.web import HtmxHttpRequest, flash, page_refusals, refusals_as_messages
 
@@ -239,3 +241,65 @@ def preview_rule(request: HtmxHttpRequest, team_name: str) -> HttpResponse:
     except ValidationFailed as exc:
         return _rules_page(request, preview={"team": team.name, "error": exc.message}, status=400)
     return _rules_page(request, preview={"team": team.name, "rule": data, "result": result})
+
+
+def _link_refused(request: HttpRequest, message: str, status: int) -> HttpResponse:
+    """The plain page of a link that decides nothing (used, expired, foreign, invalid)."""
+    return render(request, "moderation/action_link_refused.html", {"message": message}, status=status)
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def act_by_link(request: HttpRequest, token: str) -> HttpResponse:
+    """An action link (sessions_app.moderation.links): GET shows the ask on one phone-sized
+    screen and decides nothing; POST (CSRF-protected) approves once or denies, once."""
+    try:
+        link = links.read_token(token)
+    except links.LinkRefused as exc:
+        return _link_refused(request, exc.message, 410 if exc.reason == "expired" else 404)
+    try:
+        session = actions.find_ask_session(link.ask_id)
+    except NotFound:
+        return _link_refused(request, "This link's ask no longer exists.", 404)
+    actor: Any = request.user if request.user.is_authenticated else None
+    if actor is None:
+        team = session.team
+        if link.user_id is not None and team is not None and team.links_decide_without_login:
+            actor = get_user_model().objects.filter(pk=link.user_id, is_active=True).first()
+        if actor is None:
+            return redirect_to_login(request.get_full_path())
+    if link.user_id is not None and actor.pk != link.user_id:
+        return _link_refused(request, "This link was sent to someone else: it decides nothing for you.", 403)
+    if not access.can_approve(actor, session):
+        return _link_refused(request, "You may not decide this ask.", 403)
+    if ActionLinkUse.objects.filter(digest=link.digest).exists():
+        return _link_refused(request, "This link has been used already.", 410)
+    ask = session.projection().asks.get(link.ask_id) or {}
+    if ask.get("status") != "pending":
+        decided = f" by {ask['approver']}" if ask.get("approver") else ""
+        return _link_refused(
+            request, f"This ask is no longer waiting: it was {ask.get('status', 'closed')}{decided}.", 410
+        )
+    error = ""
+    if request.method == "POST":
+        note = request.POST.get("note", "").strip() or None
+        try:
+            actions.do_decide_by_link(actor, link, request.POST.get("verdict", ""), note=note)
+        except links.LinkRefused as exc:
+            return _link_refused(request, exc.message, 410)
+        except SectrError as exc:
+            if isinstance(exc, NotFound | Forbidden):
+                return _link_refused(request, exc.message, exc.status)
+            error = exc.message
+        else:
+            session.refresh_from_db()  # its cached projection is the one from before the decision
+            decided_ask = session.projection().asks.get(link.ask_id) or {}
+            card = queue.build_card(session, decided_ask, with_context=False)
+            return render(request, "moderation/action_link_done.html", {"item": card})
+    card = queue.build_card(session, ask)
+    return render(
+        request,
+        "moderation/action_link.html",
+        {"item": card, "error": error, "acting_as": actor.get_username()},
+        status=400 if error else 200,
+    )

@@ -185,7 +185,7 @@ def test_the_api_runs_the_edited_call_and_audits_it_as_edited(api: LiveApi) -> N
     assert decided.json()["ask"]["verdict"] == "allow_once"
     (result,) = tool_results(run_frames(api, decided.json()["run_id"]))
     assert result["content"] == (
-        '(arguments edited by mod: {"title": "plan", "body": "edited"})\nsaved note \'plan\' (created)'
+        '(arguments edited by mod: {"body": "edited", "title": "plan"})\nsaved note \'plan\' (created)'
     )
     entries = api.http().get("/audit", params={"session": session_id, "kind": "decision"}).json()["entries"]
     assert [(e["actor"], e["edited"], e["run_arguments"], e["arguments"]["body"]) for e in entries] == [
