@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from tests.browser.conftest import PASSWORD, log_in, new_session, send
+from tests.browser.conftest import PASSWORD, new_session, send
 from tests.liveserver import LiveSectr
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -81,7 +81,9 @@ def test_an_email_link_decides_on_a_phone_after_login_and_only_once(
     for name in ("Approve once", "Deny"):
         box = page.get_by_role("button", name=name).bounding_box()
         assert box is not None and box["y"] + box["height"] <= PHONE["height"] and box["x"] + box["width"] <= 390
-    expect(alice.locator("[data-role=approval]").last).to_have_attribute("data-status", "pending")  # GET decided nothing
+    expect(alice.locator("[data-role=approval]").last).to_have_attribute(
+        "data-status", "pending"
+    )  # GET decided nothing
     page.get_by_role("textbox", name="Note").fill("ask me tomorrow")
     page.get_by_role("button", name="Deny").click()
     expect(page.get_by_role("status")).to_have_text("Denied by carol: ask me tomorrow")
