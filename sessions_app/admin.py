@@ -355,8 +355,8 @@ class TeamWebhookAdmin(admin.ModelAdmin):
     address guard (sessions_app.moderation.notifications.check_webhook_url)."""
 
     form = TeamWebhookForm
-    list_display = ("team", "url", "active", "created_at")
-    list_filter = ("active", "team")
+    list_display = ("team", "url", "kind", "active", "created_at")
+    list_filter = ("active", "kind", "team")
     search_fields = ("url", "team__name")
     inlines = (WebhookDeliveryInline,)
 

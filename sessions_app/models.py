@@ -939,8 +939,15 @@ class TeamWebhook(models.Model):
     deliveries are NotificationDelivery rows (sessions_app.moderation.notifications)."""
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="webhooks")
+    JSON = "json"
+    SLACK = "slack"
+    KIND_CHOICES = [(JSON, "JSON (signed, Sectr's own body)"), (SLACK, "Slack-style (incoming webhook, Block Kit)")]
+
     url = models.URLField(max_length=500)
     secret = models.CharField(max_length=200, default=new_webhook_secret)
+    #: the body's shape: Sectr's JSON, or a Slack incoming-webhook message
+    #: (sessions_app.moderation.slack), which Slack and Mattermost channels show
+    kind = models.CharField(max_length=8, choices=KIND_CHOICES, default=JSON)
     active = models.BooleanField(default=True)
     created_at = models.DateTimeField(default=timezone.now)
 

@@ -55,8 +55,9 @@ from django.utils import timezone
 
 from sectr.errors import ValidationFailed
 from sessions_app.addresses import UNRESOLVABLE, AddressRefused, IPAddress, check_public_host, normalise_host
-from sessions_app.models import Membership, NotificationDelivery
+from sessions_app.models import Membership, NotificationDelivery, TeamWebhook
 from sessions_app.moderation.links import EMAIL, link_url
+from sessions_app.moderation.slack import slack_message
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
 log = logging.getLogger("sectr.notifications")
@@ -199,6 +200,14 @@ def _connect(target: WebhookTarget) -> http.client.HTTPConnection:
     raise failure
 
 
+def webhook_body(delivery: NotificationDelivery) -> bytes:
+    """The body of a webhook call: the payload as JSON, or, for a `slack` webhook, a
+    Slack incoming-webhook message (sessions_app.moderation.slack). Signed alike."""
+    assert delivery.webhook is not None
+    body = slack_message(delivery.payload) if delivery.webhook.kind == TeamWebhook.SLACK else delivery.payload
+    return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
+
+
 def post_webhook(delivery: NotificationDelivery) -> int:
     """POST one webhook call; its HTTP status (raises when there is no answer).
 
@@ -209,7 +218,7 @@ def post_webhook(delivery: NotificationDelivery) -> int:
     """
     assert delivery.webhook is not None
     target = check_webhook_url(delivery.webhook.url)
-    body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+    body = webhook_body(delivery)
     timestamp = str(int(time.time()))
     headers = {
         "Content-Type": "application/json",
