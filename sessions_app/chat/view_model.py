@@ -18,6 +18,7 @@ sessions_app.display.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -356,6 +357,11 @@ class ChatViewModel:
                 card.approver = ask.get("approver")
                 decision = reason.get("decision") if isinstance(reason.get("decision"), dict) else {}
                 card.note = decision.get("note") if decision else None
+                if decision.get("verdict") == "respond":
+                    card.note = str(decision.get("result") or "")  # what the model got instead
+                elif isinstance(decision.get("arguments"), dict):
+                    edited = json.dumps(decision["arguments"], ensure_ascii=False, sort_keys=True)
+                    card.note = f"ran with edited arguments {edited}" + (f"; {card.note}" if card.note else "")
                 self._replace(card)
                 self._update_tool_call_for_ask(ask)
         elif kind == "recover":

@@ -18,7 +18,7 @@ from typing import Any
 from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
-from sessions_app.display.content import content_text_and_attachments
+from sessions_app.display.content import content_text_and_attachments, pretty_json
 from sessions_app.display.markdown import render_markdown
 
 
@@ -122,8 +122,12 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
                         env.seq,
                         env.created_at,
                         who=approver,
-                        text=str(decision.get("note") or ""),
+                        # a response's text is what the model got instead of the call
+                        text=str(decision.get("result") if verdict == "respond" else decision.get("note") or ""),
                         details={
+                            "run_arguments": pretty_json(decision["arguments"])
+                            if isinstance(decision.get("arguments"), dict)
+                            else "",
                             "verdict": verdict,
                             "tool": ask.get("name", ""),
                             "rule": decision_source(approver),

@@ -94,6 +94,18 @@ def test_the_edit_form_decides_with_the_edited_arguments(
     audit = logged_in(teammate).get("/approvals/audit/").content.decode()
     assert '<p data-role="audit-edited"><strong>edited</strong>, ran with:</p>' in audit
     assert "buy oat milk" in audit
+    # The chat card and the review timeline show what was asked and what ran.
+    chat = logged_in(teammate).get(f"/sessions/{session.pk}/").content.decode()
+    assert (
+        "Approved once by teammate: ran with edited arguments {&quot;body&quot;: &quot;buy oat milk&quot;, "
+        "&quot;title&quot;: &quot;buy milk&quot;}" in chat
+    )
+    timeline = logged_in(teammate).get(f"/review/{session.pk}/").content.decode()
+    assert '<p data-role="edited">Edited: the call ran with</p>' in timeline
+    assert (
+        "&quot;body&quot;: &quot;buy oat milk&quot;" in timeline
+        and "&quot;body&quot;: &quot;buy milk&quot;" in timeline
+    )
 
 
 @pytest.mark.django_db
@@ -141,6 +153,9 @@ def test_the_respond_form_answers_instead_of_running(
     assert (row.verdict, row.note, row.edited) == ("respond", "Milk is bought.", False)
     listed = logged_in(teammate).get("/approvals/audit/?verdict=respond").content.decode()
     assert 'data-kind="decision"' in listed and "Milk is bought." in listed
+    timeline = logged_in(teammate).get(f"/review/{session.pk}/").content.decode()
+    assert '<p class="note">Answer: Milk is bought.</p>' in timeline
+    assert "Answered by owner: Milk is bought." in logged_in(owner).get(f"/sessions/{session.pk}/").content.decode()
 
 
 # ---- the API and the SDK against a real server ----
