@@ -355,8 +355,9 @@ class ChatViewModel:
                 card.status = str(ask.get("status", card.status))
                 card.verdict = ask.get("verdict")
                 card.approver = ask.get("approver")
-                decision = reason.get("decision") if isinstance(reason.get("decision"), dict) else {}
-                card.note = decision.get("note") if decision else None
+                given = reason.get("decision")
+                decision: dict[str, Any] = given if isinstance(given, dict) else {}
+                card.note = decision.get("note")
                 if decision.get("verdict") == "respond":
                     card.note = str(decision.get("result") or "")  # what the model got instead
                 elif isinstance(decision.get("arguments"), dict):
