@@ -60,7 +60,7 @@ class Team(models.Model):
     #: default, SECTR_RETENTION_DAYS; 0: kept for ever). sessions_app.ops.retention.
     retention_days = models.PositiveIntegerField(null=True, blank=True)
     #: An email's action link (bound to one moderator and one ask) decides without a
-    #: login (sessions_app.moderation.links); a webhook's link always needs one.
+    #: login (sessions_app.action_links); a webhook's link always needs one.
     links_decide_without_login = models.BooleanField("Links decide without login", default=False)
     created_at = models.DateTimeField(default=timezone.now)
 
@@ -1013,7 +1013,7 @@ class PeriodicJob(models.Model):
 
 
 class ActionLinkUse(models.Model):
-    """An action link that has decided (sessions_app.moderation.links): its token's
+    """An action link that has decided (sessions_app.action_links): its token's
     SHA-256, so a link decides once. Written in the transaction of its decision."""
 
     digest = models.CharField(primary_key=True, max_length=64)

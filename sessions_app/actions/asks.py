@@ -19,10 +19,10 @@ from django.utils import timezone
 from sectr import operations
 from sectr.errors import AskNotPending, NotFound, ValidationFailed
 from sessions_app import access, runs
+from sessions_app.action_links import ActionLink, LinkRefused
 from sessions_app.actions.sessions import _locked, _username
 from sessions_app.journal import get_journal
 from sessions_app.models import ActionLinkUse, AskIndex, Run, Session
-from sessions_app.moderation.links import ActionLink, LinkRefused
 from sessions_app.runtime import check_edited_arguments
 
 ASK_STATES = ("pending", "decided")
@@ -136,7 +136,7 @@ LINK_VERDICTS = ("allow_once", "deny")
 
 
 def do_decide_by_link(actor: Any, link: ActionLink, verdict: str, *, note: str | None = None) -> Run | None:
-    """An action link's decision (sessions_app.moderation.links): Approve once or Deny,
+    """An action link's decision (sessions_app.action_links): Approve once or Deny,
     with a note, as `actor`. The link is spent in the decision's transaction, so a link
     decides once (a replay is LinkRefused "used") and a refused decision spends nothing."""
     if verdict not in LINK_VERDICTS:

@@ -33,7 +33,7 @@ from sectr.events import IMPORTED_PREFIX, Envelope
 from sectr.rules import EXPIRED_APPROVER
 from sectr.state import SessionState
 from sessions_app import models
-from sessions_app.moderation.links import WEBHOOK, link_url
+from sessions_app.action_links import WEBHOOK, link_url
 
 #: The envelope types an audit row can come from (rebuild_audit reads only these).
 AUDITED_TYPES = ASK_EVENT_TYPES
@@ -226,7 +226,7 @@ def notification_payload(event: str, team: str, session: models.Session, row: mo
         "at": row.at.isoformat(),
         "seconds_to_decide": row.seconds_to_decide,
         "url": card_url(row.ask_id),
-        # A new ask's notice links to its action page (sessions_app.moderation.links); a
+        # A new ask's notice links to its action page (sessions_app.action_links); a
         # webhook's link needs a login. An email's links are made per recipient when sent.
         "action_url": link_url(row.ask_id, WEBHOOK) if event == "ask.requested" else None,
     }

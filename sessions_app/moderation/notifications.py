@@ -54,9 +54,9 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from sectr.errors import ValidationFailed
+from sessions_app.action_links import EMAIL, link_url
 from sessions_app.addresses import UNRESOLVABLE, AddressRefused, IPAddress, check_public_host, normalise_host
 from sessions_app.models import Membership, NotificationDelivery, TeamWebhook
-from sessions_app.moderation.links import EMAIL, link_url
 from sessions_app.moderation.slack import slack_message
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
@@ -293,7 +293,7 @@ def send_email(delivery: NotificationDelivery) -> None:
         f"{payload.get('tool')} with:\n\n{arguments}\n\n"
     )
     # One message per moderator: each carries an action link bound to its recipient
-    # (sessions_app.moderation.links), made now so the outbox never holds one.
+    # (sessions_app.action_links), made now so the outbox never holds one.
     moderators = moderators_by_email(delivery.team_id, list(delivery.recipients))
     messages = []
     for address in delivery.recipients:

@@ -2,7 +2,7 @@
 blocks, which Slack (and Mattermost, from its `text`) show in a channel without an app.
 
 A new ask shows who asks to run what in which session, its arguments, and URL buttons
-to the ask's action page (sessions_app.moderation.links: it needs a login, and its GET
+to the ask's action page (sessions_app.action_links: it needs a login, and its GET
 never decides) and to the queue. Buttons are links, not interactive actions: Sectr
 receives nothing from Slack, so no Slack app, signing secret or public endpoint is
 needed. Other events (a vote, a decision, a withdrawal) are one line.

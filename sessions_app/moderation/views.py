@@ -29,11 +29,12 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sessions_app import access, actions
+from sessions_app import action_links as links
 from sessions_app.display.approvals import ApprovalView, turn_calls_waiting
 from sessions_app.display.content import pretty_json
 from sessions_app.journal import get_journal
 from sessions_app.models import ActionLinkUse, ApprovalRule, Session, Team
-from sessions_app.moderation import audit, links, queue, rules
+from sessions_app.moderation import audit, queue, rules
 from sessions_app.moderation.rules import rule_data_from_form
 from sessions_app.web import HtmxHttpRequest, flash, page_refusals, refusals_as_messages
 
@@ -251,7 +252,7 @@ def _link_refused(request: HttpRequest, message: str, status: int) -> HttpRespon
 @never_cache
 @require_http_methods(["GET", "POST"])
 def act_by_link(request: HttpRequest, token: str) -> HttpResponse:
-    """An action link (sessions_app.moderation.links): GET shows the ask on one phone-sized
+    """An action link (sessions_app.action_links): GET shows the ask on one phone-sized
     screen and decides nothing; POST (CSRF-protected) approves once or denies, once."""
     try:
         link = links.read_token(token)

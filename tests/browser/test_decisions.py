@@ -33,7 +33,7 @@ def team(live: LiveSectr) -> str:
 def email_link(live: LiveSectr, session_id: str) -> str:
     code = (
         "from sessions_app.models import Session; from django.contrib.auth import get_user_model; "
-        "from sessions_app.moderation.links import EMAIL, link_url; "
+        "from sessions_app.action_links import EMAIL, link_url; "
         f"s = Session.objects.get(pk={session_id!r}); ask = s.projection().pending_ask['ask_id']; "
         "print(link_url(ask, EMAIL, get_user_model().objects.get(username='carol').pk))"
     )

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from sessions_app import action_links as links
 from sessions_app import actions
 from sessions_app.models import Envelope, Membership, NotificationDelivery, Team, TeamWebhook
-from sessions_app.moderation import links
 from sessions_app.moderation.notifications import deliver_due
 from sessions_app.moderation.slack import escape, slack_message
 from tests.server.conftest import SessionFactory
