@@ -16,9 +16,9 @@ from django.test import Client
 from sectr.client import Client as SdkClient
 from sectr.client import Edit, Respond
 from sessions_app.models import AuditEntry, Envelope, Membership, Session, Team
+from tests.server.api.test_api_support import LiveApi, live_api, sse_events
+from tests.server.chat.test_web import HTMX, append, asked, logged_in, started
 from tests.server.conftest import SessionFactory
-from tests.server.test_api_support import LiveApi, live_api, sse_events
-from tests.server.test_web import HTMX, append, asked, logged_in, started
 
 # ---- the cards (no worker: the decision is journaled, the run only queued) ----
 

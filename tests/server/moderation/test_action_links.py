@@ -17,8 +17,8 @@ from django.test import Client
 from sessions_app import action_links as links
 from sessions_app.models import ActionLinkUse, Envelope, Membership, NotificationDelivery, Session, Team, TeamWebhook
 from sessions_app.moderation.notifications import send_email
+from tests.server.chat.test_web import append, asked, logged_in, started
 from tests.server.conftest import SessionFactory, make_user
-from tests.server.test_web import append, asked, logged_in, started
 
 pytestmark = pytest.mark.django_db
 

@@ -15,10 +15,10 @@ from sessions_app import actions
 from sessions_app.models import Envelope, Membership, NotificationDelivery, Team, TeamWebhook
 from sessions_app.moderation.notifications import deliver_due
 from sessions_app.moderation.slack import escape, slack_message
+from tests.server.chat.test_web import logged_in
 from tests.server.conftest import SessionFactory
-from tests.server.test_moderation_notifications import SECRET, Receiver, receiver  # noqa: F401 - a fixture
-from tests.server.test_moderation_ui import pending, team_session
-from tests.server.test_web import logged_in
+from tests.server.moderation.test_moderation_notifications import SECRET, Receiver, receiver  # noqa: F401 - a fixture
+from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
 
