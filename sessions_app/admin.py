@@ -337,7 +337,7 @@ class TeamWebhookForm(forms.ModelForm):
 
     class Meta:
         model = TeamWebhook
-        fields = ("team", "url", "secret", "active", "created_at")
+        fields = ("team", "url", "kind", "secret", "active", "created_at")
 
     def clean_url(self) -> str:
         url = self.cleaned_data.get("url")

@@ -78,6 +78,7 @@ def test_a_slack_webhook_gets_block_kit_with_working_buttons(
     settings: Any,
 ) -> None:
     settings.SECTR_BASE_URL = "https://sectr.example.com"
+    settings.SECTR_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver is on the loopback
     TeamWebhook.objects.create(team=ops, url=receiver.url, secret=SECRET, kind=TeamWebhook.SLACK)
     session = team_session(make_session, ops)
     pending(session)
@@ -116,7 +117,9 @@ def test_a_json_webhook_is_unchanged_by_the_slack_kind(
     ops: Team,
     teammate: Any,
     receiver: Receiver,  # noqa: F811 - the fixture
+    settings: Any,
 ) -> None:
+    settings.SECTR_WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]  # the receiver is on the loopback
     TeamWebhook.objects.create(team=ops, url=receiver.url, secret=SECRET)
     pending(team_session(make_session, ops))
     deliver_due()
