@@ -77,6 +77,9 @@ def config(ids: dict[str, str]) -> str:
         "/api/v1/sessions",
         # `at_seq` must be a seq the session has reached.
         "/api/v1/sessions/{session_id}/fork",
+        # Edited arguments are checked against the tool's own signature (which tool an ask
+        # is for, and what it takes, is state), and a response needs an ask one person decides.
+        "/api/v1/asks/{ask_id}",
         # A media part is checked against the session's model (capability) and by its
         # bytes (mime_type, size): documented 400s no schema can predict.
         "/api/v1/sessions/{session_id}/runs",
