@@ -81,6 +81,7 @@ def save_in_admin(client: Client, team: Team, url: str) -> Any:
         {
             "team": team.pk,
             "url": url,
+            "kind": "json",
             "secret": SECRET,
             "active": "on",
             "created_at_0": "2026-01-01",
