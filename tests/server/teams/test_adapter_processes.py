@@ -15,8 +15,7 @@ import pytest
 
 from tests.liveserver import LiveSectr
 from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, text_stream, tool_call_stream
-
-from .test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
+from tests.server.runs.test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
 
 # Their own server, migrations, a restart and workers: slow on a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
