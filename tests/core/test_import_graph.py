@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # One reading of the imports for this test and the script that prints the graph.
-from scripts.import_graph import imported_names, package_modules, resolve
+from scripts.import_graph import circles, imported_names, package_modules, resolve
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sectr", "sessions_app")
@@ -38,43 +38,7 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components with more than one module (Tarjan's algorithm)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    found: list[list[str]] = []
-    counter = 0
-
-    def visit(node: str) -> None:
-        nonlocal counter
-        index[node] = low[node] = counter
-        counter += 1
-        stack.append(node)
-        on_stack.add(node)
-        for successor in sorted(graph[node]):
-            if successor not in index:
-                visit(successor)
-                low[node] = min(low[node], low[successor])
-            elif successor in on_stack:
-                low[node] = min(low[node], index[successor])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for node in sorted(graph):
-        if node not in index:
-            visit(node)
-    return found
-
+cycles = circles  # strongly connected components of more than one, from the script
 
 def test_it_finds_a_circle_when_there_is_one() -> None:
     # The checker itself can fail: a three-module circle and a clean chain.
