@@ -1,7 +1,7 @@
 """Edit arguments on a chat card, and an email's action link on a phone-sized screen, in
 a real browser against a real Sectr (Daphne, its embedded worker, the demo model).
 
-Team `links`: alice (member, owns the sessions) and carol (moderator)."""
+Team `links`: alice (member, owns the sessions) and dora (moderator)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ PHONE = {"width": 390, "height": 844}
 def team(live: LiveSectr) -> str:
     code = (
         "from django.contrib.auth import get_user_model; U = get_user_model(); "
-        f"U.objects.create_user('carol', password={PASSWORD!r}); "
+        f"U.objects.create_user('dora', password={PASSWORD!r}); "
         "from sessions_app.models import Team, Membership; t = Team.objects.create(name='links'); "
         "Membership.objects.create(team=t, user=U.objects.get(username='alice'), role='member'); "
-        "Membership.objects.create(team=t, user=U.objects.get(username='carol'), role='moderator')"
+        "Membership.objects.create(team=t, user=U.objects.get(username='dora'), role='moderator')"
     )
     live.manage("shell", "-c", code)
     return "links"
@@ -35,7 +35,7 @@ def email_link(live: LiveSectr, session_id: str) -> str:
         "from sessions_app.models import Session; from django.contrib.auth import get_user_model; "
         "from sessions_app.action_links import EMAIL, link_url; "
         f"s = Session.objects.get(pk={session_id!r}); ask = s.projection().pending_ask['ask_id']; "
-        "print(link_url(ask, EMAIL, get_user_model().objects.get(username='carol').pk))"
+        "print(link_url(ask, EMAIL, get_user_model().objects.get(username='dora').pk))"
     )
     url = live.manage("shell", "-c", code).strip().splitlines()[-1]
     return "/approvals/act/" + url.split("/approvals/act/", 1)[1]
@@ -69,7 +69,7 @@ def test_an_email_link_decides_on_a_phone_after_login_and_only_once(
     page = phone.new_page()
     page.goto(path)
     expect(page).to_have_url(re.compile(r"/accounts/login/\?next="))  # login first
-    page.get_by_label("Username").fill("carol")
+    page.get_by_label("Username").fill("dora")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
     expect(page.locator("[data-role=action-link]")).to_be_visible()
@@ -86,8 +86,8 @@ def test_an_email_link_decides_on_a_phone_after_login_and_only_once(
     )  # GET decided nothing
     page.get_by_role("textbox", name="Note").fill("ask me tomorrow")
     page.get_by_role("button", name="Deny").click()
-    expect(page.get_by_role("status")).to_have_text("Denied by carol: ask me tomorrow")
-    expect(alice.locator("[data-role=approval]").last).to_contain_text("Denied by carol")
+    expect(page.get_by_role("status")).to_have_text("Denied by dora: ask me tomorrow")
+    expect(alice.locator("[data-role=approval]").last).to_contain_text("Denied by dora")
     page.goto(path)
     expect(page.get_by_role("alert")).to_contain_text("used already")
     phone.close()
