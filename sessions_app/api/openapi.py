@@ -48,6 +48,7 @@ MODE = {"type": "string", "enum": ["default", "plan", "accept_edits"]}
 VERDICT = {"type": "string", "enum": list(VERDICTS)}
 REASONING_EFFORT = {"type": "string", "enum": ["minimal", "low", "medium", "high"]}
 ROLE = {"type": "string", "enum": ["member", "reviewer", "moderator"]}
+WEBHOOK_KIND = {"type": "string", "enum": ["json", "slack"]}
 STATE = {"type": "string", "enum": ["idle", "running", "awaiting", "completed", "failed", "cancelled"]}
 TRANSCRIPT_VIEW = {"type": "string", "enum": ["model", "history"]}
 #: An empty query parameter (`?view=`) is one that was not given.
@@ -626,6 +627,27 @@ SCHEMAS: dict[str, Any] = {
         },
     ),
     "MemberRole": _object({"role": ROLE}, ("role",)),
+    "Webhook": _object(
+        {
+            "id": INTEGER,
+            "url": STRING,
+            "kind": WEBHOOK_KIND,
+            "active": BOOLEAN,
+            "created_at": DATETIME,
+        },
+        ("id", "url", "kind", "active", "created_at"),
+    ),
+    "WebhookList": _object(
+        {"team": STRING, "webhooks": {"type": "array", "items": ref("Webhook")}}, ("team", "webhooks")
+    ),
+    "WebhookInput": _request(
+        {
+            "url": {"type": "string", "minLength": 1, "maxLength": 500},
+            "kind": WEBHOOK_KIND,
+            "secret": {"type": "string", "maxLength": 200},
+        },
+        ("url",),
+    ),
     "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 

@@ -1,5 +1,6 @@
-"""The teams API (docs/agents.md, "Team settings"): the caller's teams and roles, and a
-team's members (moderators add, change and remove them). Thin: parse, call an action,
+"""The teams API (docs/agents.md, "Team settings"): the caller's teams and roles, a
+team's members (moderators add, change and remove them) and its webhooks (moderators
+add and delete them; the secret is write-only). Thin: parse, call an action,
 shape the answer."""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from django.http import HttpResponse
 from sectr.errors import ValidationFailed
 from sessions_app import access
 from sessions_app.actions import members as member_actions
+from sessions_app.actions import webhooks as webhook_actions
+from sessions_app.actions.webhooks import webhook_dict
 from sessions_app.api.views import ApiCall, check_fields, json_response
-from sessions_app.models import Membership
+from sessions_app.models import Membership, TeamWebhook
 
 
 def member_dict(membership: Membership) -> dict[str, Any]:
@@ -73,4 +76,30 @@ async def change_member(call: ApiCall, name: str, username: str) -> HttpResponse
 
 async def remove_member(call: ApiCall, name: str, username: str) -> HttpResponse:
     await sync_to_async(member_actions.do_remove_member)(call.user, name, username)
+    return HttpResponse(status=204)
+
+
+def _webhooks(user: Any, name: str) -> dict[str, Any]:
+    return {"team": name, "webhooks": [webhook_dict(w) for w in webhook_actions.list_webhooks(user, name)]}
+
+
+async def list_webhooks(call: ApiCall, name: str) -> HttpResponse:
+    return json_response(await sync_to_async(_webhooks)(call.user, name))
+
+
+async def add_webhook(call: ApiCall, name: str) -> HttpResponse:
+    body = call.body
+    check_fields(body, "url", "kind", "secret")
+
+    kind = TeamWebhook.JSON if body.get("kind") is None else body["kind"]
+
+    def add() -> dict[str, Any]:
+        hook = webhook_actions.do_add_webhook(call.user, name, body.get("url"), kind, body.get("secret"))
+        return webhook_dict(hook)
+
+    return json_response(await sync_to_async(add)(), status=201)
+
+
+async def delete_webhook(call: ApiCall, name: str, webhook_id: int) -> HttpResponse:
+    await sync_to_async(webhook_actions.do_delete_webhook)(call.user, name, webhook_id)
     return HttpResponse(status=204)

@@ -468,6 +468,38 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
+        "teams/<str:name>/webhooks",
+        "team-webhooks",
+        {
+            "GET": op(
+                teams_api.list_webhooks,
+                "A team's webhooks, without their secrets (moderators of the team)",
+                response="WebhookList",
+                errors=(403, 404),
+            ),
+            "POST": op(
+                teams_api.add_webhook,
+                "Add a webhook (moderators; the URL must pass the address guard; the secret is write-only)",
+                status=201,
+                request="WebhookInput",
+                response="Webhook",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/webhooks/<int:webhook_id>",
+        "team-webhook",
+        {
+            "DELETE": op(
+                teams_api.delete_webhook,
+                "Delete a webhook and its delivery log (moderators of the team)",
+                status=204,
+                errors=(403, 404),
+            ),
+        },
+    ),
+    Route(
         f"{SESSION}/agent",
         "session-agent",
         {

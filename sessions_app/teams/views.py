@@ -16,6 +16,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, ParamSpec
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -28,6 +29,7 @@ from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sectr.tools import Tool
 from sessions_app import access, actions
 from sessions_app.actions import members as member_actions
+from sessions_app.actions import webhooks as webhook_actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
 from sessions_app.actions.rules import do_move_rule
 from sessions_app.actions.team_budgets import do_set_budget
@@ -46,6 +48,7 @@ from sessions_app.teams.forms import (
     RoleForm,
     tool_gate,
 )
+from sessions_app.teams.notifications import LinksForm, WebhookForm, notifications_context
 from sessions_app.web import HtmxHttpRequest
 
 _P = ParamSpec("_P")
@@ -223,13 +226,13 @@ def team_context(request: HtmxHttpRequest, team: Team, **extra: Any) -> dict[str
         "all_tools_offered": not agent_rows,
         "rules": rules,
         "rule_actions": [value for value, _label in ApprovalRule.ACTION_CHOICES],
-        "webhooks": list(team.webhooks.order_by("created_at", "id")),
         "budget": _budget_context(team),
         "retention_form": RetentionForm(initial={"retention_days": team.retention_days}),
         "default_retention_days": default_retention_days(),
         "rule_draft": None,
         "preview": None,
     }
+    context.update(notifications_context(team, can_edit))
     context.update(extra)
     return context
 
@@ -361,7 +364,7 @@ def _agent_of(request: HtmxHttpRequest, team: Team, slug: str) -> Agent:
         raise Http404("no such agent") from None
 
 
-def _form_errors(form: AgentForm) -> str:
+def _form_errors(form: forms.Form) -> str:
     return "; ".join(
         f"{form.fields[f].label if f in form.fields else f}: {e}" for f, errs in form.errors.items() for e in errs
     )
@@ -498,3 +501,31 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
             "chosen_b": int(chosen[1]) if chosen[1] and chosen[1].isdigit() else latest.number,
         },
     )
+
+
+# ---- notifications: webhooks and action links ----
+
+
+@team_change("notifications")
+def add_webhook(request: HtmxHttpRequest, name: str) -> str:
+    form = WebhookForm(request.POST)
+    if not form.is_valid():
+        member_actions.moderated_team(request.user, name, "its webhooks")  # 404/403 before a form error
+        raise ValidationFailed(_form_errors(form), code="invalid_webhook")
+    data = form.cleaned_data
+    hook = webhook_actions.do_add_webhook(request.user, name, data["url"], data["kind"], data["secret"] or None)
+    return f"Webhook {hook.pk} added ({hook.kind})."
+
+
+@team_change("notifications")
+def delete_webhook(request: HtmxHttpRequest, name: str, webhook_id: int) -> str:
+    webhook_actions.do_delete_webhook(request.user, name, webhook_id)
+    return f"Webhook {webhook_id} deleted."
+
+
+@team_change("notifications")
+def set_links(request: HtmxHttpRequest, name: str) -> str:
+    form = LinksForm(request.POST)
+    enabled = bool(form.is_valid() and form.cleaned_data["links_decide_without_login"])
+    webhook_actions.do_set_links_decide_without_login(request.user, name, enabled)
+    return "Links in emails now decide without a login." if enabled else "Links now ask for a login first."
