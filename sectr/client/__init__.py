@@ -59,7 +59,7 @@ from sectr.client.parts import (
     text_part,
 )
 from sectr.client.protocol import AFFINITY_HEADER, Cancellation, RequestControls
-from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, SessionPage
+from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, SessionPage, Webhook
 from sectr.client.sync import Client, Decision, Run, Session
 
 __all__ = [
@@ -71,6 +71,7 @@ __all__ = [
     "Title",
     "check_parts",
     "ApprovalRule",
+    "Webhook",
     "AskAlreadyResolvedError",
     "AskInfo",
     "AskPage",

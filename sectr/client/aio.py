@@ -53,6 +53,7 @@ from sectr.client.records import (
     AskPage,
     RunInfo,
     SessionPage,
+    Webhook,
     agent_body,
     agents_from_json,
     ask_query,
@@ -63,6 +64,8 @@ from sectr.client.records import (
     run_body,
     session_body,
     versions_from_json,
+    webhook_body,
+    webhooks_from_json,
 )
 
 #: on_permission_ask for AsyncRun: a function or coroutine function taking the ask and
@@ -493,7 +496,8 @@ class AsyncAsks:
 
 @checked_calls
 class AsyncTeams:
-    """A team's approval rules: read by its members, changed by its moderators."""
+    """A team's approval rules (read by its members, changed by its moderators) and its
+    webhooks (its moderators only; a secret is write-only)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -536,6 +540,20 @@ class AsyncTeams:
 
     async def delete_rule(self, name: str, rule_id: str, **options: Any) -> None:
         await self._client.request("DELETE", f"/teams/{name}/rules/{rule_id}", **options)
+
+    async def webhooks(self, name: str, **options: Any) -> list[Webhook]:
+        return webhooks_from_json(await self._client.request("GET", f"/teams/{name}/webhooks", **options))
+
+    async def add_webhook(
+        self, name: str, url: str, *, kind: str | None = None, secret: str | None = None, **options: Any
+    ) -> Webhook:
+        """Add a webhook: `kind` "json" (the default) or "slack"; `secret` signs the JSON
+        deliveries (a random one when left out) and is never returned."""
+        body = webhook_body(url, kind, secret)
+        return Webhook.from_json(await self._client.request("POST", f"/teams/{name}/webhooks", json=body, **options))
+
+    async def delete_webhook(self, name: str, webhook_id: int, **options: Any) -> None:
+        await self._client.request("DELETE", f"/teams/{name}/webhooks/{webhook_id}", **options)
 
 
 @dataclass(frozen=True)

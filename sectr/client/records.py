@@ -285,6 +285,49 @@ def rules_from_json(data: Any) -> list[ApprovalRule]:
     return [ApprovalRule.from_json(rule) for rule in data["rules"]]
 
 
+# ---- a team's webhooks (docs/teams.md) ----
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """One of a team's webhooks, as its moderators see it: never its secret."""
+
+    id: int
+    url: str
+    kind: str
+    active: bool
+    created_at: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Webhook:
+        if not isinstance(data, dict) or "id" not in data or "url" not in data:
+            raise ProtocolError("a webhook without id and url")
+        return cls(
+            id=int(data["id"]),
+            url=str(data["url"]),
+            kind=str(data.get("kind", "json")),
+            active=bool(data.get("active", True)),
+            created_at=str(data.get("created_at", "")),
+            raw=data,
+        )
+
+
+def webhook_body(url: str, kind: str | None, secret: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"url": url}
+    if kind is not None:
+        body["kind"] = kind
+    if secret is not None:
+        body["secret"] = secret
+    return body
+
+
+def webhooks_from_json(data: Any) -> list[Webhook]:
+    if not isinstance(data, dict) or not isinstance(data.get("webhooks"), list):
+        raise ProtocolError("a webhook list without webhooks")
+    return [Webhook.from_json(hook) for hook in data["webhooks"]]
+
+
 # ---- agents and budgets (docs/agents.md) ----
 
 AGENT_FIELDS = ("name", "description", "instructions", "model", "params", "tools", "mode", "limits", "handler")

@@ -48,6 +48,7 @@ from sectr.client.records import (
     AskPage,
     RunInfo,
     SessionPage,
+    Webhook,
     agent_body,
     agents_from_json,
     ask_query,
@@ -58,6 +59,8 @@ from sectr.client.records import (
     run_body,
     session_body,
     versions_from_json,
+    webhook_body,
+    webhooks_from_json,
 )
 
 #: on_permission_ask: called with the ask when a run stops on it; return a verdict
@@ -510,7 +513,8 @@ class Asks:
 
 @checked_calls
 class Teams:
-    """A team's approval rules: read by its members, changed by its moderators."""
+    """A team's approval rules (read by its members, changed by its moderators) and its
+    webhooks (its moderators only; a secret is write-only)."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -553,6 +557,20 @@ class Teams:
 
     def delete_rule(self, name: str, rule_id: str, **options: Any) -> None:
         self._client.request("DELETE", f"/teams/{name}/rules/{rule_id}", **options)
+
+    def webhooks(self, name: str, **options: Any) -> list[Webhook]:
+        return webhooks_from_json(self._client.request("GET", f"/teams/{name}/webhooks", **options))
+
+    def add_webhook(
+        self, name: str, url: str, *, kind: str | None = None, secret: str | None = None, **options: Any
+    ) -> Webhook:
+        """Add a webhook: `kind` "json" (the default) or "slack"; `secret` signs the JSON
+        deliveries (a random one when left out) and is never returned."""
+        body = webhook_body(url, kind, secret)
+        return Webhook.from_json(self._client.request("POST", f"/teams/{name}/webhooks", json=body, **options))
+
+    def delete_webhook(self, name: str, webhook_id: int, **options: Any) -> None:
+        self._client.request("DELETE", f"/teams/{name}/webhooks/{webhook_id}", **options)
 
 
 @dataclass(frozen=True)

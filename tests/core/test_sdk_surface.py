@@ -21,6 +21,7 @@ CLASSES = {
     "Run": (sync.Run, aio.AsyncRun),
     "Runs": (sync.Runs, aio.AsyncRuns),
     "Asks": (sync.Asks, aio.AsyncAsks),
+    "Teams": (sync.Teams, aio.AsyncTeams),
 }
 METHODS = [(cls, method, options) for cls, methods in SURFACE["methods"].items() for method, options in methods.items()]
 
