@@ -12,7 +12,10 @@ import {
   errorFromResponse,
 } from "./errors.js";
 import {
+  type Answer,
+  Edit,
   type PermissionAsk,
+  Respond,
   type RunEvent,
   type RunInfo,
   type RunResult,
@@ -20,6 +23,7 @@ import {
   type Snapshot,
   type Transcript,
   Verdict,
+  answerOf,
   permissionAskFromPayload,
   runEventFromJson,
   runInfoFromJson,
@@ -60,9 +64,52 @@ export interface ClientOptions {
   fetch?: typeof fetch;
 }
 
-/** A run's responders: answer a permission ask and the same Run follows the resumed run. */
+/** A run's responders: answer a permission ask (a verdict, an `Edit` of its arguments or a
+ * `Respond` with the call's result) and the same Run follows the resumed run. */
 export interface Responders {
-  onPermissionAsk?: (ask: PermissionAsk) => Verdict | string | undefined | null | Promise<Verdict | string | undefined | null>;
+  onPermissionAsk?: (ask: PermissionAsk) => Answer | Promise<Answer>;
+}
+
+/** How an ask is decided, besides its verdict. */
+export interface DecideOptions {
+  note?: string;
+  /** "turn" ("Approve all", with an approving verdict): also the later gated calls of the turn. */
+  scope?: "turn";
+  /** With allow_once: run the call with these arguments instead of the model's. */
+  arguments?: Record<string, unknown>;
+  /** With respond: the call's result, given to the model instead of running the tool. */
+  result?: string;
+}
+
+export type ResolveOptions = Omit<DecideOptions, "scope">;
+
+export interface WebhookOptions {
+  /** "json" (Sectr's own signed body, the default) or "slack" (an incoming-webhook message). */
+  kind?: "json" | "slack";
+  /** Signs the JSON deliveries; write-only (never returned). Left out: a random one. */
+  secret?: string;
+}
+
+/** One of a team's webhooks, as its moderators see it: never its secret. */
+export interface Webhook {
+  id: number;
+  url: string;
+  kind: string;
+  active: boolean;
+  createdAt: string;
+}
+
+function webhookFromJson(data: any): Webhook {
+  if (!data || typeof data !== "object" || data.id === undefined || typeof data.url !== "string") {
+    throw new ProtocolError("a webhook without id and url");
+  }
+  return {
+    id: Number(data.id),
+    url: data.url,
+    kind: String(data.kind ?? "json"),
+    active: Boolean(data.active ?? true),
+    createdAt: String(data.created_at ?? ""),
+  };
 }
 
 export interface RunOptions extends Responders {
@@ -179,6 +226,7 @@ export class SectrClient {
   readonly sessions: Sessions;
   readonly runs: Runs;
   readonly asks: Asks;
+  readonly teams: Teams;
   readonly maxReconnects: number;
   private readonly headers: Record<string, string>;
   private readonly timeoutMs: number;
@@ -199,6 +247,7 @@ export class SectrClient {
     this.sessions = new Sessions(this);
     this.runs = new Runs(this);
     this.asks = new Asks(this);
+    this.teams = new Teams(this);
   }
 
   /** A handle on a session by id, without a request (`sessions.get` checks it exists). */
@@ -492,28 +541,60 @@ export class Runs {
 export class Asks {
   constructor(private readonly client: SectrClient) {}
 
-  /** Decide (or vote on) an ask: the resumed run, or null while a quorum is short. */
+  /** Decide (or vote on) an ask: the resumed run, or null while a quorum is short.
+   * `arguments` (with allow_once) runs the call with these instead; `result` (with
+   * respond) answers it with this text instead of running it. */
   async decide(
     askId: string,
     verdict: Verdict | string,
-    options: { note?: string; scope?: "turn" } = {},
+    options: DecideOptions = {},
     controls: RequestControls = {},
   ): Promise<{ run: Run | null; ask: Record<string, unknown> | null }> {
-    checkOptions("asks.decide()", options, ["note", "scope"]);
+    checkOptions("asks.decide()", options, DECIDE_KEYS);
     checkControls("asks.decide()", controls);
     const body: Record<string, unknown> = { verdict: String(verdict) };
-    if (options.note !== undefined) body["note"] = options.note;
-    if (options.scope !== undefined) body["scope"] = options.scope;
+    for (const key of DECIDE_KEYS) if (options[key] !== undefined) body[key] = options[key];
     const data = await this.client.request("POST", `/asks/${askId}`, { body }, controls);
     const run = data.run_id ? new Run(this.client, String(data.run_id), data.session_id, {}, {}, new Deadline(undefined)) : null;
     return { run, ask: data.ask ?? null };
   }
 
   /** Decide an ask; the resumed session's run. AskAlreadyResolvedError if decided. */
-  async resolve(askId: string, verdict: Verdict | string, options: { note?: string } = {}, controls: RequestControls = {}): Promise<Run> {
+  async resolve(askId: string, verdict: Verdict | string, options: ResolveOptions = {}, controls: RequestControls = {}): Promise<Run> {
+    checkOptions("asks.resolve()", options, RESOLVE_KEYS);
     const decision = await this.decide(askId, verdict, options, controls);
     if (!decision.run) throw new InvalidStateError("the vote was recorded; the ask needs more approvals", { code: "quorum_pending" });
     return decision.run;
+  }
+}
+
+const DECIDE_KEYS = ["note", "scope", "arguments", "result"] as const;
+const RESOLVE_KEYS = ["note", "arguments", "result"] as const;
+
+/** A team's webhooks: its moderators list, add and delete them (others: PermissionDeniedError,
+ * or NotFoundError without a role in the team). A secret is write-only. */
+export class Teams {
+  constructor(private readonly client: SectrClient) {}
+
+  async webhooks(team: string, controls: RequestControls = {}): Promise<Webhook[]> {
+    checkControls("teams.webhooks()", controls);
+    const data = await this.client.request("GET", `/teams/${encodeURIComponent(team)}/webhooks`, {}, controls);
+    if (!Array.isArray(data?.webhooks)) throw new ProtocolError("a webhook list without webhooks");
+    return data.webhooks.map(webhookFromJson);
+  }
+
+  async addWebhook(team: string, url: string, options: WebhookOptions = {}, controls: RequestControls = {}): Promise<Webhook> {
+    checkOptions("teams.addWebhook()", options, ["kind", "secret"]);
+    checkControls("teams.addWebhook()", controls);
+    const body: Record<string, unknown> = { url };
+    if (options.kind !== undefined) body["kind"] = options.kind;
+    if (options.secret !== undefined) body["secret"] = options.secret;
+    return webhookFromJson(await this.client.request("POST", `/teams/${encodeURIComponent(team)}/webhooks`, { body }, controls));
+  }
+
+  async deleteWebhook(team: string, webhookId: number, controls: RequestControls = {}): Promise<void> {
+    checkControls("teams.deleteWebhook()", controls);
+    await this.client.request("DELETE", `/teams/${encodeURIComponent(team)}/webhooks/${webhookId}`, {}, controls);
   }
 }
 
@@ -622,10 +703,17 @@ export class Run implements AsyncIterable<RunEvent> {
     return runInfoFromJson(data);
   }
 
-  /** Decide an ask of this run; while it is consumed, it follows the resumed run itself. */
-  async resolveAsk(askId: string, verdict: Verdict | string, controls: RequestControls = {}): Promise<Run> {
+  /** Decide an ask of this run (with `arguments` for an edit, `result` for a response);
+   * while it is consumed, it follows the resumed run itself. */
+  async resolveAsk(
+    askId: string,
+    verdict: Verdict | string,
+    options: ResolveOptions = {},
+    controls: RequestControls = {},
+  ): Promise<Run> {
+    checkOptions("run.resolveAsk()", options, RESOLVE_KEYS);
     checkControls("run.resolveAsk()", controls);
-    const resumed = await this.client.asks.resolve(askId, verdict, {}, this.control(controls));
+    const resumed = await this.client.asks.resolve(askId, verdict, options, this.control(controls));
     if (!this.finished && (!this.pending || this.pending.askId === askId)) this.nextRunId = resumed.id;
     return resumed;
   }
@@ -728,8 +816,10 @@ export class Run implements AsyncIterable<RunEvent> {
   private async answer(ask: PermissionAsk): Promise<void> {
     const responder = this.responders.onPermissionAsk;
     if (this.nextRunId || !responder) return;
-    const verdict = await responder(ask);
-    if (verdict != null && !this.nextRunId) await this.resolveAsk(ask.askId, verdict);
+    const answer = await responder(ask);
+    if (answer == null || this.nextRunId) return;
+    const { verdict, options } = answerOf(answer);
+    await this.resolveAsk(ask.askId, verdict, options);
   }
 
   private afterAsk(): boolean {
@@ -759,4 +849,4 @@ export class Run implements AsyncIterable<RunEvent> {
   }
 }
 
-export { SessionMode, Verdict };
+export { Edit, Respond, SessionMode, Verdict };

@@ -11,8 +11,10 @@ export {
   type ClearOptions,
   type ClientOptions,
   type CreateOptions,
+  type DecideOptions,
   type ForkOptions,
   type RequestControls,
+  type ResolveOptions,
   type Responders,
   Run,
   type RunOptions,
@@ -20,6 +22,9 @@ export {
   SectrClient,
   Session,
   Sessions,
+  Teams,
+  type Webhook,
+  type WebhookOptions,
 } from "./client.js";
 export {
   AskAlreadyResolvedError,
@@ -39,9 +44,12 @@ export {
   TransportError,
 } from "./errors.js";
 export {
+  type Answer,
   EVENT_KINDS,
+  Edit,
   type PermissionAsk,
   type Placement,
+  Respond,
   type ResolvedModel,
   type RunEvent,
   type RunEventKind,

@@ -31,6 +31,35 @@ export enum Verdict {
   AllowOnce = "allow_once",
   AllowAlways = "allow_always",
   Deny = "deny",
+  Respond = "respond",
+}
+
+/** A responder's (or `resolveAsk`'s) answer: run the asked call once, with these
+ * arguments instead of the model's (verdict allow_once with `arguments`). */
+export class Edit {
+  readonly arguments: Record<string, unknown>;
+  constructor(args: Record<string, unknown>) {
+    this.arguments = args;
+  }
+}
+
+/** A responder's answer: the model gets `result` as the call's result, attributed to the
+ * token's owner; the tool does not run (verdict respond). */
+export class Respond {
+  constructor(readonly result: string) {}
+}
+
+/** What a responder may return: a verdict, an edit, a response, or nothing (leave the ask). */
+export type Answer = Verdict | string | Edit | Respond | undefined | null;
+
+/** A verdict and its options for the API: what `Edit` and `Respond` stand for. */
+export function answerOf(answer: Verdict | string | Edit | Respond): {
+  verdict: string;
+  options: { arguments?: Record<string, unknown>; result?: string };
+} {
+  if (answer instanceof Edit) return { verdict: Verdict.AllowOnce, options: { arguments: answer.arguments } };
+  if (answer instanceof Respond) return { verdict: Verdict.Respond, options: { result: answer.result } };
+  return { verdict: String(answer), options: {} };
 }
 
 export interface Usage {

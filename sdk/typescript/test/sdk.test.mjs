@@ -10,14 +10,19 @@ import {
   AFFINITY_HEADER,
   AuthenticationError,
   DeadlineExceededError,
+  Edit,
+  InvalidRequestError,
   InvalidStateError,
   NotFoundError,
+  PermissionDeniedError,
   PromptValidationError,
   RequestCancelledError,
+  Respond,
   SectrClient,
   SectrError,
   SessionBusyError,
   SessionMode,
+  Verdict,
   imagePartFromBlob,
   imagePartFromUrl,
   textPart,
@@ -239,6 +244,82 @@ describe("runs", () => {
     await session.snapshot();
     assert.ok(seen.length >= 3);
     for (const request of seen) assert.equal(request.session, session.id, request.url);
+  });
+});
+
+describe("edit and respond", () => {
+  test("a responder's Edit runs the call with the edited arguments and the model is told", async () => {
+    const session = await client.sessions.create({});
+    const asked = [];
+    const run = await session.run('!tool write_note {"title": "t", "body": "asked"}', {
+      onPermissionAsk: (ask) => {
+        asked.push(ask.arguments);
+        return new Edit({ ...ask.arguments, body: "from TypeScript" });
+      },
+    });
+    const results = [];
+    for await (const event of run) if (event.kind === "tool.result") results.push(event);
+    assert.deepEqual(asked, [{ title: "t", body: "asked" }]);
+    const result = await session.transcript();
+    const tool = result.messages.find((m) => m.role === "tool");
+    assert.ok(tool.text.startsWith('(arguments edited by alice: {"body": "from TypeScript", "title": "t"})\n'), tool.text);
+    assert.equal(results.length, 1);
+    assert.equal(run.runIds.length, 2);
+  });
+
+  test("a responder's Respond answers the call instead of running it", async () => {
+    const session = await client.sessions.create({});
+    const result = await (
+      await session.run('!tool write_note {"title": "u", "body": "b"}', { onPermissionAsk: () => new Respond("no need") })
+    ).result();
+    assert.equal(result.stopReason, "end_turn");
+    assert.match(result.text, /\(answered by alice instead of running write_note\) no need/);
+  });
+
+  test("resolveAsk and asks.resolve take arguments and result; a bad one is a 400", async () => {
+    const session = await client.sessions.create({});
+    const run = await session.run('!tool write_note {"title": "v", "body": "b"}');
+    let text = "";
+    for await (const event of run) {
+      if (event.kind === "permission.ask") {
+        await assert.rejects(
+          run.resolveAsk(event.payload.ask_id, Verdict.AllowOnce, { arguments: { title: "v", nope: 1 } }),
+          (error) => error instanceof InvalidRequestError && error.code === "invalid_arguments",
+        );
+        await run.resolveAsk(event.payload.ask_id, Verdict.AllowOnce, { arguments: { title: "v", body: "resolved" } });
+      }
+      if (event.kind === "message.delta") text += event.text;
+    }
+    assert.match(text, /resolved/);
+    const stopped = await (await session.run('!tool write_note {"title": "w", "body": "b"}')).result();
+    assert.equal(stopped.stopReason, "awaiting_approval");
+    const resumed = await client.asks.resolve(stopped.ask.askId, Verdict.Respond, { result: "done by hand" });
+    assert.match((await resumed.result()).text, /done by hand/);
+    await assert.rejects(run.resolveAsk("ask_x", "deny", { reason: "x" }), /run\.resolveAsk\(\): unknown option 'reason'/);
+  });
+});
+
+describe("teams", () => {
+  const HOOK = "https://93.184.215.14/ts-hook";
+
+  test("a moderator adds, lists and deletes a webhook; its secret never comes back", async () => {
+    const mod = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.mod });
+    const hook = await mod.teams.addWebhook("crew", HOOK, { kind: "slack", secret: "ts-secret-1234" });
+    assert.deepEqual([hook.url, hook.kind, hook.active], [HOOK, "slack", true]);
+    assert.ok(!("secret" in hook));
+    const listed = await mod.teams.webhooks("crew");
+    assert.deepEqual(listed.map((h) => [h.id, h.url]), [[hook.id, HOOK]]);
+    assert.ok(!JSON.stringify(listed).includes("ts-secret-1234"));
+    await assert.rejects(mod.teams.addWebhook("crew", "http://127.0.0.1:9/x"), (e) => e instanceof InvalidRequestError && e.status === 400);
+    await mod.teams.deleteWebhook("crew", hook.id);
+    assert.deepEqual(await mod.teams.webhooks("crew"), []);
+    await assert.rejects(mod.teams.addWebhook("crew", HOOK, { kinds: "slack" }), /teams\.addWebhook\(\): unknown option 'kinds'/);
+  });
+
+  test("a member is refused and an outsider is not told the team exists", async () => {
+    await assert.rejects(client.teams.webhooks("crew"), PermissionDeniedError);
+    const bob = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.bob });
+    await assert.rejects(bob.teams.addWebhook("crew", HOOK), NotFoundError);
   });
 });
 

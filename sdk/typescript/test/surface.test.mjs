@@ -47,6 +47,9 @@ const CALLS = {
   "Runs.attach": [client.runs, ["run_x"]],
   "Asks.decide": [client.asks, ["ask_x", "deny"]],
   "Asks.resolve": [client.asks, ["ask_x", "deny"]],
+  "Teams.webhooks": [client.teams, ["crew"]],
+  "Teams.add_webhook": [client.teams, ["crew", "https://hooks.example/x"]],
+  "Teams.delete_webhook": [client.teams, ["crew", 1]],
 };
 
 for (const [cls, methods] of Object.entries(surface.methods)) {
