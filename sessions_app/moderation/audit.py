@@ -12,6 +12,7 @@ import csv
 import itertools
 import json
 import math
+import re
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, time
@@ -162,15 +163,25 @@ class AuditFilters:
         return {name: value for name, value in values.items() if value}
 
 
+#: A day as the filters take it (Python's own parser also takes 20261204 and 2026-W49-5).
+DAY = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
+
+
 def _moment(raw: str, name: str, *, end: bool) -> datetime | None:
+    """`raw` as a time: a day (YYYY-MM-DD) is its first or, for `to`, its last moment;
+    anything else must be an ISO 8601 time. The day is read first: Python reads a bare
+    date as that day's midnight, which as `to` would leave the whole day out."""
     if not raw:
         return None
-    moment = parse_datetime(raw)
+    try:
+        day = parse_date(raw) if DAY.fullmatch(raw) else None
+        moment = datetime.combine(day, time.max if end else time.min) if day is not None else parse_datetime(raw)
+    except ValueError as exc:
+        # Well formed but no such day or time (2026-13-01, 2026-02-30T10:00): Django's
+        # parsers raise instead of returning None.
+        raise ValidationFailed(f"{name} is not a real date or time: {raw} ({exc})", code="invalid_filter") from None
     if moment is None:
-        day = parse_date(raw) if len(raw) == 10 else None
-        if day is None:
-            raise ValidationFailed(f"{name} must be a date (YYYY-MM-DD) or an ISO 8601 time", code="invalid_filter")
-        moment = datetime.combine(day, time.max if end else time.min)
+        raise ValidationFailed(f"{name} must be a date (YYYY-MM-DD) or an ISO 8601 time", code="invalid_filter")
     if timezone.is_naive(moment):
         moment = timezone.make_aware(moment, timezone.get_current_timezone())
     return moment
