@@ -62,6 +62,9 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         "rule_id": created("/api/v1/teams/crew/rules", {"tool": "get_time", "action": "allow"})["id"],
         "spare_session_id": created("/api/v1/sessions", {"title": "to delete", "team": "crew"})["id"],
         "spare_rule_id": created("/api/v1/teams/crew/rules", {"tool": "calculator", "action": "allow"})["id"],
+        # On the loopback's discard port (allowed for this server): a delivery of an ask
+        # decided meanwhile goes nowhere.
+        "spare_webhook_id": str(created("/api/v1/teams/crew/webhooks", {"url": "http://127.0.0.1:9/probe"})["id"]),
     }
 
 
@@ -83,6 +86,9 @@ def config(ids: dict[str, str]) -> str:
         # A media part is checked against the session's model (capability) and by its
         # bytes (mime_type, size): documented 400s no schema can predict.
         "/api/v1/sessions/{session_id}/runs",
+        # A webhook URL must pass the address guard: whether a host resolves, and to what,
+        # is the network's state.
+        "/api/v1/teams/{name}/webhooks",
     ]
     return (
         "[parameters]\n"
@@ -137,14 +143,23 @@ def schemathesis(live: LiveSectr, token: str, workdir: Path, ids: dict[str, str]
 @pytest.mark.timeout(400)  # ~60 s idle; a loaded CI machine may take several times that
 def test_the_api_answers_as_its_openapi_document_says(tmp_path: Path) -> None:
     # No rate limits: the run would otherwise exercise mostly the 429 path.
-    env = {"SECTR_API_RATE_LIMIT": "0/60", "SECTR_SESSION_CREATE_LIMIT": "0/60"}
+    env = {
+        "SECTR_API_RATE_LIMIT": "0/60",
+        "SECTR_SESSION_CREATE_LIMIT": "0/60",
+        "SECTR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
+    }
     with LiveSectr(embedded_worker=True, env=env) as live:
         live.create_user("prober")
         live.manage("sectr_team", "create", "crew")
         live.manage("sectr_team", "add", "crew", "prober", "--role", "moderator")
         token = live.token_for("prober")
         ids = seed(live, token)
-        spare = {"session_id": ids.pop("spare_session_id"), "rule_id": ids.pop("spare_rule_id"), "name": "crew"}
+        spare = {
+            "session_id": ids.pop("spare_session_id"),
+            "rule_id": ids.pop("spare_rule_id"),
+            "webhook_id": ids.pop("spare_webhook_id"),
+            "name": "crew",
+        }
         # Everything but the DELETEs on the seeded objects, then the DELETEs on spare ones
         # (a per-operation override of an id would leak into the stateful phase's checks).
         report = schemathesis(live, token, tmp_path / "all", ids, "--exclude-method", "DELETE")
