@@ -16,6 +16,10 @@ A caller that connects should connect to the addresses this returns and never re
 the name again: between a check and a second lookup, DNS can answer something else
 (rebinding). sessions_app.moderation.notifications does so.
 
+`check_webhook_url(url)` is the guard for a team webhook's URL (an absolute http(s) URL
+whose host passes, or is in SECTR_WEBHOOK_ALLOWED_HOSTS): the team page, the API and the
+admin check it when a webhook is saved, the sender before each delivery.
+
 `allowed` lets an operator reach internal hosts on purpose (SECTR_WEBHOOK_ALLOWED_HOSTS):
 entries are host names (matched exactly, case-insensitively: the name passes whatever it
 resolves to), addresses, or networks in CIDR form (``10.0.0.0/8``: a resolved address in
@@ -27,6 +31,13 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from sectr.errors import ValidationFailed
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -165,3 +176,66 @@ def check_public_host(host: str, port: int, allowed: Iterable[str] = ()) -> list
         ):
             raise AddressRefused(host, INTERNAL)
     return addresses
+
+
+# ---- team webhooks ----
+
+WEBHOOK_SCHEMES = {"http": 80, "https": 443}
+WEBHOOK_URL_MAX_LENGTH = 500  # TeamWebhook.url's max_length
+
+
+class WebhookAddressRefused(ValidationFailed):
+    """A webhook URL whose host the address guard refuses; `kind` as AddressRefused's."""
+
+    def __init__(self, message: str, kind: str) -> None:
+        super().__init__(message, code="url")
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class WebhookTarget:
+    """A webhook URL taken apart, with the addresses its host resolved to (each checked)."""
+
+    scheme: str
+    host: str
+    port: int
+    request_target: str  # path and query: what the request line asks for
+    addresses: tuple[IPAddress, ...]
+
+
+def check_webhook_url(url: Any) -> WebhookTarget:
+    """The target of a webhook URL if Sectr may call it; ValidationFailed(code="url") otherwise.
+
+    An absolute http(s) URL whose host passes the address guard
+    (sessions_app.addresses.check_public_host) or is listed in
+    SECTR_WEBHOOK_ALLOWED_HOSTS. Checked when a webhook is saved and again before each
+    delivery: DNS may answer differently by then.
+    """
+    if not isinstance(url, str) or not url or len(url) > WEBHOOK_URL_MAX_LENGTH:
+        raise ValidationFailed(f"a webhook URL is at most {WEBHOOK_URL_MAX_LENGTH} characters", code="url")
+    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
+        raise ValidationFailed("a webhook URL must not contain spaces or control characters", code="url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        raise ValidationFailed("the webhook URL is malformed", code="url") from None
+    scheme = parts.scheme.lower()
+    if scheme not in WEBHOOK_SCHEMES:
+        raise ValidationFailed("webhook URLs must be absolute http or https URLs", code="url")
+    host = normalise_host(parts.hostname or "")
+    if not host:
+        raise ValidationFailed("the webhook URL has no host", code="url")
+    port = port or WEBHOOK_SCHEMES[scheme]
+    try:
+        addresses = check_public_host(host, port, settings.SECTR_WEBHOOK_ALLOWED_HOSTS)
+    except AddressRefused as refused:
+        if refused.kind == UNRESOLVABLE:
+            raise WebhookAddressRefused(f"the webhook URL's host {host} does not resolve", refused.kind) from None
+        raise WebhookAddressRefused(
+            f"webhooks may not call internal addresses: {refused.message} (an operator can allow it"
+            " in SECTR_WEBHOOK_ALLOWED_HOSTS)",
+            refused.kind,
+        ) from None
+    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return WebhookTarget(scheme, host, port, target, tuple(addresses))

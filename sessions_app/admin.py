@@ -20,7 +20,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 
-from sectr.errors import SectrError, ValidationFailed
+from sectr.errors import SectrError
 from sessions_app import actions as session_actions
 from sessions_app.accounts.login import ThrottledAdminAuthenticationForm
 from sessions_app.actions.tokens import do_revoke_tokens
@@ -45,11 +45,11 @@ from sessions_app.models import (
     TeamWebhook,
     UsageDaily,
 )
-from sessions_app.moderation.notifications import check_webhook_url
 from sessions_app.review.export import load_envelopes
 from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.search import matching_session_ids
 from sessions_app.review.transcript import build_timeline
+from sessions_app.teams.notifications import WebhookURLField
 
 
 def _link(url: str, text: str) -> str:
@@ -333,26 +333,18 @@ class WebhookDeliveryInline(admin.TabularInline):
 
 
 class TeamWebhookForm(forms.ModelForm):
-    url = forms.URLField(max_length=500, assume_scheme="https")
+    url = WebhookURLField()
 
     class Meta:
         model = TeamWebhook
         fields = ("team", "url", "kind", "secret", "active", "created_at")
-
-    def clean_url(self) -> str:
-        url = self.cleaned_data.get("url")
-        try:
-            check_webhook_url(url)
-        except ValidationFailed as exc:
-            raise forms.ValidationError(exc.message, code=exc.code) from None
-        return str(url)
 
 
 @admin.register(TeamWebhook)
 class TeamWebhookAdmin(admin.ModelAdmin):
     """A team's webhook: the URL and the signing secret (shown to the operator, who gives
     it to the receiver). Its deliveries are listed below it. The URL must pass the
-    address guard (sessions_app.moderation.notifications.check_webhook_url)."""
+    address guard (sessions_app.addresses.check_webhook_url)."""
 
     form = TeamWebhookForm
     list_display = ("team", "url", "kind", "active", "created_at")

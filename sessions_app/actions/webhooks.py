@@ -15,8 +15,8 @@ from typing import Any
 
 from sectr.errors import NotFound, ValidationFailed
 from sessions_app.actions.members import moderated_team
+from sessions_app.addresses import check_webhook_url
 from sessions_app.models import Team, TeamWebhook
-from sessions_app.moderation.notifications import check_webhook_url
 
 #: TeamWebhook.secret's max_length.
 SECRET_MAX_LENGTH = 200

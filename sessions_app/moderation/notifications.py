@@ -23,9 +23,10 @@ log, in the admin).
 
 Webhook URLs are someone's choice, so the sender must not become a way into the
 internal network: the URL's host goes through the address guard
-(sessions_app.addresses) when the webhook is saved (the admin's form) and again before
-every attempt, and the connection goes to an address that check approved, so a DNS
-answer that changes between the check and the connection (rebinding) is never used.
+(sessions_app.addresses.check_webhook_url) when the webhook is saved (the team page, the
+API, the admin) and again before every attempt, and the connection goes to an address
+that check approved, so a DNS answer that changes between the check and the connection
+(rebinding) is never used.
 SECTR_WEBHOOK_ALLOWED_HOSTS lets the operator allow internal receivers.
 """
 
@@ -43,10 +44,8 @@ import socket
 import ssl
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.mail import EmailMessage, get_connection, send_mail
@@ -55,7 +54,7 @@ from django.utils import timezone
 
 from sectr.errors import ValidationFailed
 from sessions_app.action_links import EMAIL, link_url
-from sessions_app.addresses import UNRESOLVABLE, AddressRefused, IPAddress, check_public_host, normalise_host
+from sessions_app.addresses import UNRESOLVABLE, IPAddress, WebhookAddressRefused, WebhookTarget, check_webhook_url
 from sessions_app.models import Membership, NotificationDelivery, TeamWebhook
 from sessions_app.moderation.slack import slack_message
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
@@ -96,67 +95,6 @@ def claim_due(limit: int = BATCH) -> list[NotificationDelivery]:
         if won:
             claimed_ids.append(delivery_id)
     return list(NotificationDelivery.objects.filter(pk__in=claimed_ids).select_related("webhook").order_by("id"))
-
-
-WEBHOOK_SCHEMES = {"http": 80, "https": 443}
-WEBHOOK_URL_MAX_LENGTH = 500  # TeamWebhook.url's max_length
-
-
-class WebhookAddressRefused(ValidationFailed):
-    """A webhook URL whose host the address guard refuses; `kind` as AddressRefused's."""
-
-    def __init__(self, message: str, kind: str) -> None:
-        super().__init__(message, code="url")
-        self.kind = kind
-
-
-@dataclass(frozen=True)
-class WebhookTarget:
-    """A webhook URL taken apart, with the addresses its host resolved to (each checked)."""
-
-    scheme: str
-    host: str
-    port: int
-    request_target: str  # path and query: what the request line asks for
-    addresses: tuple[IPAddress, ...]
-
-
-def check_webhook_url(url: Any) -> WebhookTarget:
-    """The target of a webhook URL if Sectr may call it; ValidationFailed(code="url") otherwise.
-
-    An absolute http(s) URL whose host passes the address guard
-    (sessions_app.addresses.check_public_host) or is listed in
-    SECTR_WEBHOOK_ALLOWED_HOSTS. Checked when a webhook is saved and again before each
-    delivery: DNS may answer differently by then.
-    """
-    if not isinstance(url, str) or not url or len(url) > WEBHOOK_URL_MAX_LENGTH:
-        raise ValidationFailed(f"a webhook URL is at most {WEBHOOK_URL_MAX_LENGTH} characters", code="url")
-    if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
-        raise ValidationFailed("a webhook URL must not contain spaces or control characters", code="url")
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError:
-        raise ValidationFailed("the webhook URL is malformed", code="url") from None
-    scheme = parts.scheme.lower()
-    if scheme not in WEBHOOK_SCHEMES:
-        raise ValidationFailed("webhook URLs must be absolute http or https URLs", code="url")
-    host = normalise_host(parts.hostname or "")
-    if not host:
-        raise ValidationFailed("the webhook URL has no host", code="url")
-    port = port or WEBHOOK_SCHEMES[scheme]
-    try:
-        addresses = check_public_host(host, port, settings.SECTR_WEBHOOK_ALLOWED_HOSTS)
-    except AddressRefused as refused:
-        if refused.kind == UNRESOLVABLE:
-            raise WebhookAddressRefused(f"the webhook URL's host {host} does not resolve", refused.kind) from None
-        raise WebhookAddressRefused(
-            f"webhooks may not call internal addresses: {refused.message} (an operator can allow it"
-            " in SECTR_WEBHOOK_ALLOWED_HOSTS)",
-            refused.kind,
-        ) from None
-    target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return WebhookTarget(scheme, host, port, target, tuple(addresses))
 
 
 class _PinnedHTTPConnection(http.client.HTTPConnection):

@@ -21,9 +21,10 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from sectr.errors import ValidationFailed
+from sessions_app.addresses import check_webhook_url
 from sessions_app.models import NotificationDelivery, Team, TeamWebhook
 from sessions_app.moderation import notifications
-from sessions_app.moderation.notifications import check_webhook_url, deliver_due
+from sessions_app.moderation.notifications import deliver_due
 from tests.server.conftest import SessionFactory
 from tests.server.moderation.test_moderation_notifications import SECRET, Receiver
 from tests.server.moderation.test_moderation_ui import pending, team_session
