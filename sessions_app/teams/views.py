@@ -508,9 +508,10 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
 
 @team_change("notifications")
 def add_webhook(request: HtmxHttpRequest, name: str) -> str:
+    # 404/403 before the form: its URL check resolves the host, which is not a stranger's to ask for.
+    member_actions.moderated_team(request.user, name, "its webhooks")
     form = WebhookForm(request.POST)
     if not form.is_valid():
-        member_actions.moderated_team(request.user, name, "its webhooks")  # 404/403 before a form error
         raise ValidationFailed(_form_errors(form), code="invalid_webhook")
     data = form.cleaned_data
     hook = webhook_actions.do_add_webhook(request.user, name, data["url"], data["kind"], data["secret"] or None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 from typing import Any
 
 import pytest
@@ -248,3 +249,24 @@ def test_the_openapi_document_names_the_webhook_routes(people: dict[str, Any]) -
     paths = api(people["member"]).get("/api/v1/openapi.json").json()["paths"]
     assert set(paths["/api/v1/teams/{name}/webhooks"]) == {"get", "post"}
     assert set(paths["/api/v1/teams/{name}/webhooks/{webhook_id}"]) == {"delete"}
+
+
+@pytest.mark.parametrize("role", ["member", "outsider"])
+def test_a_refused_poster_makes_the_server_resolve_nothing(
+    people: dict[str, Any], role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looked_up: list[str] = []
+
+    def recording(host: str, *args: Any, **kwargs: Any) -> Any:
+        looked_up.append(host)
+        raise socket.gaierror("no lookups in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", recording)
+    response = browser(people[role]).post("/teams/crew/webhooks/new", {"url": "https://probe.example/x"})
+    assert response.status_code in (403, 404)
+    assert looked_up == []
+    moderator = browser(people["moderator"]).post(
+        "/teams/crew/webhooks/new", {"url": "https://probe.example/x", "kind": "json"}, follow=True
+    )
+    assert looked_up == ["probe.example"]  # the check itself does resolve, for a moderator
+    assert any("does not resolve" in n for n in notices(moderator))
