@@ -76,8 +76,11 @@ def do_add_webhook(
 
 
 def do_delete_webhook(actor: Any, team_name: Any, webhook_id: Any) -> None:
-    """Delete one of the team's webhooks (and its delivery log)."""
+    """Delete one of the team's webhooks (and its delivery log); `webhook_id` is its id, or
+    its id in decimal digits (as a URL names it)."""
     team = moderated_team(actor, team_name, "its webhooks")
+    if isinstance(webhook_id, str) and webhook_id.isascii() and webhook_id.isdigit() and len(webhook_id) <= 18:
+        webhook_id = int(webhook_id)
     if isinstance(webhook_id, bool) or not isinstance(webhook_id, int):
         raise NotFound("no such webhook")
     deleted, _ = TeamWebhook.objects.filter(team=team, pk=webhook_id).delete()

@@ -100,6 +100,6 @@ async def add_webhook(call: ApiCall, name: str) -> HttpResponse:
     return json_response(await sync_to_async(add)(), status=201)
 
 
-async def delete_webhook(call: ApiCall, name: str, webhook_id: int) -> HttpResponse:
+async def delete_webhook(call: ApiCall, name: str, webhook_id: str) -> HttpResponse:
     await sync_to_async(webhook_actions.do_delete_webhook)(call.user, name, webhook_id)
     return HttpResponse(status=204)

@@ -488,7 +488,7 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
-        "teams/<str:name>/webhooks/<int:webhook_id>",
+        "teams/<str:name>/webhooks/<str:webhook_id>",
         "team-webhook",
         {
             "DELETE": op(

@@ -204,6 +204,9 @@ def test_the_api_lists_adds_and_deletes_webhooks_without_secrets(people: dict[st
     assert TeamWebhook.objects.get(pk=body["id"]).secret == SECRET
     assert client.delete(f"/api/v1/teams/crew/webhooks/{body['id']}").status_code == 204
     assert client.delete(f"/api/v1/teams/crew/webhooks/{body['id']}").status_code == 404
+    for odd in ("abc", "-1", "١", "9" * 40):
+        refused = client.delete(f"/api/v1/teams/crew/webhooks/{odd}")
+        assert (refused.status_code, refused.json()["error"]["code"]) == (404, "not_found"), odd
     assert [h[1] for h in hooks()] == [HOOK]
 
 
