@@ -212,6 +212,10 @@ def traced_tool_call(method: F) -> F:
             "gen_ai.conversation.id": getattr(self, "session_id", None),
             "sectr.invocation.id": getattr(self, "invocation_id", None),
         }
+        tools = getattr(self, "tools", None)
+        server = getattr(tools.get(name), "mcp_server", None) if tools is not None and name in tools else None
+        if server is not None:  # an MCP tool: which server ran it (sectr.mcp)
+            attributes["sectr.mcp.server"] = server
         with span(f"execute_tool {name}", attributes) as h:
             result = await method(self, name, arguments, call_id, **kwargs)
             if getattr(result, "is_error", False):

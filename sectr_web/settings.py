@@ -301,6 +301,14 @@ SECTR_WEBHOOK_MAX_ATTEMPTS = env_int("SECTR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 #: webhooks reach public addresses only.
 SECTR_WEBHOOK_ALLOWED_HOSTS = env_list("SECTR_WEBHOOK_ALLOWED_HOSTS", [])
 
+# MCP tool servers (docs/mcp.md). SECTR_MCP_SERVERS names a JSON file of the installation's
+# stdio servers (name -> {command, args, env, cwd}), which a team's moderators may enable;
+# nobody else makes a worker run a command. A team's HTTP server may reach an internal
+# host only when it is listed in SECTR_MCP_ALLOWED_HOSTS (same forms as the webhooks').
+SECTR_MCP_SERVERS = env_str("SECTR_MCP_SERVERS", "")
+SECTR_MCP_ALLOWED_HOSTS = env_list("SECTR_MCP_ALLOWED_HOSTS", [])
+SECTR_MCP_MAX_RESULT_BYTES = env_int("SECTR_MCP_MAX_RESULT_BYTES", 262144, minimum=1)
+
 # Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
 SECTR_COUNTER_PREFIX = SECTR_CHANNEL_PREFIX or "sectr"
 # Request bodies over this many bytes are refused (413) before they are buffered

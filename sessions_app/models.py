@@ -265,6 +265,75 @@ class ApprovalRule(models.Model):
         return Policy(tuple(row.to_core() for row in rows), team[1] or None), team[0]
 
 
+class InstallationMcpServer(models.Model):
+    """An installation-wide stdio MCP server that staff defined (in the admin): a command
+    the workers run. A team's moderators may enable it for their team; only staff (or the
+    operator's SECTR_MCP_SERVERS file, whose entries win on a shared name) define one."""
+
+    name = models.SlugField(max_length=32, unique=True)
+    command = models.CharField(max_length=500)
+    args = models.JSONField(default=list, blank=True)
+    env = models.JSONField(default=dict, blank=True)
+    cwd = models.CharField(max_length=500, blank=True, default="")
+    timeout_s = models.FloatField(default=60.0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "installation MCP server"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TeamMcpServer(models.Model):
+    """An MCP server a team's agents may use (docs/mcp.md): a Streamable HTTP server the
+    team's moderators registered (`url`), or an installation-wide stdio server they
+    enabled for the team (`url` empty, `name` the installation server's).
+
+    `headers_sealed` holds the HTTP headers (secrets) encrypted (sessions_app.sealed): no
+    response, page, export or log shows them; only their names are listed. `tools` are
+    globs of the server's tool names to offer (None: all); `discovered` is what its last
+    `tools/list` answered (each tool's JSON as the server gave it: name, description,
+    inputSchema, annotations), which the workers build the team's tools from.
+    """
+
+    UNKNOWN = "unknown"
+    OK = "ok"
+    ERROR = "error"
+    DISABLED = "disabled"
+    HEALTH_CHOICES = [(h, h) for h in (UNKNOWN, OK, ERROR, DISABLED)]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="mcp_servers")
+    name = models.SlugField(max_length=32)
+    url = models.CharField(max_length=2000, blank=True, default="")
+    headers_sealed = models.TextField(blank=True, default="")
+    header_names = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    timeout_s = models.FloatField(default=60.0)
+    tools = models.JSONField(null=True, blank=True)
+    discovered = models.JSONField(default=list, blank=True)
+    health = models.CharField(max_length=16, choices=HEALTH_CHOICES, default=UNKNOWN)
+    last_error = models.TextField(blank=True, default="")
+    protocol_version = models.CharField(max_length=32, blank=True, default="")
+    refreshed_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        verbose_name = "team MCP server"
+        ordering = ["team", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="teammcpserver_team_name_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}/{self.name}"
+
+    @property
+    def kind(self) -> str:
+        """``http`` (the team's own server) or ``stdio`` (an installation server enabled)."""
+        return "http" if self.url else "stdio"
+
+
 class Session(models.Model):
     STATUS_CHOICES = [(s, s) for s in ("idle", "running", "awaiting", "completed", "failed", "cancelled")]
     MODE_CHOICES = [(m, m) for m in ("default", "plan", "accept_edits")]

@@ -25,6 +25,7 @@ from sectr.state import SessionState
 from sectr.tools import ToolArgumentError
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
+from sessions_app.mcp_servers import session_mcp_tools
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
 from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
@@ -46,6 +47,8 @@ def get_runtime() -> Runtime:
         rules=session_policy,
         agent=session_agent,
         budget=session_budget_spent,
+        # The MCP tools of the session's team its agent selects (sessions_app.mcp_servers).
+        extra_tools=session_mcp_tools,
     )
 
 

@@ -46,6 +46,7 @@ from sessions_app.journal.publish import (
     aflush_publications,
     run_control_group,
 )
+from sessions_app.mcp_servers import close_worker_pool
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
 from sessions_app.ops import retention
@@ -196,6 +197,9 @@ class Worker:
                 sweeper.cancel()
             try:
                 await self._drain(drain_seconds=drain_timeout)
+                # The drained runs made their last MCP calls: stop the stdio servers.
+                with contextlib.suppress(Exception, asyncio.TimeoutError):
+                    await asyncio.wait_for(close_worker_pool(), 10.0)
                 # The drained runs' last envelopes are queued for the layer: send them.
                 with contextlib.suppress(Exception, asyncio.TimeoutError):
                     await asyncio.wait_for(aflush_publications(), 5.0)

@@ -32,7 +32,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "McpPool",
     "McpServer",
     "McpToolError",
+    "CallObserver",
     "cap",
     "result_text",
     "server_configs_from_json",
@@ -71,6 +72,11 @@ _CLIENT_NAME = "sectr"
 
 class McpToolError(RuntimeError):
     """An MCP call that did not give a result: the message says why, for the model."""
+
+
+#: Told of every call a server made: (server name, tool, seconds, error or None). A
+#: worker counts calls, errors and latency per server with it; it must not raise or block.
+CallObserver = Callable[[str, str, float, "McpToolError | None"], None]
 
 
 @dataclass(frozen=True)
@@ -217,8 +223,9 @@ class McpServer:
     before; a call that would wait longer than its timeout fails at once instead.
     """
 
-    def __init__(self, config: ServerConfig) -> None:
+    def __init__(self, config: ServerConfig, *, on_call: CallObserver | None = None) -> None:
         self.config = config
+        self._on_call = on_call
         self._client: Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
@@ -406,6 +413,18 @@ class McpServer:
 
     async def call(self, tool: str, arguments: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
         """Call one of the server's tools; its text, capped. McpToolError for anything else."""
+        if self._on_call is None:
+            return await self._call(tool, arguments, idempotency_key)
+        started = time.monotonic()
+        try:
+            text = await self._call(tool, arguments, idempotency_key)
+        except McpToolError as exc:
+            self._on_call(self.config.name, tool, time.monotonic() - started, exc)
+            raise
+        self._on_call(self.config.name, tool, time.monotonic() - started, None)
+        return text
+
+    async def _call(self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None) -> str:
         name = self.config.name
         client = await self._connected()
         meta: dict[str, Any] = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else {}
@@ -457,12 +476,15 @@ class McpPool:
     server, an installation's stdio server), reused across runs, its tools discovered once
     and kept until `refresh`, all closed by `close` (when the worker drains).
 
+    `on_call` hears every call of every server, with the server's key as its name.
+
     A server that cannot be reached while its tools were never discovered offers no tools
     (its `last_error` says why); once discovered, its tools stay, and a call to a server
     that died meanwhile is an error result while the connection is started again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_call: CallObserver | None = None) -> None:
+        self._on_call = on_call
         self._servers: dict[str, McpServer] = {}
         self._tools: dict[str, list[SchemaTool]] = {}
         self._discovering: dict[str, asyncio.Task[list[SchemaTool]]] = {}
@@ -475,7 +497,13 @@ class McpPool:
         if current is not None:
             self._tools.pop(key, None)
             asyncio.get_running_loop().create_task(current.close())
-        server = self._servers[key] = McpServer(config)
+        observer = self._on_call
+        if observer is not None:  # the pool's observer hears the key (two teams may both have a "docs")
+
+            def on_call(_name: str, tool: str, seconds: float, error: McpToolError | None) -> None:
+                observer(key, tool, seconds, error)
+
+        server = self._servers[key] = McpServer(config, on_call=on_call if observer is not None else None)
         return server
 
     async def tools(self, key: str, config: ServerConfig) -> list[SchemaTool]:

@@ -648,6 +648,58 @@ SCHEMAS: dict[str, Any] = {
         },
         ("url",),
     ),
+    "McpServer": _object(
+        {
+            "name": STRING,
+            "kind": {"type": "string", "enum": ["http", "stdio"]},
+            "url": nullable(STRING),
+            "header_names": {"type": "array", "items": STRING},
+            "enabled": BOOLEAN,
+            "timeout_s": {"type": "number"},
+            "tools": nullable({"type": "array", "items": STRING}),
+            "health": {"type": "string", "enum": ["unknown", "ok", "error", "disabled"]},
+            "last_error": nullable(STRING),
+            "protocol_version": nullable(STRING),
+            "refreshed_at": nullable(DATETIME),
+            "discovered_tools": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "name": STRING,
+                        "tool": STRING,
+                        "description": STRING,
+                        "gate": {"type": "string", "enum": ["asks", "runs without asking"]},
+                        "read_only": BOOLEAN,
+                        "offered": BOOLEAN,
+                        "input_schema": OBJECT,
+                    },
+                    ("name", "tool", "gate", "read_only", "offered"),
+                ),
+            },
+        },
+        ("name", "kind", "enabled", "health", "header_names", "discovered_tools"),
+    ),
+    "McpServerList": _object(
+        {
+            "team": STRING,
+            "servers": {"type": "array", "items": ref("McpServer")},
+            "installation_servers": {
+                "type": "array",
+                "items": _object({"name": STRING, "enabled": BOOLEAN}, ("name", "enabled")),
+            },
+        },
+        ("team", "servers", "installation_servers"),
+    ),
+    "McpServerInput": _object(
+        {
+            "name": {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,31}$"},
+            "url": {"type": "string", "minLength": 1, "maxLength": 2000},
+            "headers": {"type": "object", "additionalProperties": {"type": "string", "maxLength": 8192}},
+            "enabled": BOOLEAN,
+            "timeout_s": {"type": "number", "minimum": 1, "maximum": 600},
+            "tools": nullable({"type": "array", "maxItems": 100, "items": {"type": "string", "minLength": 1}}),
+        },
+    ),
     "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 

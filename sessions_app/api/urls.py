@@ -18,6 +18,7 @@ from django.urls import URLPattern, path, re_path
 from sessions_app.api import agents as agents_api
 from sessions_app.api import audit as audit_api
 from sessions_app.api import export as session_export
+from sessions_app.api import mcp_servers as mcp_api
 from sessions_app.api import teams as teams_api
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
@@ -497,6 +498,59 @@ ROUTES: tuple[Route, ...] = (
                 status=204,
                 errors=(403, 404),
             ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/mcp-servers",
+        "team-mcp-servers",
+        {
+            "GET": op(
+                mcp_api.list_servers,
+                "A team's MCP servers (headers: names only) and the installation's stdio servers",
+                response="McpServerList",
+                errors=(404,),
+            ),
+            "POST": op(
+                mcp_api.add_server,
+                "Register a Streamable HTTP server (url), or enable an installation stdio server (name only);"
+                " discovers its tools (moderators of the team)",
+                status=201,
+                request="McpServerInput",
+                response="McpServer",
+                errors=(400, 403, 404, 409),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/mcp-servers/<str:server>",
+        "team-mcp-server",
+        {
+            "GET": op(mcp_api.get_server, "One of a team's MCP servers", response="McpServer", errors=(404,)),
+            "PUT": op(
+                mcp_api.update_server,
+                "Change a server (headers given replace the stored set) and discover its tools again (moderators)",
+                request="McpServerInput",
+                response="McpServer",
+                errors=(400, 403, 404),
+            ),
+            "DELETE": op(
+                mcp_api.delete_server,
+                "Delete a team's server, or disable an installation server for the team (moderators)",
+                status=204,
+                errors=(403, 404),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/mcp-servers/<str:server>/refresh",
+        "team-mcp-server-refresh",
+        {
+            "POST": op(
+                mcp_api.refresh_server,
+                "Discover a server's tools again (moderators)",
+                response="McpServer",
+                errors=(403, 404),
+            )
         },
     ),
     Route(

@@ -45,6 +45,22 @@ WEBSOCKET_CLIENTS = Gauge(
     "sectr_websocket_clients", "Open websockets, by consumer.", ["consumer"], multiprocess_mode="livesum"
 )
 SSE_CLIENTS = Gauge("sectr_sse_clients", "Open SSE run-event streams.", multiprocess_mode="livesum")
+MCP_CALLS = Counter(
+    "sectr_mcp_calls",
+    "MCP tool calls a worker made, by server (team/name, or an installation server's name).",
+    ["server"],
+)
+MCP_ERRORS = Counter(
+    "sectr_mcp_errors",
+    "MCP tool calls that became error results (isError, protocol error, timeout, server down), by server.",
+    ["server"],
+)
+MCP_CALL_SECONDS = Histogram(
+    "sectr_mcp_call_seconds",
+    "Time of an MCP tool call, from the worker's request to the server's answer, by server.",
+    ["server"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, float("inf")),
+)
 
 
 def count_appended(envelopes: Sequence[Envelope]) -> None:

@@ -1,0 +1,373 @@
+"""A team's MCP servers as the workers and the pages use them (docs/mcp.md).
+
+- **Installation servers** (stdio commands) come from the operator's file
+  (SECTR_MCP_SERVERS: ``{name: {command, args, env, cwd}}``) and from staff's
+  `InstallationMcpServer` rows; the file wins on a shared name. A team enables one by
+  name (a `TeamMcpServer` without a url).
+- **Discovery** (`discover_now`) connects once, lists the tools, closes: on save and on
+  Refresh. What it found is stored on the row and is what the workers offer, so a run
+  never waits on a server to start before its first model call.
+- **The worker** (`session_mcp_tools`, the runtime's `extra_tools`): the tools of the
+  session's team's enabled servers that its agent's `tools` select, bound to this
+  process's `McpPool` (one connection per server, reused across runs, restarted with
+  backoff, closed when the worker drains: `close_worker_pool`). Calls are counted per
+  server on /metrics; a server found down marks the row's health.
+
+Header values are secrets: they are unsealed only to build a connection's config, whose
+`repr` leaves them out, and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import json
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+
+from sectr.errors import ValidationFailed
+from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, gates_from_annotations, tool_name
+from sectr.state import SessionState
+from sectr.tools import SchemaTool, Tool
+from sessions_app.addresses import AddressRefused, check_public_host
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.models import InstallationMcpServer, TeamMcpServer
+from sessions_app.sealed import SealBroken, unseal
+from sessions_app.telemetry.metrics import MCP_CALL_SECONDS, MCP_CALLS, MCP_ERRORS
+
+log = logging.getLogger("sectr.mcp")
+
+#: How long discovery (start, agree on a protocol, list every page) may take on a save.
+DISCOVERY_SECONDS = 30.0
+#: A team server's host passes the address guard again after this long (DNS may change).
+GUARD_SECONDS = 300.0
+
+
+# ---- installation servers ----
+
+_file_cache: dict[str, Any] = {}
+
+
+def installation_file_servers() -> dict[str, ServerConfig]:
+    """The operator's file, read again when it changes; {} (and an error in the log) for
+    a file that is missing or wrong."""
+    path = settings.SECTR_MCP_SERVERS
+    if not path:
+        return {}
+    try:
+        stamp = Path(path).stat().st_mtime_ns
+    except OSError as exc:
+        log.error("SECTR_MCP_SERVERS: cannot read %s: %s", path, exc)
+        return {}
+    if _file_cache.get("key") == (path, stamp):
+        return dict(_file_cache["servers"])
+    try:
+        from sectr.mcp import server_configs_from_json
+
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        servers = server_configs_from_json(data, max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES)
+    except (OSError, ValueError) as exc:
+        log.error("SECTR_MCP_SERVERS: %s is not a valid MCP servers file: %s", path, exc)
+        servers = {}
+    _file_cache.update(key=(path, stamp), servers=servers)
+    return dict(servers)
+
+
+def installation_servers() -> dict[str, ServerConfig]:
+    """Every installation-wide stdio server by name: staff's rows, then the file's."""
+    servers: dict[str, ServerConfig] = {}
+    for row in InstallationMcpServer.objects.order_by("name"):
+        try:
+            servers[row.name] = ServerConfig(
+                name=row.name,
+                command=row.command,
+                args=[str(a) for a in row.args or ()],
+                env={str(k): str(v) for k, v in (row.env or {}).items()} or None,
+                cwd=row.cwd or None,
+                timeout_s=row.timeout_s,
+                max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
+            )
+        except ValueError as exc:
+            log.error("installation MCP server %s is not usable: %s", row.name, exc)
+    servers.update(installation_file_servers())
+    return servers
+
+
+# ---- addresses and configs ----
+
+
+def check_server_url(url: Any) -> str:
+    """A team server's URL: http(s), with a host that is public or allowed by the
+    operator (SECTR_MCP_ALLOWED_HOSTS); ValidationFailed (invalid_url) otherwise."""
+    if not isinstance(url, str) or not url or len(url) > 2000:
+        raise ValidationFailed("url must be an http(s) URL of at most 2000 characters", code="invalid_url")
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        raise ValidationFailed("url is not a valid URL", code="invalid_url") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationFailed("url must be an http(s) URL with a host", code="invalid_url")
+    if parts.username or parts.password:
+        raise ValidationFailed("put credentials in headers, not in the url", code="invalid_url")
+    try:
+        check_public_host(parts.hostname, port, settings.SECTR_MCP_ALLOWED_HOSTS)
+    except AddressRefused as exc:
+        raise ValidationFailed(
+            f"url refused: {exc.message} (an operator may allow it in SECTR_MCP_ALLOWED_HOSTS)", code="invalid_url"
+        ) from None
+    return url
+
+
+def server_config(row: TeamMcpServer, installation: Mapping[str, ServerConfig] | None = None) -> ServerConfig:
+    """The connection config of a team's server. LookupError for an installation server
+    that is gone; SealBroken for headers that cannot be read."""
+    if row.url:
+        return ServerConfig(
+            name=row.name,
+            url=row.url,
+            headers=unseal(row.headers_sealed),
+            timeout_s=row.timeout_s,
+            max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
+        )
+    servers = installation_servers() if installation is None else installation
+    config = servers.get(row.name)
+    if config is None:
+        raise LookupError(f"the installation has no MCP server named {row.name!r} any more")
+    return config
+
+
+def pool_key(team_name: str, row: TeamMcpServer) -> str:
+    """A connection's key in a worker's pool: an installation server has one connection
+    per worker whichever teams enabled it; a team's server is its team's."""
+    return f"{team_name}/{row.name}" if row.url else row.name
+
+
+# ---- discovery ----
+
+
+@dataclass(frozen=True)
+class Discovery:
+    tools: list[dict[str, Any]]
+    protocol_version: str | None
+    error: str | None
+
+
+async def _discover(config: ServerConfig) -> Discovery:
+    async with McpServer(replace(config, connect_timeout_s=min(config.connect_timeout_s, DISCOVERY_SECONDS))) as server:
+        listed = await server.list_tools()
+        tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]
+        return Discovery(tools, server.protocol_version, None)
+
+
+def discover_now(config: ServerConfig) -> Discovery:
+    """Connect, list the server's tools, close: from sync code (an action). Never raises:
+    a server that cannot be reached is a Discovery with its error."""
+    outcome: list[Discovery] = []
+
+    def work() -> None:
+        try:
+            outcome.append(asyncio.run(asyncio.wait_for(_discover(config), DISCOVERY_SECONDS + 5)))
+        except McpToolError as exc:
+            outcome.append(Discovery([], None, str(exc)))
+        except Exception as exc:  # noqa: BLE001 - shown to the moderator as the server's last error
+            outcome.append(Discovery([], None, f"MCP server {config.name}: discovery failed: {type(exc).__name__}"))
+
+    # A thread of its own: the caller may be on an event loop's thread (asyncio.run refuses).
+    thread = threading.Thread(target=work, name=f"mcp-discover-{config.name}", daemon=True)
+    thread.start()
+    thread.join(DISCOVERY_SECONDS + 10)
+    return outcome[0] if outcome else Discovery([], None, f"MCP server {config.name}: discovery did not finish")
+
+
+def globs_offer(globs: Sequence[str] | None, tool: str) -> bool:
+    """Whether a server's tool globs (None: all) offer one of its tools (its own name)."""
+    return globs is None or any(fnmatch.fnmatchcase(tool, pattern) for pattern in globs)
+
+
+def gate_words(gates: Mapping[str, bool]) -> str:
+    return "asks" if gates["gated"] else "runs without asking"
+
+
+def described_tools(row: TeamMcpServer) -> list[dict[str, Any]]:
+    """The row's discovered tools as the page and the API show them: the model's name,
+    the server's, the gate and whether the row's globs offer it."""
+    from mcp import Tool as WireTool
+
+    listed = []
+    for data in row.discovered or ():
+        try:
+            wire = WireTool.model_validate(data)
+        except ValueError:
+            continue
+        gates = gates_from_annotations(wire.annotations)
+        offered = globs_offer(row.tools, wire.name)
+        listed.append(
+            {
+                "name": tool_name(row.name, wire.name),
+                "tool": wire.name,
+                "description": wire.description or "",
+                "gate": gate_words(gates),
+                "read_only": not gates["gated"],
+                "mutating": gates["mutating"],
+                "idempotent": gates["idempotent"],
+                "offered": offered,
+                "input_schema": dict(wire.input_schema or {}),
+            }
+        )
+    return listed
+
+
+# ---- the worker ----
+
+
+@dataclass(frozen=True)
+class _Usable:
+    key: str
+    team_id: int
+    name: str
+    config: ServerConfig
+    discovered: list[dict[str, Any]]
+    globs: tuple[str, ...] | None
+    stamp: str
+
+
+_guarded: dict[str, float] = {}
+
+
+def _guard_passes(url: str) -> bool:
+    """The address guard again at run time (DNS may have changed since the save), at most
+    once per GUARD_SECONDS per URL."""
+    now = time.monotonic()
+    if now - _guarded.get(url, -GUARD_SECONDS) < GUARD_SECONDS:
+        return True
+    try:
+        check_server_url(url)
+    except ValidationFailed as exc:
+        log.warning("MCP server %s: %s", url, exc.message)
+        _guarded.pop(url, None)
+        return False
+    _guarded[url] = now
+    return True
+
+
+def _usable_servers(session_id: str) -> list[_Usable]:
+    rows = list(
+        TeamMcpServer.objects.filter(team__sessions__pk=session_id, enabled=True)
+        .select_related("team")
+        .order_by("name")
+    )
+    installation = installation_servers() if any(not row.url for row in rows) else {}
+    usable = []
+    for row in rows:
+        try:
+            config = server_config(row, installation)
+        except (LookupError, SealBroken) as exc:
+            log.warning("MCP server %s of team %s is not usable: %s", row.name, row.team.name, exc)
+            continue
+        if row.url and not _guard_passes(row.url):
+            continue
+        stamp = row.refreshed_at.isoformat() if row.refreshed_at else ""
+        globs = tuple(row.tools) if row.tools is not None else None
+        usable.append(
+            _Usable(pool_key(row.team.name, row), row.team_id, row.name, config, list(row.discovered), globs, stamp)
+        )
+    return usable
+
+
+_pools: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, McpPool] = weakref.WeakKeyDictionary()
+#: The tools built for a connection from a row's discovery, by connection: (stamp, globs, tools).
+_built: weakref.WeakKeyDictionary[McpServer, tuple[str, tuple[str, ...] | None, list[SchemaTool]]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Where each pool key's health is written (team id, server name), and what was written last.
+_rows: dict[str, tuple[int, str]] = {}
+_health: dict[str, str] = {}
+
+
+def _count_call(key: str, tool: str, seconds: float, error: McpToolError | None) -> None:
+    MCP_CALLS.labels(server=key).inc()
+    MCP_CALL_SECONDS.labels(server=key).observe(seconds)
+    if error is not None:
+        MCP_ERRORS.labels(server=key).inc()
+    message = str(error) if error is not None else ""
+    # "The server is down" is the server's health; a tool's own error result is not.
+    down = " is unreachable" in message or " is down" in message or " timed out after " in message
+    health = TeamMcpServer.ERROR if down else TeamMcpServer.OK
+    if _health.get(key) != health and key in _rows:
+        _health[key] = health
+        with contextlib.suppress(RuntimeError):
+            asyncio.get_running_loop().create_task(_write_health(key, health, message if down else ""))
+
+
+async def _write_health(key: str, health: str, error: str) -> None:
+    team_id, name = _rows[key]
+    rows = TeamMcpServer.objects.filter(name=name, enabled=True)
+    # An installation server's connection is shared: its health is every enabling team's.
+    rows = rows.filter(url="") if "/" not in key else rows.filter(team_id=team_id)
+    try:
+        await run_in_db_thread(lambda: rows.update(health=health, last_error=error[:2000]))
+    except Exception:  # noqa: BLE001 - the health display is not worth a failed run
+        log.warning("MCP server %s: could not record its health", key, exc_info=True)
+
+
+def worker_pool() -> McpPool:
+    """This event loop's pool of MCP connections (a worker's; tests run several loops)."""
+    loop = asyncio.get_running_loop()
+    pool = _pools.get(loop)
+    if pool is None:
+        pool = _pools[loop] = McpPool(on_call=_count_call)
+    return pool
+
+
+async def close_worker_pool() -> None:
+    """Close this loop's connections (stop its stdio servers): the worker drains."""
+    pool = _pools.pop(asyncio.get_running_loop(), None)
+    if pool is not None:
+        await pool.close()
+
+
+def _tools_of(server: McpServer, usable: _Usable) -> list[SchemaTool]:
+    built = _built.get(server)
+    if built is not None and built[0] == usable.stamp and built[1] == usable.globs:
+        return built[2]
+    tools = []
+    for data in usable.discovered:
+        if not globs_offer(usable.globs, str(data.get("name"))):
+            continue
+        try:
+            tools.append(server.make_tool(data))
+        except ValueError as exc:
+            log.warning("MCP server %s: tool %s skipped: %s", usable.key, data.get("name"), exc)
+    _built[server] = (usable.stamp, usable.globs, tools)
+    return tools
+
+
+async def session_mcp_tools(state: SessionState) -> list[Tool]:
+    """The runtime's `extra_tools`: the MCP tools of the session's team that its agent
+    selects (none for an agent without a `tools` list: the built-in agent offers none)."""
+    from sessions_app.runtime import session_agent
+
+    agent = await session_agent(state)
+    if agent.tools is None or not state.session_id:
+        return []
+    usable = await run_in_db_thread(_usable_servers, state.session_id)
+    if not usable:
+        return []
+    pool = worker_pool()
+    offered: list[Tool] = []
+    for entry in usable:
+        _rows[entry.key] = (entry.team_id, entry.name)
+        server = pool.server(entry.key, entry.config)
+        offered.extend(t for t in _tools_of(server, entry) if agent.offers(t.name))
+    return offered
