@@ -140,15 +140,18 @@ def do_add_server(actor: Any, team_name: Any, data: Any) -> TeamMcpServer:
     name = check_name(data.get("name"))
     if "url" in data:
         _unknown(data, HTTP_FIELDS)
-        url = check_server_url(data["url"])
         headers = check_headers(data.get("headers") or {})
+        timeout = check_timeout(data.get("timeout_s", 60.0))
+        check_globs(data.get("tools"))
+        # Last: it resolves the host, and a bad field should not wait on DNS.
+        url = check_server_url(data["url"])
         server = TeamMcpServer(
             team=team,
             name=name,
             url=url,
             headers_sealed=seal(headers),
             header_names=sorted(headers),
-            timeout_s=check_timeout(data.get("timeout_s", 60.0)),
+            timeout_s=timeout,
         )
     else:
         _unknown(data, STDIO_FIELDS)
