@@ -187,3 +187,76 @@ class AgentForm(forms.Form):
             "limits": limits or None,
             "handler": data.get("handler") or "default",
         }
+
+
+def _lines_to_headers(raw: str) -> dict[str, str]:
+    headers = {}
+    for line in raw.splitlines():
+        if not line.strip():
+            continue
+        name, sep, value = line.partition(":")
+        if not sep or not name.strip():
+            # Never echo the line: it may hold a secret.
+            raise forms.ValidationError("write one header a line, as Name: value")
+        headers[name.strip()] = value.strip()
+    return headers
+
+
+class McpServerForm(forms.Form):
+    """A team's Streamable HTTP MCP server. Headers are write-only: the field starts empty
+    (the page says which are set); left empty on an edit, the stored ones are kept."""
+
+    name = forms.SlugField(label="Name", max_length=32, help_text="the prefix of its tools: name__tool")
+    url = forms.URLField(label="URL", max_length=2000, assume_scheme="https", help_text="its Streamable HTTP endpoint")
+    headers = forms.CharField(
+        label="Headers",
+        required=False,
+        max_length=20 * 8192,
+        strip=False,
+        widget=forms.Textarea(attrs={"rows": 2, "autocomplete": "off", "spellcheck": "false"}),
+        help_text="secrets, one a line: Authorization: Bearer ...; never shown again",
+    )
+    clear_headers = forms.BooleanField(label="Remove the stored headers", required=False)
+    timeout_s = forms.FloatField(label="Timeout (s)", min_value=1, max_value=600, initial=60)
+    tools = forms.CharField(
+        label="Tools to offer",
+        required=False,
+        max_length=4000,
+        help_text="globs of the server's tool names, space-separated; empty: all",
+    )
+    enabled = forms.BooleanField(label="Enabled", required=False, initial=True)
+
+    def __init__(self, *args: Any, editing: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if editing:
+            del self.fields["name"]
+        else:
+            del self.fields["clear_headers"]
+
+    def clean_headers(self) -> dict[str, str]:
+        return _lines_to_headers(self.cleaned_data.get("headers") or "")
+
+    def server_data(self) -> dict[str, Any]:
+        """What the MCP server actions take (headers only when given or cleared)."""
+        data = self.cleaned_data
+        globs = [g for g in re.split(r"[,\s]+", data.get("tools") or "") if g]
+        body: dict[str, Any] = {
+            "url": data["url"],
+            "timeout_s": data["timeout_s"],
+            "tools": globs or None,
+            "enabled": bool(data.get("enabled")),
+        }
+        if "name" in data:
+            body["name"] = data["name"]
+        if data.get("headers") or data.get("clear_headers"):
+            body["headers"] = data.get("headers") or {}
+        return body
+
+    @staticmethod
+    def initial_from(server: Any) -> dict[str, Any]:
+        return {
+            "url": server.url,
+            "timeout_s": server.timeout_s,
+            "tools": " ".join(server.tools or ()),
+            "enabled": server.enabled,
+        }

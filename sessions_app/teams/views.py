@@ -28,12 +28,14 @@ from django.views.decorators.http import require_GET, require_POST
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
 from sectr.tools import Tool
 from sessions_app import access, actions
+from sessions_app.actions import mcp_servers as mcp_actions
 from sessions_app.actions import members as member_actions
 from sessions_app.actions import webhooks as webhook_actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
 from sessions_app.actions.rules import do_move_rule
 from sessions_app.actions.team_budgets import do_set_budget
-from sessions_app.models import Agent, AgentVersion, ApprovalRule, Membership, Team
+from sessions_app.mcp_servers import described_tools, installation_servers
+from sessions_app.models import Agent, AgentVersion, ApprovalRule, Membership, Team, TeamMcpServer
 from sessions_app.moderation import rules as rule_preview
 from sessions_app.moderation.rules import rule_data_from_form
 from sessions_app.ops.retention import default_retention_days
@@ -43,6 +45,7 @@ from sessions_app.teams.forms import (
     AddMemberForm,
     AgentForm,
     BudgetForm,
+    McpServerForm,
     NewTeamForm,
     RetentionForm,
     RoleForm,
@@ -231,10 +234,30 @@ def team_context(request: HtmxHttpRequest, team: Team, **extra: Any) -> dict[str
         "default_retention_days": default_retention_days(),
         "rule_draft": None,
         "preview": None,
+        **_mcp_context(team, can_edit),
     }
     context.update(notifications_context(team, can_edit))
     context.update(extra)
     return context
+
+
+def _mcp_context(team: Team, can_edit: bool) -> dict[str, Any]:
+    """The Tools section's MCP part: the team's servers (health, last error, their tools
+    and gates; an edit form per HTTP server, headers never filled in) and the
+    installation's stdio servers the team may enable."""
+    servers = list(TeamMcpServer.objects.filter(team=team).order_by("name"))
+    rows = []
+    for server in servers:
+        form = None
+        if can_edit and server.url:
+            form = McpServerForm(editing=True, initial=McpServerForm.initial_from(server), prefix=f"mcp-{server.name}")
+        rows.append({"server": server, "tools": described_tools(server), "form": form})
+    enabled = {server.name for server in servers if not server.url}
+    return {
+        "mcp_servers": rows,
+        "mcp_installation": [{"name": name, "enabled": name in enabled} for name in sorted(installation_servers())],
+        "mcp_form": McpServerForm(prefix="mcp-new", initial={"enabled": True, "timeout_s": 60}) if can_edit else None,
+    }
 
 
 @login_required
@@ -530,3 +553,58 @@ def set_links(request: HtmxHttpRequest, name: str) -> str:
     enabled = bool(form.is_valid() and form.cleaned_data["links_decide_without_login"])
     webhook_actions.do_set_links_decide_without_login(request.user, name, enabled)
     return "Links in emails now decide without a login." if enabled else "Links now ask for a login first."
+
+
+# ---- MCP servers (the Tools section) ----
+
+
+def _mcp_form_errors(form: McpServerForm) -> str:
+    # Field errors only: none of them repeats what was typed (a header may be a secret).
+    return "; ".join(
+        f"{form.fields[f].label if f in form.fields else f}: {e}" for f, errs in form.errors.items() for e in errs
+    )
+
+
+def _saved(server: TeamMcpServer, verb: str) -> str:
+    if server.health == TeamMcpServer.ERROR:
+        return f"MCP server {server.name} {verb}, but it could not be reached: {server.last_error}"
+    if server.health == TeamMcpServer.DISABLED:
+        return f"MCP server {server.name} {verb} (disabled)."
+    count = len(server.discovered or ())
+    return f"MCP server {server.name} {verb}: {count} tool{'s' if count != 1 else ''} found."
+
+
+@team_change("tools")
+def mcp_add(request: HtmxHttpRequest, name: str) -> str:
+    member_actions.moderated_team(request.user, name, "its MCP servers")
+    form = McpServerForm(request.POST, prefix="mcp-new")
+    if not form.is_valid():
+        raise ValidationFailed(_mcp_form_errors(form), code="invalid_mcp_server")
+    return _saved(mcp_actions.do_add_server(request.user, name, form.server_data()), "added")
+
+
+@team_change("tools")
+def mcp_enable(request: HtmxHttpRequest, name: str) -> str:
+    server = mcp_actions.do_add_server(request.user, name, {"name": request.POST.get("server", "")})
+    return _saved(server, "enabled for the team")
+
+
+@team_change("tools")
+def mcp_update(request: HtmxHttpRequest, name: str, server: str) -> str:
+    member_actions.moderated_team(request.user, name, "its MCP servers")
+    form = McpServerForm(request.POST, editing=True, prefix=f"mcp-{server}")
+    if not form.is_valid():
+        raise ValidationFailed(_mcp_form_errors(form), code="invalid_mcp_server")
+    return _saved(mcp_actions.do_update_server(request.user, name, server, form.server_data()), "saved")
+
+
+@team_change("tools")
+def mcp_refresh(request: HtmxHttpRequest, name: str, server: str) -> str:
+    return _saved(mcp_actions.do_refresh_server(request.user, name, server), "refreshed")
+
+
+@team_change("tools")
+def mcp_delete(request: HtmxHttpRequest, name: str, server: str) -> str:
+    found = mcp_actions.get_server(request.user, name, server)
+    mcp_actions.do_delete_server(request.user, name, server)
+    return f"MCP server {server} {'deleted' if found.url else 'disabled for the team'}."
