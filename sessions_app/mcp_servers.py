@@ -262,6 +262,10 @@ def _guard_passes(url: str) -> bool:
 
 
 def _usable_servers(session_id: str) -> list[_Usable]:
+    # Here, in a database thread, not on the worker's loop: the first import of the `mcp`
+    # package takes seconds on a busy machine, and the loop must keep heartbeating.
+    import mcp  # noqa: F401
+
     rows = list(
         TeamMcpServer.objects.filter(team__sessions__pk=session_id, enabled=True)
         .select_related("team")
