@@ -51,6 +51,7 @@ from sectr.client.records import (
     ApprovalRule,
     AskInfo,
     AskPage,
+    McpServerInfo,
     RunInfo,
     SessionPage,
     Webhook,
@@ -59,6 +60,8 @@ from sectr.client.records import (
     ask_query,
     decide_body,
     fork_body,
+    mcp_server_body,
+    mcp_servers_from_json,
     rule_body,
     rules_from_json,
     run_body,
@@ -496,8 +499,8 @@ class AsyncAsks:
 
 @checked_calls
 class AsyncTeams:
-    """A team's approval rules (read by its members, changed by its moderators) and its
-    webhooks (its moderators only; a secret is write-only)."""
+    """A team's approval rules and MCP servers (read by its members, changed by its
+    moderators) and its webhooks (its moderators only; a secret is write-only)."""
 
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
@@ -554,6 +557,59 @@ class AsyncTeams:
 
     async def delete_webhook(self, name: str, webhook_id: int, **options: Any) -> None:
         await self._client.request("DELETE", f"/teams/{name}/webhooks/{webhook_id}", **options)
+
+    # ---- MCP servers (docs/mcp.md) ----
+
+    async def mcp_servers(self, name: str, **options: Any) -> list[McpServerInfo]:
+        """The team's MCP servers (headers by name only)."""
+        return mcp_servers_from_json(await self._client.request("GET", f"/teams/{name}/mcp-servers", **options))
+
+    async def mcp_server(self, name: str, server: str, **options: Any) -> McpServerInfo:
+        path = f"/teams/{name}/mcp-servers/{server}"
+        return McpServerInfo.from_json(await self._client.request("GET", path, **options))
+
+    async def add_mcp_server(
+        self,
+        name: str,
+        server: str,
+        url: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        enabled: bool | None = None,
+        timeout_s: float | None = None,
+        tools: list[str] | None = None,
+        **options: Any,
+    ) -> McpServerInfo:
+        """Register a Streamable HTTP server (with `url`), or enable the installation's
+        stdio server named `server` for the team (without); its tools are discovered."""
+        body = mcp_server_body(server, url, headers, enabled, timeout_s, tools)
+        path = f"/teams/{name}/mcp-servers"
+        return McpServerInfo.from_json(await self._client.request("POST", path, json=body, **options))
+
+    async def update_mcp_server(
+        self,
+        name: str,
+        server: str,
+        *,
+        url: str | None = None,
+        headers: dict[str, str] | None = None,
+        enabled: bool | None = None,
+        timeout_s: float | None = None,
+        tools: list[str] | None = None,
+        **options: Any,
+    ) -> McpServerInfo:
+        """Change what is given (`headers` replace the stored set), then discover again."""
+        body = mcp_server_body(None, url, headers, enabled, timeout_s, tools)
+        path = f"/teams/{name}/mcp-servers/{server}"
+        return McpServerInfo.from_json(await self._client.request("PUT", path, json=body, **options))
+
+    async def refresh_mcp_server(self, name: str, server: str, **options: Any) -> McpServerInfo:
+        path = f"/teams/{name}/mcp-servers/{server}/refresh"
+        return McpServerInfo.from_json(await self._client.request("POST", path, **options))
+
+    async def delete_mcp_server(self, name: str, server: str, **options: Any) -> None:
+        """Delete the team's server, or disable an installation server for the team."""
+        await self._client.request("DELETE", f"/teams/{name}/mcp-servers/{server}", **options)
 
 
 @dataclass(frozen=True)

@@ -313,6 +313,45 @@ class Webhook:
         )
 
 
+# ---- MCP servers (docs/mcp.md) ----
+
+
+@dataclass(frozen=True)
+class McpServerInfo:
+    """One of a team's MCP servers, as the API serves it: its headers by name only (their
+    values are write-only), its health and the tools its last discovery found."""
+
+    name: str
+    kind: str  # "http" (the team's) or "stdio" (an installation server enabled for the team)
+    url: str | None
+    header_names: list[str]
+    enabled: bool
+    timeout_s: float
+    tools: list[str] | None
+    health: str
+    last_error: str | None
+    discovered_tools: list[dict[str, Any]]
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> McpServerInfo:
+        if not isinstance(data, dict) or "name" not in data or "kind" not in data:
+            raise ProtocolError("an MCP server without name and kind")
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            url=data.get("url"),
+            header_names=list(data.get("header_names") or []),
+            enabled=bool(data.get("enabled")),
+            timeout_s=float(data.get("timeout_s") or 60),
+            tools=data.get("tools"),
+            health=str(data.get("health") or "unknown"),
+            last_error=data.get("last_error"),
+            discovered_tools=list(data.get("discovered_tools") or []),
+            raw=data,
+        )
+
+
 def webhook_body(url: str, kind: str | None, secret: str | None) -> dict[str, Any]:
     body: dict[str, Any] = {"url": url}
     if kind is not None:
@@ -326,6 +365,25 @@ def webhooks_from_json(data: Any) -> list[Webhook]:
     if not isinstance(data, dict) or not isinstance(data.get("webhooks"), list):
         raise ProtocolError("a webhook list without webhooks")
     return [Webhook.from_json(hook) for hook in data["webhooks"]]
+
+
+def mcp_servers_from_json(data: Any) -> list[McpServerInfo]:
+    if not isinstance(data, dict) or not isinstance(data.get("servers"), list):
+        raise ProtocolError("an MCP server list without servers")
+    return [McpServerInfo.from_json(server) for server in data["servers"]]
+
+
+def mcp_server_body(
+    name: str | None,
+    url: str | None,
+    headers: dict[str, str] | None,
+    enabled: bool | None,
+    timeout_s: float | None,
+    tools: list[str] | None,
+) -> dict[str, Any]:
+    """A register/update body: only what was given (an update keeps the rest)."""
+    given = {"name": name, "url": url, "headers": headers, "enabled": enabled, "timeout_s": timeout_s, "tools": tools}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 # ---- agents and budgets (docs/agents.md) ----

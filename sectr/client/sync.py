@@ -46,6 +46,7 @@ from sectr.client.records import (
     ApprovalRule,
     AskInfo,
     AskPage,
+    McpServerInfo,
     RunInfo,
     SessionPage,
     Webhook,
@@ -54,6 +55,8 @@ from sectr.client.records import (
     ask_query,
     decide_body,
     fork_body,
+    mcp_server_body,
+    mcp_servers_from_json,
     rule_body,
     rules_from_json,
     run_body,
@@ -513,8 +516,8 @@ class Asks:
 
 @checked_calls
 class Teams:
-    """A team's approval rules (read by its members, changed by its moderators) and its
-    webhooks (its moderators only; a secret is write-only)."""
+    """A team's approval rules and MCP servers (read by its members, changed by its
+    moderators) and its webhooks (its moderators only; a secret is write-only)."""
 
     def __init__(self, client: Client) -> None:
         self._client = client
@@ -571,6 +574,59 @@ class Teams:
 
     def delete_webhook(self, name: str, webhook_id: int, **options: Any) -> None:
         self._client.request("DELETE", f"/teams/{name}/webhooks/{webhook_id}", **options)
+
+    # ---- MCP servers (docs/mcp.md) ----
+
+    def mcp_servers(self, name: str, **options: Any) -> list[McpServerInfo]:
+        """The team's MCP servers (headers by name only)."""
+        return mcp_servers_from_json(self._client.request("GET", f"/teams/{name}/mcp-servers", **options))
+
+    def mcp_server(self, name: str, server: str, **options: Any) -> McpServerInfo:
+        path = f"/teams/{name}/mcp-servers/{server}"
+        return McpServerInfo.from_json(self._client.request("GET", path, **options))
+
+    def add_mcp_server(
+        self,
+        name: str,
+        server: str,
+        url: str | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        enabled: bool | None = None,
+        timeout_s: float | None = None,
+        tools: list[str] | None = None,
+        **options: Any,
+    ) -> McpServerInfo:
+        """Register a Streamable HTTP server (with `url`), or enable the installation's
+        stdio server named `server` for the team (without); its tools are discovered."""
+        body = mcp_server_body(server, url, headers, enabled, timeout_s, tools)
+        path = f"/teams/{name}/mcp-servers"
+        return McpServerInfo.from_json(self._client.request("POST", path, json=body, **options))
+
+    def update_mcp_server(
+        self,
+        name: str,
+        server: str,
+        *,
+        url: str | None = None,
+        headers: dict[str, str] | None = None,
+        enabled: bool | None = None,
+        timeout_s: float | None = None,
+        tools: list[str] | None = None,
+        **options: Any,
+    ) -> McpServerInfo:
+        """Change what is given (`headers` replace the stored set), then discover again."""
+        body = mcp_server_body(None, url, headers, enabled, timeout_s, tools)
+        path = f"/teams/{name}/mcp-servers/{server}"
+        return McpServerInfo.from_json(self._client.request("PUT", path, json=body, **options))
+
+    def refresh_mcp_server(self, name: str, server: str, **options: Any) -> McpServerInfo:
+        path = f"/teams/{name}/mcp-servers/{server}/refresh"
+        return McpServerInfo.from_json(self._client.request("POST", path, **options))
+
+    def delete_mcp_server(self, name: str, server: str, **options: Any) -> None:
+        """Delete the team's server, or disable an installation server for the team."""
+        self._client.request("DELETE", f"/teams/{name}/mcp-servers/{server}", **options)
 
 
 @dataclass(frozen=True)
