@@ -8,8 +8,13 @@
     model's `!tool`, the agent's selection, the journaled call and result), timed from
     the send to the run's end, minus the same run calling the built-in `get_time`
     instead, so the model and journal cost of a run with one tool call is taken out.
-Prints p50/p99 of each and the p50 differences: the overhead Sectr adds. Run it on an
-idle machine: under load the differences drown in the noise.
+(d) the MCP call's own step inside those runs: from the journaled end of the model's
+    message that asked for it (MESSAGE_END) to its journaled TOOL_RESULT (the agent's
+    tool lookup, the gate, the call through `McpServer`, the result's text and its
+    envelope).
+Prints p50/p99 of each and the overhead Sectr adds to a call: (d) - (a) at p50 and at
+p99 (the quantiles of the two distributions, subtracted), and the p50 differences of
+(b) and (c). Run it on an idle machine: under load the differences drown in the noise.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from mcp import Client, StdioServerParameters  # noqa: E402
 
 import sectr  # noqa: E402
 from sectr.agents import AgentSpec  # noqa: E402
+from sectr.events import EventType  # noqa: E402
 from sectr.mcp import McpServer, ServerConfig  # noqa: E402
 from sectr.providers import DemoProvider  # noqa: E402
 
@@ -64,40 +70,54 @@ async def through_client(n: int) -> list[float]:
     return times
 
 
-async def through_runs(n: int) -> tuple[list[float], list[float]]:
+def tool_step(rt: sectr.LocalRuntime, sid: str) -> float:
+    """Seconds from the model's message end to the tool's result, from the journal."""
+    envelopes = rt.journal.read(sid)
+    end = next(e for e in envelopes if e.type is EventType.MESSAGE_END)
+    result = next(e for e in envelopes if e.type is EventType.TOOL_RESULT)
+    assert not result.payload.get("is_error"), result.payload
+    return (result.created_at - end.created_at).total_seconds()
+
+
+async def through_runs(n: int) -> tuple[list[float], list[float], list[float]]:
     async with McpServer(ServerConfig(name="time", command=SERVER)) as server:
         rt = sectr.LocalRuntime(
             tools=await server.discover(),
             provider=DemoProvider(delay=0),
             agent=AgentSpec(tools=("get_time", "time__*")),
         )
-        mcp_times, builtin_times = [], []
+        mcp_times, builtin_times, steps = [], [], []
         for i in range(n + 1):
             sid = await rt.create_session()
             start = time.perf_counter()
             await rt.send(sid, '!tool time__get_current_time {"timezone": "UTC"}')
             elapsed = time.perf_counter() - start
+            step = tool_step(rt, sid)
             sid = await rt.create_session()
             start = time.perf_counter()
             await rt.send(sid, "!tool get_time {}")
             if i:  # the first of each warms up
                 mcp_times.append(elapsed)
                 builtin_times.append(time.perf_counter() - start)
-    return mcp_times, builtin_times
+                steps.append(step)
+    return mcp_times, builtin_times, steps
 
 
 async def main(n: int) -> None:
     a = await direct(n)
     b = await through_client(n)
-    runs, builtin = await through_runs(n)
+    runs, builtin, steps = await through_runs(n)
     show("(a) mcp client, directly", a)
     show("(b) sectr.mcp McpServer.call", b)
     show("(c) run with the MCP call", runs)
     show("    run with the built-in get_time", builtin)
+    show("(d) the MCP call's step in the run", steps)
     base = statistics.median(a)
     print(f"Sectr's client layer, p50 (b) - (a): {(statistics.median(b) - base) * 1000:+.3f} ms")
     run_cost = statistics.median(runs) - statistics.median(builtin)
     print(f"a run's MCP call, p50 ((c) - built-in run) - (a): {(run_cost - base) * 1000:+.3f} ms")
+    for label, q in (("p50", 0.5), ("p99", 0.99)):
+        print(f"Sectr's overhead on a call in a run, {label} (d) - (a): {pct(steps, q) - pct(a, q):+.3f} ms")
 
 
 if __name__ == "__main__":
