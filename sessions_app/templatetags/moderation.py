@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django import template
@@ -30,3 +31,14 @@ def approvals_badge(context: template.Context) -> dict[str, Any]:
 @register.filter
 def verdict_label(verdict: Any) -> str:
     return VERDICT_LABELS.get(str(verdict), str(verdict))
+
+
+_MCP_NAME = re.compile(r"^([a-z0-9][a-z0-9-]{0,31})__(.+)$")
+
+
+@register.filter
+def mcp_parts(tool: str) -> dict[str, str] | None:
+    """`{"server", "tool"}` of an MCP tool's name (``git__git_commit``), else None: the
+    audit names the server and the server's own tool."""
+    match = _MCP_NAME.match(tool or "")
+    return {"server": match.group(1), "tool": match.group(2)} if match else None

@@ -141,6 +141,10 @@ def test_git_commit_asks_and_commits_only_after_approval(people: dict[str, Any],
     decision = AuditEntry.objects.get(session=session, kind=AuditEntry.DECISION)
     assert (decision.tool, decision.actor, decision.verdict) == ("git__git_commit", "moderator", "allow_once")
     assert decision.arguments == {"repo_path": str(repo), "message": "from sectr"}
+    page = Client()
+    page.force_login(people["moderator"])
+    audit = page.get("/approvals/audit/").content.decode()
+    assert "MCP server <code>git</code>, tool <code>git_commit</code>" in audit and "from sectr" in audit
 
 
 @pytest.mark.django_db(transaction=True)
