@@ -30,6 +30,7 @@ from sessions_app.models import (
     AskIndex,
     AuditEntry,
     Envelope,
+    InstallationMcpServer,
     Membership,
     ModelPrice,
     NotificationDelivery,
@@ -351,6 +352,16 @@ class TeamWebhookAdmin(admin.ModelAdmin):
     list_filter = ("active", "kind", "team")
     search_fields = ("url", "team__name")
     inlines = (WebhookDeliveryInline,)
+
+
+@admin.register(InstallationMcpServer)
+class InstallationMcpServerAdmin(admin.ModelAdmin):
+    """The installation's stdio MCP servers staff define (beside the operator's
+    SECTR_MCP_SERVERS file, which wins on a shared name): a command the workers run.
+    A team's moderators enable one for their team on its page (docs/mcp.md)."""
+
+    list_display = ("name", "command", "timeout_s", "created_at")
+    search_fields = ("name", "command")
 
 
 @admin.register(NotificationDelivery)

@@ -7,7 +7,7 @@
 - **Discovery** (`discover_now`) connects once, lists the tools, closes: on save and on
   Refresh. What it found is stored on the row and is what the workers offer, so a run
   never waits on a server to start before its first model call.
-- **The worker** (`session_mcp_tools`, the runtime's `extra_tools`): the tools of the
+- **The worker** (`team_mcp_tools`, through the runtime's `extra_tools`): the tools of the
   session's team's enabled servers that its agent's `tools` select, bound to this
   process's `McpPool` (one connection per server, reused across runs, restarted with
   backoff, closed when the worker drains: `close_worker_pool`). Calls are counted per
@@ -35,9 +35,9 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
+from sectr.agents import AgentSpec
 from sectr.errors import ValidationFailed
 from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, gates_from_annotations, tool_name
-from sectr.state import SessionState
 from sectr.tools import SchemaTool, Tool
 from sessions_app.addresses import AddressRefused, check_public_host
 from sessions_app.dbthread import run_in_db_thread
@@ -357,15 +357,13 @@ def _tools_of(server: McpServer, usable: _Usable) -> list[SchemaTool]:
     return tools
 
 
-async def session_mcp_tools(state: SessionState) -> list[Tool]:
-    """The runtime's `extra_tools`: the MCP tools of the session's team that its agent
-    selects (none for an agent without a `tools` list: the built-in agent offers none)."""
-    from sessions_app.runtime import session_agent
-
-    agent = await session_agent(state)
-    if agent.tools is None or not state.session_id:
+async def team_mcp_tools(session_id: str, agent: AgentSpec) -> list[Tool]:
+    """The MCP tools of the session's team that `agent` selects (none for an agent
+    without a `tools` list: the built-in agent offers none). sessions_app.runtime's
+    `session_mcp_tools` (the runtime's `extra_tools`) calls this."""
+    if agent.tools is None or not session_id:
         return []
-    usable = await run_in_db_thread(_usable_servers, state.session_id)
+    usable = await run_in_db_thread(_usable_servers, session_id)
     if not usable:
         return []
     pool = worker_pool()

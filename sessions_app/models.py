@@ -284,6 +284,20 @@ class InstallationMcpServer(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def clean(self) -> None:
+        """The admin's check: the same rules as an entry of the operator's file."""
+        from django.core.exceptions import ValidationError
+
+        from sectr.mcp import server_configs_from_json
+
+        entry = {"command": self.command, "args": self.args, "env": self.env or None, "timeout_s": self.timeout_s}
+        if self.cwd:
+            entry["cwd"] = self.cwd
+        try:
+            server_configs_from_json({self.name: entry})
+        except ValueError as exc:
+            raise ValidationError(str(exc)) from None
+
 
 class TeamMcpServer(models.Model):
     """An MCP server a team's agents may use (docs/mcp.md): a Streamable HTTP server the

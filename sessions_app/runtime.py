@@ -22,10 +22,10 @@ from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sectr.state import SessionState
-from sectr.tools import ToolArgumentError
+from sectr.tools import Tool, ToolArgumentError
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
-from sessions_app.mcp_servers import session_mcp_tools
+from sessions_app.mcp_servers import team_mcp_tools
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
 from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
@@ -105,6 +105,12 @@ async def session_agent(state: SessionState) -> AgentSpec:
     if spec is None:
         spec = _keep(key, await run_in_db_thread(read_agent_version, *key))
     return spec
+
+
+async def session_mcp_tools(state: SessionState) -> list[Tool]:
+    """The runtime's `extra_tools`: the MCP tools of the session's team that its pinned
+    agent selects (sessions_app.mcp_servers)."""
+    return await team_mcp_tools(state.session_id, await session_agent(state))
 
 
 def session_model_info(model: str) -> ModelInfo:

@@ -174,3 +174,22 @@ def test_delete_disables_an_installation_server_for_the_team(people: dict[str, A
     assert client.delete(f"{URL}/time").status_code == 204
     assert client.get(f"{URL}/time").status_code == 404
     assert client.get(URL).json()["installation_servers"][1] == {"name": "time", "enabled": False}
+
+
+@pytest.mark.django_db
+def test_staff_define_an_installation_server_in_the_admin_and_a_team_enables_it(people: dict[str, Any]) -> None:
+    from .conftest import bin_path
+
+    admin = Client()
+    admin.force_login(people["staff"])
+    people["staff"].is_superuser = True
+    people["staff"].save()
+    add = "/admin/sessions_app/installationmcpserver/add/"
+    bad = {"name": "clock", "command": bin_path("mcp-server-time"), "args": '"not a list"', "env": "{}"}
+    bad |= {"cwd": "", "timeout_s": "60", "created_at_0": "2026-01-01", "created_at_1": "00:00:00"}
+    assert "args must be a list of strings" in admin.post(add, bad).content.decode()
+    good = {**bad, "args": "[]"}
+    assert admin.post(add, good).status_code == 302
+    response = api(people["moderator"]).post(URL, {"name": "clock"}, content_type="application/json")
+    assert response.status_code == 201 and response.json()["health"] == "ok", response.content
+    assert "clock__get_current_time" in {t["name"] for t in response.json()["discovered_tools"]}

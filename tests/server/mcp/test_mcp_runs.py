@@ -28,9 +28,8 @@ from sessions_app.actions import mcp_servers as mcp_actions
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import DatabaseJournal
-from sessions_app.mcp_servers import session_mcp_tools
 from sessions_app.models import AuditEntry, Run, Session
-from sessions_app.runtime import session_agent, session_policy
+from sessions_app.runtime import session_agent, session_mcp_tools, session_policy
 from sessions_app.team_budgets import session_budget_spent
 from sessions_app.worker import Worker
 
