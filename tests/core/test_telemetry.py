@@ -77,6 +77,26 @@ async def test_an_ask_and_its_decision_are_traced_with_the_genai_conventions() -
     assert a["gen_ai.conversation.id"] == sid
 
 
+async def test_an_mcp_tools_span_names_its_server() -> None:
+    from sectr.agents import AgentSpec
+    from sectr.tools import SchemaTool
+
+    exporter = recorded_spans()
+
+    async def echo(arguments: dict[str, Any], context: Any = None) -> str:
+        return str(arguments.get("text"))
+
+    tool = SchemaTool(echo, name="srv__echo", description="echo", parameters={"type": "object"}, idempotent=True)
+    tool.mcp_server = "srv"
+    rt = LocalRuntime(tools=[tool], provider=DemoProvider(delay=0), agent=AgentSpec(tools=("srv__*", "get_time")))
+    sid = await rt.create_session()
+    await rt.send(sid, '!tool srv__echo {"text": "hi"}')
+    await rt.send(sid, "!tool get_time {}")
+    mcp_span, plain = spans_named(exporter.get_finished_spans(), "execute_tool")
+    assert attrs(mcp_span)["sectr.mcp.server"] == "srv" and attrs(mcp_span)["gen_ai.tool.name"] == "srv__echo"
+    assert "sectr.mcp.server" not in attrs(plain)
+
+
 async def test_a_failed_tool_and_a_failed_invocation_are_marked_as_errors() -> None:
     exporter = recorded_spans()
 
