@@ -102,9 +102,8 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def everything_http() -> Iterator[str]:
-    """server-everything over Streamable HTTP on a free port: its /mcp URL."""
+def start_everything() -> tuple[subprocess.Popen[bytes], str]:
+    """server-everything over Streamable HTTP on a free port: the process and its /mcp URL."""
     assert EVERYTHING.exists(), "server-everything is not installed: run scripts/ensure_mcp_test_servers.sh"
     port = free_port()
     proc = subprocess.Popen(
@@ -113,16 +112,23 @@ def everything_http() -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return proc, f"http://127.0.0.1:{port}/mcp"
+        except OSError:
+            if time.monotonic() > deadline:
+                proc.kill()
+                raise AssertionError("server-everything did not start") from None
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def everything_http() -> Iterator[str]:
+    proc, url = start_everything()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "server-everything did not start"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
         proc.kill()
         proc.wait()

@@ -28,12 +28,12 @@ from sessions_app.actions import mcp_servers as mcp_actions
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import AuditEntry, Run, Session
+from sessions_app.models import AuditEntry, Run, Session, TeamMcpServer
 from sessions_app.runtime import session_agent, session_mcp_tools, session_policy
 from sessions_app.team_budgets import session_budget_spent
 from sessions_app.worker import Worker
 
-from .conftest import commits
+from .conftest import commits, start_everything
 
 E = EventType
 RUNTIME = Runtime(
@@ -310,3 +310,25 @@ def test_header_secrets_are_in_no_response_export_journal_row_or_log(
     dump = "".join(serializers.serialize("json", model.objects.all()) for model in apps.get_models())
     assert "X-Api-Key" in dump and secret not in dump  # the name is kept, the value only sealed
     assert secret not in caplog.text and "every" in caplog.text  # the log did talk about the server
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_server_that_went_away_is_an_error_result_and_shows_on_its_health(
+    people: dict[str, Any], settings: Any
+) -> None:
+    settings.SECTR_MCP_ALLOWED_HOSTS = ["127.0.0.1"]
+    proc, url = start_everything()
+    try:
+        server = mcp_actions.do_add_server(people["moderator"], "crew", {"name": "every", "url": url, "timeout_s": 5})
+        assert server.health == "ok"
+    finally:
+        proc.kill()
+        proc.wait()
+    session = git_session(people, tools=["every__*"])
+    actions.do_post_message(people["owner"], session.pk, '!tool every__echo {"message": "anyone?"}')
+    run_worker()
+    (result,) = of_type(session, E.TOOL_RESULT)
+    assert result["is_error"] and "MCP server every is unreachable" in result["content"]
+    assert Run.objects.get(session=session).status == Run.COMPLETED
+    row = TeamMcpServer.objects.get(name="every")
+    assert row.health == "error" and "MCP server every is unreachable" in row.last_error
