@@ -332,3 +332,28 @@ def test_a_server_that_went_away_is_an_error_result_and_shows_on_its_health(
     assert Run.objects.get(session=session).status == Run.COMPLETED
     row = TeamMcpServer.objects.get(name="every")
     assert row.health == "error" and "MCP server every is unreachable" in row.last_error
+
+
+@pytest.mark.django_db(transaction=True)
+def test_always_allow_grants_that_mcp_tool_for_the_session(people: dict[str, Any], installation: Path) -> None:
+    repo = installation
+    (repo / "c.txt").write_text("three\n")
+    enable(people, "git")
+    session = git_session(people)
+    actions.do_post_message(people["owner"], session.pk, commit_message(repo, "first by sectr"))
+    run_worker()
+    session.refresh_from_db()
+    actions.do_decide(people["moderator"], session.state["pending_ask"]["ask_id"], "allow_always")
+    run_worker()
+    add = "!tool git__git_add " + json.dumps({"repo_path": str(repo), "files": ["c.txt"]})
+    actions.do_post_message(people["owner"], session.pk, add)  # another tool: it asks
+    run_worker()
+    session.refresh_from_db()
+    assert session.state["pending_ask"]["name"] == "git__git_add"
+    actions.do_decide(people["moderator"], session.state["pending_ask"]["ask_id"], "allow_once")
+    run_worker()
+    actions.do_post_message(people["owner"], session.pk, commit_message(repo, "second by sectr"))
+    run_worker()  # the grant: no ask this time
+    session.refresh_from_db()
+    assert session.state["status"] == "completed" and session.state["pending_ask"] is None
+    assert commits(repo) == ["second by sectr", "first by sectr", "first"]
