@@ -13,10 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +22,7 @@ from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, send
 from tests.liveserver import LiveSectr
-from tests.server.mcp.conftest import EVERYTHING, GIT_ENV, bin_path, commits, free_port, make_repo
+from tests.server.mcp.conftest import GIT_ENV, bin_path, commits, make_repo, start_everything
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(400)]
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,23 +46,9 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def everything() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(EVERYTHING), "streamableHttp"],
-        env={**os.environ, "PORT": str(port)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, url = start_everything()
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "server-everything did not start"
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield url
     finally:
         proc.kill()
         proc.wait()

@@ -13,6 +13,7 @@ seed (the same cases every run; change the seed locally to explore).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -51,6 +52,9 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         assert time.monotonic() < deadline, "the run never asked"
         time.sleep(0.1)
     agent = created("/api/v1/teams/crew/agents", {"slug": "probe", "name": "Probe", "instructions": "Probe."})
+    # Two of the installation's MCP servers enabled for the team (MCP_SERVERS below).
+    server = created("/api/v1/teams/crew/mcp-servers", {"name": "time"})["name"]
+    spare_server = created("/api/v1/teams/crew/mcp-servers", {"name": "clock"})["name"]
     return {
         "agent_id": agent["id"],
         "number": "1",
@@ -65,6 +69,8 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         # On the loopback's discard port (allowed for this server): a delivery of an ask
         # decided meanwhile goes nowhere.
         "spare_webhook_id": str(created("/api/v1/teams/crew/webhooks", {"url": "http://127.0.0.1:9/probe"})["id"]),
+        "server": server,
+        "spare_server": spare_server,
     }
 
 
@@ -89,6 +95,9 @@ def config(ids: dict[str, str]) -> str:
         # A webhook URL must pass the address guard: whether a host resolves, and to what,
         # is the network's state.
         "/api/v1/teams/{name}/webhooks",
+        # An MCP server's URL must resolve to a public address (DNS), and a server named
+        # without one must be one of the installation's.
+        "/api/v1/teams/{name}/mcp-servers",
     ]
     return (
         "[parameters]\n"
@@ -96,6 +105,8 @@ def config(ids: dict[str, str]) -> str:
         + "".join(
             f'[[operations]]\ninclude-path = "{path}"\ninclude-method = "POST"\n{STATE_400}' for path in operations
         )
+        + f'[[operations]]\ninclude-path = "/api/v1/teams/{{name}}/mcp-servers/{{server}}"\ninclude-method = "PUT"\n'
+        + STATE_400
     )
 
 
@@ -148,6 +159,10 @@ def test_the_api_answers_as_its_openapi_document_says(tmp_path: Path) -> None:
         "SECTR_SESSION_CREATE_LIMIT": "0/60",
         "SECTR_WEBHOOK_ALLOWED_HOSTS": "127.0.0.1",
     }
+    servers = tmp_path / "mcp-servers.json"
+    time_server = str(Path(sys.executable).with_name("mcp-server-time"))
+    servers.write_text(json.dumps({"time": {"command": time_server}, "clock": {"command": time_server}}))
+    env["SECTR_MCP_SERVERS"] = str(servers)
     with LiveSectr(embedded_worker=True, env=env) as live:
         live.create_user("prober")
         live.manage("sectr_team", "create", "crew")
@@ -158,6 +173,7 @@ def test_the_api_answers_as_its_openapi_document_says(tmp_path: Path) -> None:
             "session_id": ids.pop("spare_session_id"),
             "rule_id": ids.pop("spare_rule_id"),
             "webhook_id": ids.pop("spare_webhook_id"),
+            "server": ids.pop("spare_server"),
             "name": "crew",
         }
         # Everything but the DELETEs on the seeded objects, then the DELETEs on spare ones

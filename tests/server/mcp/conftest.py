@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 
-from sessions_app import actions
-from sessions_app.runtime import _AGENT_VERSIONS
+# crew: owner (member), member, reviewer, moderator; other: outsider (its moderator); staff.
+from tests.server.teams.test_agents import people  # noqa: F401 - a fixture, shared
 
 ROOT = Path(__file__).resolve().parents[3]
 BIN = Path(sys.executable).parent
@@ -35,25 +34,6 @@ def bin_path(name: str) -> str:
     path = BIN / name
     assert path.exists(), f"{name} is not installed: run scripts/setup.sh (requirements.txt pins it)"
     return str(path)
-
-
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
-
-
-@pytest.fixture
-def people(db: None) -> dict[str, Any]:
-    """crew: owner (member), member, reviewer, moderator; other: outsider (its moderator)."""
-    actions.do_create_team("crew")
-    actions.do_create_team("other")
-    users = {name: make_user(name) for name in ("owner", "member", "reviewer", "moderator", "outsider")}
-    users["staff"] = make_user("staff", is_staff=True)
-    actions.do_set_membership("crew", "owner", "member")
-    for role in ("member", "reviewer", "moderator"):
-        actions.do_set_membership("crew", role, role)
-    actions.do_set_membership("other", "outsider", "moderator")
-    _AGENT_VERSIONS.clear()
-    return users
 
 
 def make_repo(path: Path) -> Path:
