@@ -228,6 +228,36 @@ def described_tools(row: TeamMcpServer) -> list[dict[str, Any]]:
     return listed
 
 
+def picker_tools(team_id: int) -> list[Tool]:
+    """The tools of a team's enabled servers, from their last discovery, as the agent
+    form's tool picker lists them (name and gate). Stand-ins: they never run (a run gets
+    its MCP tools from the worker's connections)."""
+    from mcp import Tool as WireTool
+
+    def never(arguments: dict[str, Any], context: Any = None) -> str:
+        raise RuntimeError("a stand-in of the agent form")
+
+    listed: list[Tool] = []
+    for row in TeamMcpServer.objects.filter(team_id=team_id, enabled=True).order_by("name"):
+        for data in row.discovered or ():
+            try:
+                wire = WireTool.model_validate(data)
+            except ValueError:
+                continue
+            if not globs_offer(row.tools, wire.name):
+                continue
+            tool = SchemaTool(
+                never,
+                name=tool_name(row.name, wire.name),
+                description=wire.description or wire.name,
+                parameters=dict(wire.input_schema or {}),
+                **gates_from_annotations(wire.annotations),
+            )
+            tool.mcp_server = row.name
+            listed.append(tool)
+    return listed
+
+
 # ---- the worker ----
 
 

@@ -34,7 +34,7 @@ from sessions_app.actions import webhooks as webhook_actions
 from sessions_app.actions.agents import DEFINITION_FIELDS, can_edit_agent
 from sessions_app.actions.rules import do_move_rule
 from sessions_app.actions.team_budgets import do_set_budget
-from sessions_app.mcp_servers import described_tools, installation_servers
+from sessions_app.mcp_servers import described_tools, installation_servers, picker_tools
 from sessions_app.models import Agent, AgentVersion, ApprovalRule, Membership, Team, TeamMcpServer
 from sessions_app.moderation import rules as rule_preview
 from sessions_app.moderation.rules import rule_data_from_form
@@ -398,7 +398,7 @@ def new_agent(request: HtmxHttpRequest, name: str) -> HttpResponse:
     found = _team_or_404(request, name)
     if not access.can_moderate_team(request.user, found):
         raise PermissionDenied("only the team's moderators can create its agents")
-    tools = known_tools()
+    tools = known_tools() + picker_tools(found.pk)
     if request.method == "POST":
         form = AgentForm(request.POST, tools=tools, creating=True)
         if form.is_valid():
@@ -469,7 +469,7 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
     found = _team_or_404(request, name)
     agent = _agent_of(request, found, slug)
     editable = can_edit_agent(request.user, agent)
-    tools = known_tools()
+    tools = known_tools() + picker_tools(found.pk)
     latest = actions.get_version(agent)
     if request.method == "POST":
         if not editable:

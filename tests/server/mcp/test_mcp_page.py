@@ -105,3 +105,24 @@ def test_a_refused_url_on_the_page_says_why_and_saves_nothing(people: dict[str, 
     response = client.post("/teams/crew/mcp/add", form, follow=True)
     assert "loopback, private, link-local or metadata address" in flash(response)
     assert not TeamMcpServer.objects.exists()
+
+
+@pytest.mark.django_db
+def test_the_agent_forms_tool_picker_lists_the_teams_mcp_tools_with_their_gates(
+    people: dict[str, Any], installation: Path
+) -> None:
+    client = browser(people["moderator"])
+    client.post("/teams/crew/mcp/enable", {"server": "git"})
+    form = client.get("/teams/crew/agents/new").content.decode()
+    assert 'value="git__git_commit"' in form and "git__git_commit (gated)" in form
+    assert "git__git_status (runs freely)" in form
+    created = client.post(
+        "/teams/crew/agents/new",
+        {"slug": "gitbot", "name": "Git bot", "tools": ["git__git_status", "git__git_commit"], "handler": "default"},
+    )
+    assert created.status_code == 302, created.content.decode()[:2000]
+    from sessions_app.models import AgentVersion
+
+    assert AgentVersion.objects.get(agent__slug="gitbot").spec().tools == ("git__git_status", "git__git_commit")
+    edit = client.get("/teams/crew/agents/gitbot/").content.decode()
+    assert re.search(r'value="git__git_commit"[^>]*checked', edit)
