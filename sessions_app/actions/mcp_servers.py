@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -193,7 +194,15 @@ def do_update_server(actor: Any, team_name: Any, name: Any, data: Any) -> TeamMc
         raise ValidationFailed("a server's name cannot change (its tools are named after it)", code="invalid_name")
     if server.url:
         if "url" in data:
-            server.url = check_server_url(data["url"])
+            url = check_server_url(data["url"])
+            if _origin(url) != _origin(server.url) and server.header_names and "headers" not in data:
+                # Stored secrets never follow a server to another origin unasked: whoever
+                # moves it types them again.
+                raise ValidationFailed(
+                    "the url points to another host: enter the headers again (or an empty set)",
+                    code="headers_required",
+                )
+            server.url = url
         if "headers" in data:
             headers = check_headers(data["headers"] or {})
             server.headers_sealed, server.header_names = seal(headers), sorted(headers)
@@ -207,6 +216,11 @@ def do_update_server(actor: Any, team_name: Any, name: Any, data: Any) -> TeamMc
     _discover_into(server)
     server.save()
     return server
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
 
 
 def do_refresh_server(actor: Any, team_name: Any, name: Any) -> TeamMcpServer:

@@ -147,6 +147,14 @@ def test_an_http_server_on_an_allowed_host_is_registered_with_write_only_headers
         assert secret not in response.content.decode() and "s3cr3t" not in response.content.decode()
     row = TeamMcpServer.objects.get(name="every")
     assert "s3cr3t" not in row.headers_sealed and row.header_names == ["Authorization"]
+    # Moved to another host, the stored headers do not follow unless given again.
+    moved = everything_http.replace("127.0.0.1", "localhost")
+    settings.SECTR_MCP_ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+    refused = client.put(f"{URL}/every", {"url": moved}, content_type="application/json")
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "headers_required"
+    assert TeamMcpServer.objects.get(name="every").url == everything_http
+    again = client.put(f"{URL}/every", {"url": moved, "headers": {}}, content_type="application/json")
+    assert again.status_code == 200 and again.json()["header_names"] == [] and again.json()["url"] == moved
 
 
 @pytest.mark.django_db
