@@ -55,7 +55,8 @@ def test_a_killed_workers_mcp_call_is_not_run_again(tmp_path: Path) -> None:
                 """
             )
             workers = {name: live.start_worker(*worker_args(name)) for name in ("w0", "w1")}
-            wait_for(lambda: side_effects.exists() and side_effects.read_text(), 30, "the side effect")
+            # Generous: two workers start, import the app and the `mcp` package, and claim.
+            wait_for(lambda: side_effects.exists() and side_effects.read_text(), 60, "the side effect")
             holder = driver.run(run_id)["lease_owner"]
             victim = workers.pop(holder)
             victim.send_signal(signal.SIGKILL)
