@@ -105,7 +105,7 @@ def config(ids: dict[str, str]) -> str:
         + "".join(
             f'[[operations]]\ninclude-path = "{path}"\ninclude-method = "POST"\n{STATE_400}' for path in operations
         )
-        + f'[[operations]]\ninclude-path = "/api/v1/teams/{{name}}/mcp-servers/{{server}}"\ninclude-method = "PUT"\n'
+        + '[[operations]]\ninclude-path = "/api/v1/teams/{name}/mcp-servers/{server}"\ninclude-method = "PUT"\n'
         + STATE_400
     )
 
