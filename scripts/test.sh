@@ -28,6 +28,7 @@ pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e 
 }
 
 echo "== MCP test servers (npm)"; bash scripts/ensure_mcp_test_servers.sh
+echo "== MCP 1.x client (var/mcp1-venv)"; bash scripts/ensure_mcp1_client.sh
 
 echo "== tests: SQLite + in-memory channel layer"
 DATABASE_URL= REDIS_URL= pytest_run -q tests/core tests/server

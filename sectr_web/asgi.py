@@ -21,6 +21,7 @@ from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: 
 from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
+from sessions_app.approval_service.server import ENDPOINT as MCP_ENDPOINT  # noqa: E402
 from sessions_app.journal.publish import adopt_server_loop  # noqa: E402
 from sessions_app.worker import start_embedded_worker  # noqa: E402
 
@@ -34,6 +35,12 @@ router = ProtocolTypeRouter(
     }
 )
 
+# /mcp: the approval service of other agents (an MCP server; docs/approval-service.md).
+# Its own ASGI app (the `mcp` package's transport), not a Django view: its answers
+# stream (SSE) while a call waits for a decision, and it authenticates by API token.
+mcp_app = RequestBodyLimit(MCP_ENDPOINT)
+MCP_PATHS = ("/mcp", "/mcp/")
+
 # ...and before Daphne itself buffers them (it reads a whole body before calling us).
 cap_daphne_request_bodies()
 
@@ -43,6 +50,9 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # on the server's own loop, so its publications reach this process's consumers.
     start_embedded_worker()
     adopt_server_loop()  # sync views' publications queue on this loop (publish._send_sync)
+    if scope["type"] == "http" and scope.get("path") in MCP_PATHS:
+        await mcp_app(scope, receive, send)
+        return
     await router(scope, receive, send)
 
 

@@ -300,6 +300,10 @@ SECTR_WEBHOOK_MAX_ATTEMPTS = env_int("SECTR_WEBHOOK_MAX_ATTEMPTS", 6, minimum=1)
 #: comma-separated host names, addresses or CIDR networks (sessions_app.addresses). Empty:
 #: webhooks reach public addresses only.
 SECTR_WEBHOOK_ALLOWED_HOSTS = env_list("SECTR_WEBHOOK_ALLOWED_HOSTS", [])
+#: How long an MCP client's `approval_prompt` call (the approval service at /mcp,
+#: docs/approval-service.md) waits for a decision before it answers deny (an ask's own
+#: expiry, when sooner, ends the wait first).
+SECTR_MCP_APPROVAL_WAIT_S = env_float("SECTR_MCP_APPROVAL_WAIT_S", 600.0, above_minimum=True)
 
 # MCP tool servers (docs/mcp.md). SECTR_MCP_SERVERS names a JSON file of the installation's
 # stdio servers (name -> {command, args, env, cwd}), which a team's moderators may enable;

@@ -1106,3 +1106,34 @@ class ActionLinkUse(models.Model):
 
     def __str__(self) -> str:
         return f"link for {self.ask_id} used by {self.used_by}"
+
+
+class McpApproval(models.Model):
+    """One `approval_prompt` call of an MCP client (sessions_app.approval_service): the
+    ask it made, in which session of which group. `tool_use_id` (the client's id of the
+    call it asks about) is unique per owner, so a client that calls again for the same
+    tool use (a retry after a dropped connection or a restart) finds this ask and its
+    decision, never a second one; the unique index settles two calls at once.
+    `group` names the sessions the owner's calls go to (one MCP session, or one token
+    and client per UTC day, or a session the caller named)."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    tool_use_id = models.CharField(max_length=200, blank=True, default="")  # "" when the client gave none
+    group = models.CharField(max_length=300)
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="mcp_approvals")
+    ask_id = models.CharField(max_length=64, unique=True)
+    client = models.CharField(max_length=200, blank=True, default="")  # clientInfo name and version
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["owner", "tool_use_id"],
+                condition=~models.Q(tool_use_id=""),
+                name="mcpapproval_owner_tool_use_uniq",
+            )
+        ]
+        indexes = [models.Index(fields=["owner", "group", "created_at"], name="mcpapproval_group")]
+
+    def __str__(self) -> str:
+        return f"{self.ask_id} ({self.client or 'MCP client'})"

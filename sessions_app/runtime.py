@@ -23,6 +23,7 @@ from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolArgumentError
+from sessions_app.approval_service.relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.mcp_servers import team_mcp_tools
@@ -42,7 +43,8 @@ def get_runtime() -> Runtime:
         get_journal(),
         handler=configured_handler(),
         tools=configured_tools(),
-        handlers=configured_handlers(),
+        # The built-in handler of the sessions an MCP client's asks go to (approval_service).
+        handlers={**configured_handlers(), RELAY_HANDLER: relay_decision},
         provider=provider,
         rules=session_policy,
         agent=session_agent,
@@ -89,6 +91,8 @@ def _keep(key: tuple[str, int], spec: AgentSpec) -> AgentSpec:
 
 def pinned_agent(pin: dict[str, Any] | None) -> AgentSpec:
     """The spec of a pin, from code that may touch the database (a snapshot, a page)."""
+    if is_relay_pin(pin):
+        return RELAY_AGENT
     key = _pin_key(pin)
     if key is None:
         return DEFAULT_AGENT
@@ -98,6 +102,8 @@ def pinned_agent(pin: dict[str, Any] | None) -> AgentSpec:
 async def session_agent(state: SessionState) -> AgentSpec:
     """The agent version a session is pinned to, as an invocation starts: no query for the
     built-in agent or a version this process has read before, one indexed read otherwise."""
+    if is_relay_pin(state.agent):
+        return RELAY_AGENT
     key = _pin_key(state.agent)
     if key is None:
         return DEFAULT_AGENT
