@@ -5,6 +5,7 @@ its worker; PostgreSQL and Redis when DATABASE_URL and REDIS_URL name them)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -25,7 +26,24 @@ from tests.server.mcp_approval.mcp_clients import (
     start_v1,
 )
 
-pytestmark = pytest.mark.skipif(not MCP1_PYTHON.exists(), reason="run scripts/ensure_mcp1_client.sh first")
+pytestmark = [
+    pytest.mark.skipif(not MCP1_PYTHON.exists(), reason="run scripts/ensure_mcp1_client.sh first"),
+    pytest.mark.timeout(300),
+]
+USERS = ("alice", "bob", "carol", "dora", "eve")
+#: alice: a member of ops; bob: of ops and dev; carol and dora: moderators of ops; eve: of none.
+SETUP = f"""
+import json
+from django.contrib.auth import get_user_model
+from sessions_app.actions.teams import do_create_team, do_set_membership
+from sessions_app.models import ApiToken
+users = {{name: get_user_model().objects.create_user(name, password="pw-Secret-123") for name in {USERS!r}}}
+do_create_team("ops"); do_create_team("dev")
+for team, name, role in [("ops", "alice", "member"), ("ops", "bob", "member"), ("dev", "bob", "member"),
+                         ("ops", "carol", "moderator"), ("ops", "dora", "moderator")]:
+    do_set_membership(team, name, role)
+print(json.dumps({{name: ApiToken.issue(user, "mcp tests")[1] for name, user in users.items()}}))
+"""
 
 POOL = ThreadPoolExecutor(max_workers=4)
 
@@ -34,16 +52,9 @@ def start_server(env: dict[str, str] | None = None) -> LiveSectr:
     live = LiveSectr(env={"SECTR_API_RATE_LIMIT": "0/60", **(env or {})})
     live.__enter__()
     try:
-        for user in ("alice", "bob", "carol", "dora", "eve"):
-            live.create_user(user)
-        live.manage("sectr_team", "create", "ops")
-        live.manage("sectr_team", "create", "dev")
-        live.manage("sectr_team", "add", "ops", "alice")
-        live.manage("sectr_team", "add", "ops", "bob")
-        live.manage("sectr_team", "add", "dev", "bob")
-        for moderator in ("carol", "dora"):
-            live.manage("sectr_team", "add", "ops", moderator, "--role", "moderator")
-        live.tokens = {user: live.token_for(user) for user in ("alice", "bob", "carol", "dora", "eve")}  # type: ignore[attr-defined]
+        # One process for the whole set-up (each manage.py costs a Django start-up).
+        out = live.manage("shell", "-c", SETUP)
+        live.tokens = json.loads(out.strip().splitlines()[-1])  # type: ignore[attr-defined]
         if live.postgres and live.env.get("SECTR_EMBEDDED_WORKER") == "0":
             live.start_worker()
     except BaseException:
