@@ -309,8 +309,16 @@ def _threads_and_rss(pid: int) -> tuple[int, int]:
 def test_fifty_waiting_calls_hold_without_a_thread_each(live: LiveSectr) -> None:
     assert live.server is not None
     pid = live.server.pid
-    # Warm the process up (the MCP manager, the thread pools) before measuring.
-    asyncio.run(call_v2(mcp_url(live), token(live, "alice"), {"tool_name": "Ping", "input": {}, "tool_use_id": "w"}))
+    # Warm the process up (the MCP manager, the database threads' pool at its size) with
+    # calls a rule answers, so that what grows below is what the waiting calls hold.
+    rule = api(live, "carol", "POST", "/teams/ops/rules", json={"tool": "Ping", "action": "allow"})
+
+    async def warm_up() -> list[Answer]:
+        url, alice = mcp_url(live), token(live, "alice")
+        return await asyncio.gather(*(call_v2(url, alice, {"tool_name": "Ping", "input": {}}) for _ in range(25)))
+
+    assert all(a.data["behavior"] == "allow" for a in asyncio.run(warm_up()))
+    api(live, "carol", "DELETE", f"/teams/ops/rules/{rule.json()['id']}")
     before_threads, before_rss = _threads_and_rss(pid)
     count = 50
 
@@ -318,7 +326,13 @@ def test_fifty_waiting_calls_hold_without_a_thread_each(live: LiveSectr) -> None
         url, alice = mcp_url(live), token(live, "alice")
         return await asyncio.gather(
             *(
-                call_v2(url, alice, {"tool_name": "Load", "input": {"n": i}, "tool_use_id": f"load-{i}"}, client_name="load")
+                call_v2(
+                    url,
+                    alice,
+                    {"tool_name": "Load", "input": {"n": i}, "tool_use_id": f"load-{i}"},
+                    client_name="load",
+                    timeout=280,
+                )
                 for i in range(count)
             )
         )
@@ -338,9 +352,9 @@ def test_fifty_waiting_calls_hold_without_a_thread_each(live: LiveSectr) -> None
     )
     assert during_threads - before_threads < 10, (before_threads, during_threads)
     assert not calls.done()
-    for ask in pending:
-        decide(live, "carol", ask["ask_id"], verdict="deny", note="load test")
-    answers = calls.result(120)
+    with ThreadPoolExecutor(max_workers=8) as deciders:
+        list(deciders.map(lambda ask: decide(live, "carol", ask["ask_id"], verdict="deny", note="load test"), pending))
+    answers = calls.result(200)
     assert all(a.data["behavior"] == "deny" and "load test" in a.data["message"] for a in answers)
 
 
