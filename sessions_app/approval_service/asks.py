@@ -163,7 +163,9 @@ def _free_session(caller: Caller) -> tuple[Session | None, SessionState | None]:
         state = session.projection()
         return (None, None) if _busy(session, state) else (session, state)
     ids = list(
-        McpApproval.objects.filter(owner=caller.user, group=caller.group).values_list("session_id", flat=True).distinct()
+        McpApproval.objects.filter(owner=caller.user, group=caller.group)
+        .values_list("session_id", flat=True)
+        .distinct()
     )
     free = (
         Session.objects.filter(pk__in=ids, closed_at__isnull=True)
@@ -275,8 +277,6 @@ def withdraw(ask_id: str, waited_s: float) -> Outcome:
                     events = []
                 if events:
                     get_journal().append_sync(session.pk, events)
-                    return Outcome(
-                        False,
-                        message=f"No decision within {waited_s:g} s (SECTR_MCP_APPROVAL_WAIT_S); the ask was withdrawn.",
-                    )
+                    limit = f"No decision within {waited_s:g} s (SECTR_MCP_APPROVAL_WAIT_S)"
+                    return Outcome(False, message=f"{limit}; the ask was withdrawn.")
     return read_outcome(ask_id) or Outcome(False, message="No decision came in time.")

@@ -44,8 +44,8 @@ from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.api.auth import CHALLENGE, bearer_token, check_rate_limit
 from sessions_app.api.errors import ApiError
 from sessions_app.approval_service.asks import (
-    CallRefused,
     Caller,
+    CallRefused,
     Opened,
     Outcome,
     check_call,
@@ -104,13 +104,13 @@ class DecisionWatcher:
     def waiting(self) -> int:
         return sum(len(events) for events in self._waiters.values())
 
-    async def wait(self, ask_id: str, timeout: float) -> bool:
-        """Sleep until the ask's decision is seen on the layer (True) or `timeout`."""
+    async def wait(self, ask_id: str, within: float) -> bool:
+        """Sleep until the ask's decision is seen on the layer (True), at most `within` s."""
         self._start()
         event = asyncio.Event()
         self._waiters.setdefault(ask_id, set()).add(event)
         try:
-            async with asyncio.timeout(max(timeout, 0.0)):
+            async with asyncio.timeout(max(within, 0.0)):
                 await event.wait()
             return True
         except TimeoutError:
@@ -159,6 +159,7 @@ class DecisionWatcher:
             try:
                 envelope = Envelope.from_dict(data)
             except Exception:  # noqa: BLE001 - a malformed message wakes nobody
+                logger.debug("approval watcher: not an envelope: %.200r", data)
                 continue
             for change in ask_changes(envelope):
                 if change.closes:

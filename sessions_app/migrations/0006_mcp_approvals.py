@@ -7,28 +7,45 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0005_decisions'),
+        ("sessions_app", "0005_decisions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='McpApproval',
+            name="McpApproval",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tool_use_id', models.CharField(blank=True, default='', max_length=200)),
-                ('group', models.CharField(max_length=300)),
-                ('ask_id', models.CharField(max_length=64, unique=True)),
-                ('client', models.CharField(blank=True, default='', max_length=200)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to=settings.AUTH_USER_MODEL)),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='mcp_approvals', to='sessions_app.session')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tool_use_id", models.CharField(blank=True, default="", max_length=200)),
+                ("group", models.CharField(max_length=300)),
+                ("ask_id", models.CharField(max_length=64, unique=True)),
+                ("client", models.CharField(blank=True, default="", max_length=200)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="+", to=settings.AUTH_USER_MODEL
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="mcp_approvals",
+                        to="sessions_app.session",
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['owner', 'group', 'created_at'], name='mcpapproval_group')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('tool_use_id', ''), _negated=True), fields=('owner', 'tool_use_id'), name='mcpapproval_owner_tool_use_uniq')],
+                "indexes": [models.Index(fields=["owner", "group", "created_at"], name="mcpapproval_group")],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("tool_use_id", ""), _negated=True),
+                        fields=("owner", "tool_use_id"),
+                        name="mcpapproval_owner_tool_use_uniq",
+                    )
+                ],
             },
         ),
     ]

@@ -16,9 +16,11 @@ from mcp.types import Implementation
 async def main() -> None:
     request = json.loads(sys.argv[1])
     headers = {"Authorization": f"Bearer {request['token']}"}
-    async with streamablehttp_client(
-        request["url"], headers=headers, timeout=30, sse_read_timeout=600
-    ) as (read, write, _session_id):
+    async with streamablehttp_client(request["url"], headers=headers, timeout=30, sse_read_timeout=600) as (
+        read,
+        write,
+        _session_id,
+    ):
         async with ClientSession(
             read, write, client_info=Implementation(name="claude-code-v1", version="1.30.0")
         ) as session:

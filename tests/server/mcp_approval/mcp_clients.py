@@ -50,10 +50,10 @@ async def call_v2(
 
     seen: list[float] = []
 
-    async def on_progress(value: float, total: float | None, message: str | None) -> None:
-        seen.append(value)
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
 
-    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}, timeout=None)  # type: ignore[arg-type]
+    http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}, timeout=None)
     async with Client(
         streamable_http_client(url, http_client=http),
         mode=STATELESS,
@@ -114,5 +114,7 @@ def finish_v1(proc: subprocess.Popen[str], timeout: float = 120.0) -> list[Answe
     return answers
 
 
-def call_v1(url: str, token: str, *calls: dict[str, Any], progress: bool = False, timeout: float = 120.0) -> list[Answer]:
+def call_v1(
+    url: str, token: str, *calls: dict[str, Any], progress: bool = False, timeout: float = 120.0
+) -> list[Answer]:
     return finish_v1(start_v1(url, token, list(calls), progress=progress), timeout)

@@ -55,7 +55,7 @@ def start_server(env: dict[str, str] | None = None) -> LiveSectr:
         # One process for the whole set-up (each manage.py costs a Django start-up).
         out = live.manage("shell", "-c", SETUP)
         live.tokens = json.loads(out.strip().splitlines()[-1])  # type: ignore[attr-defined]
-        if live.postgres and live.env.get("SECTR_EMBEDDED_WORKER") == "0":
+        if live.postgres and live.env.get("SECTR_EMBEDDED_WORKER") != "1":  # workers of their own
             live.start_worker()
     except BaseException:
         live.close()
@@ -73,7 +73,7 @@ def live() -> Iterator[LiveSectr]:
 
 
 def token(live: LiveSectr, user: str) -> str:
-    return live.tokens[user]  # type: ignore[attr-defined,no-any-return]
+    return str(live.tokens[user])  # type: ignore[attr-defined]
 
 
 def api(live: LiveSectr, user: str, method: str, path: str, **kwargs: Any) -> httpx.Response:
