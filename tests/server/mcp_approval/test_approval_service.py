@@ -300,6 +300,22 @@ def test_a_restart_while_a_call_waits_loses_nothing(live: LiveSectr) -> None:
     assert len(asks(live, "Migrate")) == 1
 
 
+def test_two_calls_at_once_for_one_tool_use_make_one_ask(live: LiveSectr) -> None:
+    arguments = {"tool_name": "Twice", "input": {"n": 1}, "tool_use_id": "tu-twice"}
+
+    async def both() -> list[Answer]:
+        url, alice = mcp_url(live), token(live, "alice")
+        return await asyncio.gather(call_v2(url, alice, arguments), call_v2(url, alice, arguments))
+
+    calls = POOL.submit(asyncio.run, both())
+    ask = pending_ask(live, "Twice")
+    time.sleep(1.0)
+    assert [a["ask_id"] for a in asks(live, "Twice")] == [ask["ask_id"]]
+    decide(live, "carol", ask["ask_id"], verdict="allow_once")
+    assert [a.data["behavior"] for a in calls.result(60)] == ["allow", "allow"]
+    assert len(asks(live, "Twice")) == 1
+
+
 def _threads_and_rss(pid: int) -> tuple[int, int]:
     status = Path(f"/proc/{pid}/status").read_text()
     fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
