@@ -303,7 +303,7 @@ def test_a_restart_while_a_call_waits_loses_nothing(live: LiveSectr) -> None:
 def test_two_calls_at_once_for_one_tool_use_make_one_ask(live: LiveSectr) -> None:
     arguments = {"tool_name": "Twice", "input": {"n": 1}, "tool_use_id": "tu-twice"}
 
-    async def both() -> list[Answer]:
+    async def both() -> tuple[Answer, Answer]:
         url, alice = mcp_url(live), token(live, "alice")
         return await asyncio.gather(call_v2(url, alice, arguments), call_v2(url, alice, arguments))
 
