@@ -64,8 +64,9 @@ CLOSE_NOT_FOUND = 4404
 # ---- database helpers (each one runs in a thread) ----
 
 
-def chat_permissions_now(user: Any, session_id: str) -> dict[str, bool]:
-    """The viewer's rights on the session; NotFound / Forbidden when they may not read it."""
+def chat_permissions_now(user: Any, session_id: str) -> dict[str, Any]:
+    """The viewer's rights on the session, and who they and the session's owner are (an
+    approval card depends on both); NotFound / Forbidden when they may not read it."""
     if user is None or not user.is_authenticated:
         raise Forbidden("log in first")
     session = access.get_session_for_user(user, session_id, "read")
@@ -73,6 +74,8 @@ def chat_permissions_now(user: Any, session_id: str) -> dict[str, bool]:
         "can_write": access.can_write(user, session),
         "can_approve": access.can_approve(user, session),
         "can_fork": True,
+        "viewer": user.get_username(),
+        "session_owner": session.owner.get_username(),
     }
 
 

@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope
-from sessions_app.display.approvals import ApprovalView, TurnCall
+from sessions_app.display.approvals import ApprovalView, TurnCall, votes_of
 from sessions_app.display.content import Attachment, content_text_and_attachments, dom_id, pretty_json
 from sessions_app.display.markdown import render_markdown
 from sessions_app.provider_config import model_info
@@ -355,6 +355,7 @@ class ChatViewModel:
                 card.status = str(ask.get("status", card.status))
                 card.verdict = ask.get("verdict")
                 card.approver = ask.get("approver")
+                card.votes = votes_of(ask)
                 given = reason.get("decision")
                 decision: dict[str, Any] = given if isinstance(given, dict) else {}
                 card.note = decision.get("note")
@@ -466,6 +467,16 @@ class ChatViewModel:
         self.approvals[card.ask_id] = card
         self._append(card)
         self._update_tool_call_for_ask(ask)
+
+    def _on_approval_voted(self, envelope: Envelope) -> None:
+        """A vote on an ask needing several approvals: the card shows it ("1 of 2
+        approvals: bob"; the voter sees that they voted)."""
+        ask_id = str(envelope.payload.get("ask_id"))
+        card = self.approvals.get(ask_id)
+        ask = self.state.asks.get(ask_id)
+        if card is not None and ask is not None and card.is_pending:
+            card.votes = votes_of(ask)
+            self._replace(card)
 
     def _turn_calls_waiting(self, asked: ToolCallView) -> list[TurnCall]:
         """`turn_calls_waiting` from what this view model has seen of the transcript."""

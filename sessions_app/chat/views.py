@@ -78,6 +78,8 @@ def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, An
         sidebar_sessions=sidebar_sessions(user, ""),
         my_thumbs=my_thumbs(user, session) if can_write else {},
         agent=session_agent_label(user, vm.state.agent),
+        viewer=user.get_username(),
+        session_owner=session.owner.get_username(),
     )
 
 

@@ -1,13 +1,24 @@
 """The approval card and the calls "Approve all" would approve with it: the chat shows
-the cards of one session, the moderation queue those of many."""
+the cards of one session, the moderation queue those of many.
+
+Both cards say the same things about an ask needing several approvals (its quorum) and
+one that expires: how many approvals it has and from whom ("1 of 2 approvals: bob"),
+when it expires, who approved it in the end ("Approved by bob and carol"), and what
+the person looking at it can still do (`ApprovalView.for_viewer`): a moderator who voted
+sees "You voted: waiting for 1 more" instead of the buttons, and the requester, whose
+own approval does not count towards a quorum, sees no approve buttons (Deny still ends
+the ask: a refusal by anyone denies)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
+
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from sectr.events import Envelope, EventType
 from sessions_app.display.content import dom_id, pretty_json
@@ -60,6 +71,64 @@ def turn_calls_waiting(envelopes: Iterable[Envelope], tool_call_id: Any) -> list
 
 
 @dataclass
+class Vote:
+    approver: str
+    verdict: str
+    note: str = ""
+
+
+def votes_of(ask: dict[str, Any]) -> list[Vote]:
+    return [
+        Vote(str(v.get("approver", "")), str(v.get("verdict", "")), str(v.get("note") or ""))
+        for v in ask.get("votes") or []
+        if isinstance(v, dict)
+    ]
+
+
+def expiry_of(ask: dict[str, Any]) -> datetime | None:
+    """When a pending ask is denied unless decided (its rule's `expires_after_s` after
+    it was asked), None when it never expires."""
+    seconds = ask.get("expires_after_s")
+    asked = parse_datetime(str(ask.get("requested_at") or ""))
+    if not seconds or asked is None:
+        return None
+    return asked + timedelta(seconds=int(seconds))
+
+
+def names_joined(names: list[str]) -> str:
+    """bob; bob and carol; bob, carol and dave."""
+    if len(names) <= 1:
+        return "".join(names)
+    return ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def remaining_text(seconds: float) -> str:
+    """A countdown's words (static/sectr.js writes the same as it counts down)."""
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400:
+        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+
+
+@dataclass
+class ViewerPart:
+    """What one person may still do with a card, and what it tells them instead."""
+
+    may_approve: bool
+    may_deny: bool
+    #: why they get fewer buttons or none ("" when they get them all)
+    waiting: str = ""
+
+    @property
+    def may_decide(self) -> bool:
+        return self.may_approve or self.may_deny
+
+
+@dataclass
 class ApprovalView:
     ask_id: str
     name: str
@@ -81,6 +150,74 @@ class ApprovalView:
     #: the later gated calls of the ask's turn still unanswered (pending cards only)
     turn_calls: list[TurnCall] = field(default_factory=list)
     tool_call_id: str | None = None  # None: a handler's request_approval, not a tool call
+    #: the votes so far (an ask needing several approvals; the deciding vote included)
+    votes: list[Vote] = field(default_factory=list)
+    expires_at: datetime | None = None
+
+    @property
+    def approvers(self) -> list[str]:
+        """Who approved (votes that did not deny), in order."""
+        return [vote.approver for vote in self.votes if vote.verdict != "deny"]
+
+    @property
+    def approvals_missing(self) -> int:
+        return max(0, self.approvals_required - len(self.approvers))
+
+    @property
+    def progress(self) -> str:
+        """A pending quorum's state: "1 of 2 approvals: bob" ("" for one approver)."""
+        if self.approvals_required <= 1:
+            return ""
+        names = self.approvers
+        text = f"{len(names)} of {self.approvals_required} approvals"
+        return f"{text}: {names_joined(names)}" if names else text
+
+    @property
+    def expires_iso(self) -> str:
+        return self.expires_at.isoformat() if self.expires_at else ""
+
+    @property
+    def expires_in(self) -> str:
+        """ "expires in 54 min" (static/sectr.js keeps counting down in the page)."""
+        if self.expires_at is None:
+            return ""
+        left = (self.expires_at - timezone.now()).total_seconds()
+        return f"expires in {remaining_text(left)}" if left > 0 else "expiring now"
+
+    @property
+    def outcome(self) -> str:
+        """A decided card's line: "Approved once by bob", "Approved by bob and carol",
+        "Denied by dana: too risky" (the note, when there is one, after a colon)."""
+        label = self.verdict_label
+        by = self.approver or ""
+        approvers = self.approvers
+        if self.status == "approved" and len(approvers) > 1:
+            # A quorum: everyone who approved, not just the last one.
+            label = "Always allowed" if self.verdict == "allow_always" else "Approved"
+            by = names_joined(approvers)
+        text = f"{label} by {by}" if by else label
+        return f"{text}: {self.note}" if self.note else text
+
+    def for_viewer(self, viewer: str | None, owner: str | None, can_approve: bool) -> ViewerPart:
+        """What `viewer` (a username) may do with this card: `owner` is the session's
+        owner (the requester), `can_approve` whether the viewer may decide its asks at
+        all. The server refuses the same things (sectr.operations.vote_events)."""
+        if not self.is_pending:
+            return ViewerPart(False, False)
+        if not can_approve:
+            return ViewerPart(False, False, "Waiting for the owner or a moderator to decide.")
+        missing = self.approvals_missing
+        more = f"{missing} more approval{'s' if missing != 1 else ''}"
+        if self.approvals_required > 1 and viewer and any(vote.approver == viewer for vote in self.votes):
+            return ViewerPart(False, False, f"You voted: waiting for {missing} more")
+        if self.approvals_required > 1 and viewer and viewer == owner:
+            return ViewerPart(
+                False,
+                True,
+                f"Your own approval does not count on an ask needing {self.approvals_required} approvals: "
+                f"waiting for {more} from the team's moderators.",
+            )
+        return ViewerPart(True, True)
 
     @property
     def can_answer(self) -> bool:
@@ -133,4 +270,6 @@ class ApprovalView:
             session_id=session_id,
             approvals_required=int(ask.get("approvals_required") or 1),
             tool_call_id=ask.get("tool_call_id"),
+            votes=votes_of(ask),
+            expires_at=expiry_of(ask),
         )

@@ -132,6 +132,7 @@ class ApprovalsConsumer(RecheckedConsumer):
             await self.close(code=CLOSE_FORBIDDEN)
             return
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        self.viewer = self.user.get_username()  # whose cards: a voter's or the requester's say so
         self.filters = QueueFilters.from_query({name: values[-1] for name, values in query.items()})
         self.reach = await database_sync_to_async(moderation_reach)(self.user)
         self.maturing: dict[str, asyncio.Task[None]] = {}  # ask id: its push once old enough
@@ -161,7 +162,13 @@ class ApprovalsConsumer(RecheckedConsumer):
             card = await current_card(self.user, session_id, ask_id)
             if card is not None and self.filters.admits(card):
                 await self.send(
-                    text_data=json.dumps({"html": render_to_string("moderation/_approval_append.html", {"item": card})})
+                    text_data=json.dumps(
+                        {
+                            "html": render_to_string(
+                                "moderation/_approval_append.html", {"item": card, "viewer": self.viewer}
+                            )
+                        }
+                    )
                 )
         finally:
             if self.maturing.get(ask_id) is asyncio.current_task():
@@ -210,8 +217,12 @@ class ApprovalsConsumer(RecheckedConsumer):
                 else:
                     self.stop_holding(card.ask_id)
             elif change == "new":
-                parts.append(render_to_string("moderation/_approval_append.html", {"item": card}))
+                parts.append(
+                    render_to_string("moderation/_approval_append.html", {"item": card, "viewer": self.viewer})
+                )
             else:
-                parts.append(render_to_string("moderation/_card.html", {"item": card, "oob": True}))
+                parts.append(
+                    render_to_string("moderation/_card.html", {"item": card, "oob": True, "viewer": self.viewer})
+                )
         if parts:
             await self.send(text_data=json.dumps({"html": "".join(parts)}))

@@ -99,18 +99,10 @@ class ContextLine:
 
 
 @dataclass
-class Vote:
-    approver: str
-    verdict: str
-    note: str = ""
-
-
-@dataclass
 class QueueCard(ApprovalView):
     team: str = ""
     asked_at: datetime | None = None
     rule: str = ""
-    votes: list[Vote] = field(default_factory=list)
     context: list[ContextLine] = field(default_factory=list)
 
     @property
@@ -181,11 +173,6 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
     card.approvals_required = int(ask.get("approvals_required") or 1)
     card.rule = matched_rule(ask)
     card.asked_at = parse_datetime(str(ask.get("requested_at") or "")) if ask.get("requested_at") else None
-    card.votes = [
-        Vote(str(v.get("approver", "")), str(v.get("verdict", "")), str(v.get("note") or ""))
-        for v in ask.get("votes") or []
-        if isinstance(v, dict)
-    ]
     if with_context and card.is_pending:
         envelopes = journals_before([(session, card.seq)])[session.pk]
         card.context = conversation_from(envelopes, card.seq)

@@ -49,6 +49,7 @@ def approvals(request: HtmxHttpRequest) -> HttpResponse:
         "filter_query": urlencode(filters.as_query()),
         "choices": queue.filter_choices(request.user),
         "age_labels": list(queue.AGE_LABELS.items()),
+        "viewer": request.user.get_username(),
     }
     if request.htmx and request.GET.get("partial") == "queue":
         return render(request, "moderation/_approval_queue.html", context)
@@ -94,8 +95,10 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
         arguments = edited_arguments(request.POST.get("arguments"))
         actions.do_decide(request.user, ask_id, verdict, note=note, scope=scope, arguments=arguments, result=result)
     except SectrError as exc:
-        if isinstance(exc, NotFound | Forbidden):
+        if isinstance(exc, NotFound):
             raise
+        # Refused (your own approval on a two-person ask, a second vote, someone was
+        # faster...): the card as it is now, and the server's reason in #flash.
         refused: SectrError | None = exc
     else:
         refused = None
@@ -109,8 +112,11 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
         return redirect("approvals") if where_queue else redirect("chat", session_id=session.pk)
     ask = session.projection().asks.get(ask_id, {})
     html: str
+    viewer = request.user.get_username()
     if where_queue:
-        html = render_to_string("moderation/_card.html", {"item": queue.build_card(session, ask)}, request=request)
+        html = render_to_string(
+            "moderation/_card.html", {"item": queue.build_card(session, ask), "viewer": viewer}, request=request
+        )
     else:
         card = ApprovalView.from_ask(ask, session.pk)
         if card.is_pending:  # refused: the card stays as it was, "Approve all" included
@@ -119,7 +125,13 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
             )
         html = render_to_string(
             "chat/_approval.html",
-            {"item": card, "can_approve": access.can_approve(request.user, session), "show_session": False},
+            {
+                "item": card,
+                "can_approve": access.can_approve(request.user, session),
+                "show_session": False,
+                "viewer": viewer,
+                "session_owner": session.owner.get_username(),
+            },
             request=request,
         )
     if refused is not None:
@@ -128,7 +140,8 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
             message = f"{message} (decided by {card_decider})"
         notice = render_to_string("chat/_flash.html", {"message": message, "level": "error"})
         html += f'<div id="flash" hx-swap-oob="innerHTML">{notice}</div>'
-    return HttpResponse(html)
+    # A refusal of this person (403) keeps its status; htmx swaps a 4xx too (base.html).
+    return HttpResponse(html, status=refused.status if isinstance(refused, Forbidden) else 200)
 
 
 AUDIT_PAGE_SIZE = 50

@@ -1,4 +1,5 @@
-"""Template helpers of the moderation pages: the `Approvals` badge and verdict words."""
+"""Template helpers of the moderation pages: the `Approvals` badge, verdict words and what
+the viewer may do with an approval card."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 
 from django import template
 
+from sessions_app.display.approvals import ApprovalView, ViewerPart
 from sessions_app.moderation.queue import badge_context
 
 register = template.Library()
@@ -42,3 +44,9 @@ def mcp_parts(tool: str) -> dict[str, str] | None:
     audit names the server and the server's own tool."""
     match = _MCP_NAME.match(tool or "")
     return {"server": match.group(1), "tool": match.group(2)} if match else None
+
+
+@register.simple_tag
+def approval_part(item: ApprovalView, viewer: Any, owner: Any, can_approve: Any) -> ViewerPart:
+    """`ApprovalView.for_viewer` for a template: {% approval_part item viewer owner can_approve as part %}."""
+    return item.for_viewer(str(viewer) if viewer else None, str(owner) if owner else None, bool(can_approve))
