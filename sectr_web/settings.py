@@ -188,7 +188,10 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # A refused htmx action answers with its message for #flash, not an error page.
+    "sessions_app.web.HtmxRefusals",
 ]
+CSRF_FAILURE_VIEW = "sessions_app.web.csrf_failure"
 
 ROOT_URLCONF = "sectr_web.urls"
 ASGI_APPLICATION = "sectr_web.asgi.application"

@@ -21,6 +21,7 @@ from django.shortcuts import redirect
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils.functional import SimpleLazyObject
+from django.views.csrf import csrf_failure as django_csrf_failure
 from django_htmx.http import HttpResponseClientRedirect, reswap, retarget
 from django_htmx.middleware import HtmxDetails
 
@@ -61,6 +62,48 @@ def flash(message: str, *, level: str = "info", status: int = 200) -> HttpRespon
     retarget(response, "#flash")
     reswap(response, "innerHTML")
     return response
+
+
+def is_htmx(request: HttpRequest) -> bool:
+    """An htmx request (read from the header: the CSRF check runs before django_htmx's
+    middleware has marked the request)."""
+    return request.headers.get("HX-Request") == "true"
+
+
+class HtmxRefusals:
+    """An htmx action refused by an exception (PermissionDenied: 403, Http404: 404) answers
+    with its message for the page's #flash, not Django's error page: htmx would swap that
+    page into the card or form that sent the request. Plain requests get the usual pages.
+    (static/sectr.js shows any other refusal's message in #flash too.)"""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if not is_htmx(request):
+            return None
+        if isinstance(exception, PermissionDenied):
+            return flash(str(exception) or "You may not do this.", level="error", status=403)
+        if isinstance(exception, Http404):
+            reason = str(exception) if exception.args and isinstance(exception.args[0], str) else ""
+            return flash(f"Not found{': ' + reason if reason else ''}. Reload the page.", level="error", status=404)
+        return None
+
+
+def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:
+    """A refused CSRF check (CSRF_FAILURE_VIEW): for htmx, a message for #flash (the page
+    is out of date, most often after logging out and in again in another tab); otherwise
+    Django's page."""
+    if is_htmx(request):
+        return flash(
+            "This page is out of date (its security token was refused): reload the page and try again.",
+            level="error",
+            status=403,
+        )
+    return django_csrf_failure(request, reason)
 
 
 #: Where a refused plain form post goes back to: (request, the view's URL kwargs) -> path.

@@ -22,11 +22,12 @@
   }
 
   function updateBadge(page, queue) {
-    // The badge counts every ask waiting for this user; a filtered queue shows fewer.
+    // The badge counts every ask waiting for this user (not those waiting for others:
+    // voted on already, or their own needing others' approvals); a filtered queue shows fewer.
     if (page.dataset.wsQuery) return;
     const badge = document.getElementById("approvals-badge");
     if (!badge) return;
-    const count = pendingCards(queue).length;
+    const count = queue.querySelectorAll("article.queue-card[data-status=pending][data-waits=you]").length;
     badge.textContent = String(count);
     badge.dataset.count = String(count);
     badge.hidden = count === 0;

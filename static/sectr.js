@@ -30,6 +30,19 @@
     el.scrollTop = el.scrollHeight;
   }
 
+  // On opening a chat: scroll only as far as the conversation's end needs to show above
+  // the composer. A conversation that fits stays at the top, with the page's navigation
+  // (the document is a little taller than the window: the sticky sidebar is a full
+  // window high under the top bar).
+  function revealEnd(transcript) {
+    const last = transcript.lastElementChild;
+    if (!last) return;
+    const composer = document.getElementById("composer");
+    const limit = composer ? composer.getBoundingClientRect().top : window.innerHeight;
+    const overflow = last.getBoundingClientRect().bottom - limit;
+    if (overflow > 0) window.scrollBy(0, overflow + 16);
+  }
+
   const liveSocket = window.sectrLive.liveSocket;
   const setLive = window.sectrLive.setLive;
 
@@ -68,7 +81,7 @@
       onFrame,
       null,
     );
-    scrollToBottom();
+    revealEnd(transcript);
   }
 
   function startComposer(form) {
@@ -157,6 +170,8 @@
       if (region.scrollWidth > region.clientWidth) region.tabIndex = 0;
     });
     updateTimes(root);
+    updateDeadlines(root);
+    localTimes(root);
   }
 
   const MINUTE = 60 * 1000;
@@ -184,12 +199,49 @@
     });
   }
 
-  // The tab title follows the session's title (a rename arrives as an OOB swap of the h1).
+  // An ask's expiry counts down on both cards ("expires in 54 min"; the server writes the
+  // same words: sessions_app.display.approvals.remaining_text).
+  function remaining(seconds) {
+    seconds = Math.max(0, Math.floor(seconds));
+    if (seconds < 60) return seconds + " s";
+    if (seconds < 3600) return Math.floor(seconds / 60) + " min";
+    if (seconds < 86400) return Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+    return Math.floor(seconds / 86400) + " d " + Math.floor((seconds % 86400) / 3600) + " h";
+  }
+
+  function updateDeadlines(root) {
+    (root || document).querySelectorAll("time[data-expires][datetime]").forEach(function (node) {
+      const at = Date.parse(node.getAttribute("datetime"));
+      if (isNaN(at)) return;
+      const left = (at - Date.now()) / 1000;
+      const text = left > 0 ? "expires in " + remaining(left) : "expiring now";
+      if (node.textContent !== text) node.textContent = text;
+      if (!node.title) node.title = "Denied unless decided by " + new Date(at).toLocaleString();
+    });
+  }
+
+  // Times shown in the reader's own time zone and words (the audit): the server writes
+  // UTC, the browser rewrites it.
+  function localTimes(root) {
+    (root || document).querySelectorAll("time.local[datetime]:not([data-local])").forEach(function (node) {
+      const when = new Date(node.getAttribute("datetime"));
+      if (isNaN(when.getTime())) return;
+      node.dataset.local = "1";
+      node.title = node.textContent;
+      node.textContent = when.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" });
+    });
+  }
+
+  // The tab title and the session's entry in the sidebar follow the session's title (a
+  // rename, or the first message becoming the title, arrives as an OOB swap of the h1).
   function followTitle() {
     const heading = document.getElementById("session-title");
     if (heading) {
-      const title = heading.textContent.trim() + " · Sectr";
+      const text = heading.textContent.trim();
+      const title = text + " · Sectr";
       if (document.title !== title) document.title = title;
+      const entry = document.querySelector("#sidebar-list li.current .sidebar-title");
+      if (entry && entry.textContent !== text) entry.textContent = text;
     }
   }
 
@@ -328,8 +380,95 @@
     });
   }
 
+  // ---- refusals: the server's message in #flash, never an error page in a card ----
+
+  // The page's #flash (a live region at the top of <main> where a page has none of its
+  // own), so a view's answer retargeted there (HX-Retarget: #flash) always lands.
+  function flashArea() {
+    let area = document.getElementById("flash");
+    if (!area) {
+      const main = document.getElementById("main");
+      if (!main) return null;
+      area = document.createElement("div");
+      area.id = "flash";
+      area.className = "flash-area";
+      area.setAttribute("aria-live", "assertive");
+      main.insertBefore(area, main.firstChild);
+    }
+    return area;
+  }
+
+  function showRefusal(text) {
+    const area = flashArea();
+    if (!area) return;
+    const notice = document.createElement("div");
+    notice.className = "flash flash-error";
+    notice.setAttribute("role", "alert");
+    notice.textContent = text;
+    area.replaceChildren(notice);
+    const shown = area.innerHTML;
+    setTimeout(function () {
+      if (area.innerHTML === shown) area.innerHTML = "";
+    }, 12000);
+  }
+
+  // What an error answer says: a fragment's alert, else an error page's heading and
+  // first paragraph, else its text; always short.
+  function refusalText(xhr) {
+    const fallback = "The server refused this (HTTP " + xhr.status + (xhr.statusText ? " " + xhr.statusText : "") + ").";
+    const body = xhr.responseText || "";
+    if (!body.trim()) return fallback;
+    const doc = new DOMParser().parseFromString(body, "text/html");
+    const alert = doc.querySelector("[role=alert], .flash");
+    let text = "";
+    if (alert) {
+      text = alert.textContent;
+    } else {
+      const heading = doc.querySelector("main h1, h1");
+      const para = doc.querySelector("main p, p");
+      text = [heading && heading.textContent, para && para.textContent].filter(Boolean).join(": ");
+      if (!text) text = doc.body ? doc.body.textContent : "";
+    }
+    text = text.replace(/\s+/g, " ").trim();
+    if (!text) return fallback;
+    return text.length > 300 ? text.slice(0, 299) + "…" : text;
+  }
+
+  function watchRefusals() {
+    document.body.addEventListener("htmx:beforeRequest", function () {
+      flashArea();
+    });
+    // A 4xx is swapped (base.html's htmx-config): the views send fragments for the card
+    // or #flash. An answer that is a whole page (Django's 403 or 404 page, a proxy's) or
+    // bare text is not put in the card: its message goes to #flash instead.
+    document.body.addEventListener("htmx:beforeSwap", function (event) {
+      const xhr = event.detail && event.detail.xhr;
+      if (!xhr || xhr.status < 400 || xhr.status >= 500 || xhr.getResponseHeader("HX-Retarget")) return;
+      const body = xhr.responseText || "";
+      const fragment = /^\s*</.test(body) && !/<html[\s>]|<!doctype/i.test(body);
+      if (fragment && event.detail.shouldSwap) return;
+      event.detail.shouldSwap = false;
+      showRefusal(refusalText(xhr));
+    });
+    // 5xx (not swapped) and no answer at all; the badge's poll just tries again.
+    function polled(event) {
+      const elt = event.detail && event.detail.elt;
+      return Boolean(elt && elt.id === "approvals-badge");
+    }
+    document.body.addEventListener("htmx:responseError", function (event) {
+      const xhr = event.detail && event.detail.xhr;
+      if (xhr && xhr.status >= 500 && !polled(event)) {
+        showRefusal("The server failed (HTTP " + xhr.status + "). Reload the page to see where things stand, then try again.");
+      }
+    });
+    document.body.addEventListener("htmx:sendError", function (event) {
+      if (!polled(event)) showRefusal("The server did not answer: check the connection and try again.");
+    });
+  }
+
   function start() {
     document.addEventListener("click", onClick);
+    watchRefusals();
     document.addEventListener("keydown", onKeydown);
     showTheme();
     if (recall("sectr-sidebar") === "collapsed") {
@@ -342,6 +481,9 @@
     setInterval(function () {
       updateTimes(document);
     }, 30000);
+    setInterval(function () {
+      updateDeadlines(document);
+    }, 1000);
     document.body.addEventListener("htmx:afterSettle", function (event) {
       if (event.target instanceof Element) enhance(event.target);
     });

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -223,11 +223,19 @@ def pending_cards(user: Any, filters: QueueFilters | None = None) -> list[QueueC
     return [card for _session, card, _call in cards]
 
 
+def waiting_for(user: Any) -> QuerySet[AskIndex]:
+    """The pending asks that wait for `user` themselves: those they may decide, less the
+    ones where their approval would not count (their own ask needing several approvals)
+    and the ones they voted on already (their vote's audit row)."""
+    voted = AuditEntry.objects.filter(ask_id=OuterRef("ask_id"), kind=AuditEntry.VOTE, actor=user.get_username())
+    return pending_asks(user).exclude(approvals_required__gt=1, session__owner_id=user.pk).exclude(Exists(voted))
+
+
 def pending_count(user: Any) -> int:
     """How many asks wait for `user`'s decision (the `Approvals` badge)."""
     if user is None or not user.is_authenticated:
         return 0
-    return pending_asks(user).count()
+    return waiting_for(user).count()
 
 
 #: How often the `Approvals` badge of a moderator's page asks for its count.

@@ -163,6 +163,7 @@ def audit_page(request: HtmxHttpRequest) -> HttpResponse:
             audit.entry_dict(entry)
             | {
                 "kind_label": audit.KIND_LABELS[entry.kind],
+                "at_time": entry.at,
                 "arguments_json": pretty_json(entry.arguments),
                 "run_arguments_json": pretty_json(entry.run_arguments) if entry.edited else "",
             }
