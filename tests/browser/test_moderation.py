@@ -185,7 +185,7 @@ def test_approve_all_on_a_card_runs_every_gated_call_of_the_turn(
     expect(rows).to_have_count(3)  # one row per call, each decided by bob
     for index in range(3):
         expect(rows.nth(index).locator("td").nth(2)).to_have_text("bob")
-        expect(rows.nth(index).locator("td").nth(3)).to_have_text("allow_once")
+        expect(rows.nth(index).locator("td").nth(3)).to_have_text("Approved once")
     arguments = [json.loads(text) for text in rows.locator("td:nth-child(8) pre").all_inner_texts()]
     assert sorted(a["title"] for a in arguments) == sorted(titles)
     bob.context.close()
@@ -339,21 +339,22 @@ def test_a_two_person_ask_needs_two_different_moderators(
     for card in (bob_card, dana_card):
         expect(card.locator("[data-role=votes]")).to_have_text("0 of 2 approvals")
     chat_card = alice.locator("[data-role=approval]").last
+    # The requester's own approval would not count: her card offers only Deny.
+    expect(chat_card.get_by_role("button", name="Approve once")).to_have_count(0)
+    expect(chat_card.get_by_role("button", name="Deny")).to_be_visible()
     bob_card.get_by_role("button", name="Approve once").click()
     # The first approval shows live in the second moderator's browser; the run still waits.
-    expect(dana_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
-    expect(bob_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
+    expect(dana_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob")
+    expect(bob_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob")
+    expect(chat_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob")
     expect(dana_card.get_by_role("button", name="Approve once")).to_be_visible()
-    expect(chat_card.get_by_role("button", name="Approve once")).to_be_visible()
     expect(alice.locator("[data-role=state]")).to_have_text("awaiting")
-    # The same moderator again does not make two.
-    bob_card.get_by_role("button", name="Approve once").click()
-    expect(bob_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: bob (Approved once)")
-    expect(alice.locator("[data-role=state]")).to_have_text("awaiting")
+    # The same moderator cannot vote twice: bob's card has no buttons left.
+    expect(bob_card.locator("[data-role=waiting]")).to_have_text("You voted: waiting for 1 more")
+    expect(bob_card.get_by_role("button")).to_have_count(0)
     dana_card.get_by_role("button", name="Approve once").click()
-    expect(dana_card.locator(".verdict")).to_contain_text("Approved once")
-    expect(bob_card.locator(".verdict")).to_contain_text("Approved once")  # live to the first, too
-    expect(chat_card.locator(".verdict")).to_contain_text("Approved once")
+    for card in (dana_card, bob_card, chat_card):  # live to the first, too
+        expect(card.locator(".verdict")).to_have_text("Approved by bob and dana")
     expect(alice.locator("[data-role=assistant]").last).to_contain_text("write_note returned")
     expect(alice.locator("#notes")).to_contain_text("quorum launch")
     bob.context.close()
@@ -375,8 +376,8 @@ def test_rules_allow_and_deny_at_once_and_the_audit_names_the_rule(
     bob = page_for(browser, live, "bob")
     bob.goto("/approvals/audit/?kind=rule")
     for title, rule, verdict in (
-        ("auto-allow lunch", ops_rules["allow"], "allow_once"),
-        ("auto-deny dinner", ops_rules["deny"], "deny"),
+        ("auto-allow lunch", ops_rules["allow"], "Approved once"),
+        ("auto-deny dinner", ops_rules["deny"], "Denied"),
     ):
         arguments = bob.locator("pre").filter(has_text=f'"title": "{title}"')  # (the session's title has both)
         row = bob.locator("[data-role=audit-row][data-kind=rule]").filter(has=arguments)
