@@ -266,6 +266,10 @@ def test_the_team_pages_pass_axe_and_fit_both_widths(people: Pages, scheme: str)
     expect(card.locator("[data-role=waiting]")).to_have_text("You voted: waiting for 1 more")
     chat_card = quinn.locator("[data-role=approval]").last
     expect(chat_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: rhea")
+    # A second ask, which waits for rhea (the queue's screenshot shows both kinds of card).
+    new_session(quinn, team="crew")
+    send(quinn, f"note: launch {scheme} supplies")
+    expect(quinn.locator("[data-role=approval]").last).to_have_attribute("data-status", "pending")
     suffix = "" if scheme == "light" else "-dark"
     pages = {
         "approvals": (rhea, "/approvals/"),
