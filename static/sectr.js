@@ -1,6 +1,7 @@
 // Sectr's page behaviour: the live socket with its resume cursor, the composer's keys,
-// autoscroll, Copy buttons, Edit forms, relative times, the theme toggle, menus, the
-// sessions sidebar and polite announcements. No build step and no inline script or event
+// autoscroll, Copy buttons, Edit forms, relative and local times, expiry countdowns, the
+// theme toggle, menus, the sessions sidebar, polite announcements, and refused htmx
+// actions' messages in #flash. No build step and no inline script or event
 // handler anywhere (the pages run under a strict CSP); htmx
 // (static/vendor/htmx.min.js) does the swapping.
 //
@@ -50,6 +51,8 @@
 
   function startChat(chat) {
     const transcript = document.getElementById("transcript");
+    // The page places itself (revealEnd), not the browser's memory of the last visit.
+    if ("scrollRestoration" in history) history.scrollRestoration = "manual";
     let cursor = parseInt(transcript.dataset.lastSeq || "0", 10) || 0;
 
     function onFrame(frame) {
@@ -106,7 +109,9 @@
       if (box) box.value = "";
       if (files) files.value = "";
       const flash = document.getElementById("flash");
-      if (box) box.focus();
+      // preventScroll: the composer is sticky at the bottom, and focusing it would scroll
+      // the page to its place in the flow (hiding the navigation of a short chat).
+      if (box) box.focus({ preventScroll: true });
       if (flash && !flash.querySelector(".flash-info")) flash.innerHTML = "";
     });
   }

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
 from tests.liveserver import ROOT, LiveSectr
@@ -52,7 +52,8 @@ class Pages:
     """Browser pages of several people at once, closed at the end of the test."""
 
     def __init__(self, browser: Browser, live: LiveSectr) -> None:
-        self.browser, self.live, self.contexts = browser, live, []  # type: ignore[var-annotated]
+        self.browser, self.live = browser, live
+        self.contexts: list[BrowserContext] = []
 
     def __call__(self, username: str, viewport: dict[str, int] = DESKTOP, scheme: str = "light") -> Page:
         phone = viewport["width"] < 500
@@ -146,9 +147,7 @@ def test_votes_expiry_and_approvers_show_live_on_the_chat_and_queue_cards(people
     expect(rhea_card).to_have_attribute("data-waits", "you")
     # "Always allow" says what it allows.
     always = saul_card.get_by_role("button", name="Always allow")
-    expect(always).to_have_accessible_description(
-        "Always allow: write_note runs without asking again in this session."
-    )
+    expect(always).to_have_accessible_description("Always allow: write_note runs without asking again in this session.")
 
     rhea_card.get_by_role("button", name="Approve once").click()
     expect(rhea_card.locator("[data-role=votes]")).to_have_text("1 of 2 approvals: rhea")
@@ -212,6 +211,7 @@ def test_the_chat_opens_at_the_top_with_a_hint_and_the_sidebar_follows_the_title
     expect(quinn.get_by_role("navigation", name="Main").get_by_role("link", name="Approvals")).to_be_in_viewport()
     hint = quinn.locator("[data-role=hint]")
     expect(hint).to_contain_text("note: buy milk")
+    quinn.screenshot(path=str(Path(tempfile.gettempdir()) / "chat-new-session.png"))
     current = quinn.locator("#sidebar-list li.current .sidebar-title")
     expect(current).to_have_text("Untitled session")
     send(quinn, "plan the launch party")
@@ -219,6 +219,7 @@ def test_the_chat_opens_at_the_top_with_a_hint_and_the_sidebar_follows_the_title
     expect(hint).to_be_hidden()
     expect(quinn.locator("#session-title")).to_have_text("plan the launch party")
     expect(current).to_have_text("plan the launch party")
+    assert quinn.evaluate("window.scrollY") == 0  # the reply did not push the page down either
     quinn.reload()
     expect(quinn.locator("#live")).to_have_text("live")
     assert quinn.evaluate("window.scrollY") == 0
