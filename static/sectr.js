@@ -26,15 +26,10 @@
     return el.scrollHeight - el.scrollTop - el.clientHeight < 120;
   }
 
-  function scrollToBottom() {
-    const el = document.scrollingElement || document.documentElement;
-    el.scrollTop = el.scrollHeight;
-  }
-
-  // On opening a chat: scroll only as far as the conversation's end needs to show above
-  // the composer. A conversation that fits stays at the top, with the page's navigation
-  // (the document is a little taller than the window: the sticky sidebar is a full
-  // window high under the top bar).
+  // Scroll only as far as the conversation's end needs to show above the composer (on
+  // opening a chat, and as a reply streams in): a conversation that fits stays at the
+  // top, with the page's navigation (the document is a little taller than the window:
+  // the sticky sidebar is a full window high under the top bar).
   function revealEnd(transcript) {
     const last = transcript.lastElementChild;
     if (!last) return;
@@ -72,7 +67,7 @@
       enhance(transcript);
       followTitle();
       announceNews(transcript);
-      if (follow) scrollToBottom();
+      if (follow) revealEnd(transcript);
     }
 
     announceNews(transcript, true); // what the page came with is not news

@@ -21,6 +21,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
+from tests.browser.test_chat_ui import document_overflow, serious_violations
 from tests.liveserver import ROOT, LiveSectr
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -77,24 +78,6 @@ def people(browser: Browser, live: LiveSectr, crew: str) -> Iterator[Pages]:
 def queue_of(page: Page) -> None:
     page.goto("/approvals/")
     expect(page.locator("#live")).to_have_text("live")
-
-
-def serious_violations(page: Page) -> list[str]:
-    # From the same origin, as a file: the pages' CSP refuses inline scripts.
-    page.add_script_tag(url="/static/vendor/axe.min.js")
-    found = page.evaluate(
-        """async () => {
-            const result = await axe.run(document, {resultTypes: ['violations']});
-            return result.violations
-                .filter(v => v.impact === 'serious' || v.impact === 'critical')
-                .map(v => v.id + ': ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | '));
-        }"""
-    )
-    return list(found)
-
-
-def overflow(page: Page) -> int:
-    return int(page.evaluate("document.documentElement.scrollWidth - window.innerWidth"))
 
 
 EXPIRES = re.compile(r"^expires in 5[45] min$")
@@ -291,5 +274,5 @@ def test_the_team_pages_pass_axe_and_fit_both_widths(people: Pages, scheme: str)
             if owner is not page:
                 continue
             phone.goto(path)
-            assert overflow(phone) <= 0, (scheme, path)
+            assert document_overflow(phone) <= 0, (scheme, path)
             phone.screenshot(path=str(SHOTS / f"{name}-phone{suffix}.png"), full_page=name != "chat-quorum")
