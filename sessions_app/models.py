@@ -855,9 +855,12 @@ class Rating(models.Model):
     message_id = models.CharField(max_length=64, blank=True, default="")
     author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_ratings")
     source = models.CharField(max_length=16, choices=SOURCE_CHOICES, default=REVIEWER)
-    thumbs = models.SmallIntegerField()  # +1 up, -1 down
+    thumbs = models.SmallIntegerField(null=True, blank=True)  # +1 up, -1 down, None: not given
     score = models.PositiveSmallIntegerField(null=True, blank=True)  # optional 1-5
     tags = models.JSONField(default=list, blank=True)
+    #: The team's own scores (`ScoreConfig`), by name: a label, a number or true/false.
+    #: Thumbs and the 1-5 score are the built-in ones (sessions_app.review.scores).
+    values = models.JSONField(default=dict, blank=True)
     comment = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)
@@ -870,7 +873,38 @@ class Rating(models.Model):
 
     def __str__(self) -> str:
         target = f"#{self.seq}" if self.seq else "session"
-        return f"{'+' if self.thumbs > 0 else '-'} by {self.author_id} on {self.session_id} {target}"
+        thumbs = {1: "+", -1: "-"}.get(self.thumbs or 0, "")
+        return f"{thumbs}{self.values or ''} by {self.author_id} on {self.session_id} {target}".strip()
+
+
+class ScoreConfig(models.Model):
+    """One of a team's own scores (docs/review.md, "Scores"): what its reviewers rate
+    sessions and messages with, defined by its moderators. A categorical score takes one
+    of its `labels`, a numeric one a number from `minimum` to `maximum`, a boolean one
+    true or false. The built-in thumbs and 1-5 score every team has are code
+    (sessions_app.review.scores.BUILT_IN), not rows."""
+
+    CATEGORICAL = "categorical"
+    NUMERIC = "numeric"
+    BOOLEAN = "boolean"
+    KIND_CHOICES = [(CATEGORICAL, "categorical"), (NUMERIC, "numeric"), (BOOLEAN, "boolean")]
+
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="scores")
+    name = models.SlugField(max_length=40)
+    kind = models.CharField(max_length=12, choices=KIND_CHOICES)
+    labels = models.JSONField(default=list, blank=True)
+    minimum = models.FloatField(null=True, blank=True)
+    maximum = models.FloatField(null=True, blank=True)
+    description = models.CharField(max_length=500, blank=True, default="")
+    created_by = models.CharField(max_length=150, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["team", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="scoreconfig_team_name_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.team_id}:{self.name} ({self.kind})"
 
 
 class ReviewMark(models.Model):
@@ -895,6 +929,11 @@ class ReviewQueue(models.Model):
     name = models.CharField(max_length=100)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     reviewers = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="sectr_review_queues")
+    #: Who was handed the last item: the next add goes on with the reviewer after them
+    #: (the round robin's cursor, kept across adds).
+    last_assignee = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -72,6 +72,7 @@ urlpatterns = [
     path("review/queues/add", review.add_to_queue, name="review_add_to_queue"),
     path("review/queues/<int:queue_id>/", review.review_queue, name="review_queue"),
     path("review/queue-items/<int:item_id>/done", review.queue_item_done, name="review_item_done"),
+    path("review/queue-items/<int:item_id>/assign", review.assign_queue_item, name="review_item_assign"),
     path("review/<str:session_id>/", review.review_session, name="review_session"),
     path("review/<str:session_id>/rate", review.rate, name="review_rate"),
     path("review/<str:session_id>/reviewed", review.set_reviewed, name="review_set_reviewed"),

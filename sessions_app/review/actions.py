@@ -8,12 +8,13 @@ it, so rating or sharing a session changes nothing its owner or the model sees.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import IntegrityError, transaction
-from django.db.models import Max, Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.utils import timezone
 
 from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
@@ -30,6 +31,7 @@ from sessions_app.models import (
     ShareLink,
     Team,
 )
+from sessions_app.review import scores
 
 MAX_TAGS = 10
 MAX_TAG = 40
@@ -40,11 +42,17 @@ MAX_SHARE_DAYS = 365
 # ---- ratings ----
 
 
-def check_rating(thumbs: Any, score: Any, tags: Any, comment: Any) -> tuple[int, int | None, list[str], str]:
-    if thumbs in ("up", "+1", 1, "1"):
-        value = 1
-    elif thumbs in ("down", "-1", -1):
+def check_rating(
+    thumbs: Any, score: Any, tags: Any, comment: Any, *, required: bool = True
+) -> tuple[int | None, int | None, list[str], str]:
+    """The built-in parts of a rating; thumbs may be left out (None) when not `required`
+    (a reviewer's rating may carry only the team's own scores)."""
+    if thumbs in ("up", "+1", 1, "1", True, "true", "yes"):
+        value: int | None = 1
+    elif thumbs in ("down", "-1", -1, False, "false", "no"):
         value = -1
+    elif thumbs in (None, "") and not required:
+        value = None
     else:
         raise ValidationFailed("a rating needs thumbs up or down", code="thumbs")
     if score in (None, ""):
@@ -54,10 +62,12 @@ def check_rating(thumbs: Any, score: Any, tags: Any, comment: Any) -> tuple[int,
             number = int(score)
         except (TypeError, ValueError):
             raise ValidationFailed("the score must be a whole number from 1 to 5", code="score") from None
-        if not 1 <= number <= 5:
+        if not 1 <= number <= 5 or isinstance(score, bool) or (isinstance(score, float) and not score.is_integer()):
             raise ValidationFailed("the score must be a whole number from 1 to 5", code="score")
     if isinstance(tags, str):
         tags = [t for t in (part.strip() for part in tags.split(",")) if t]
+    if tags is None:
+        tags = []
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise ValidationFailed("tags must be a list of words", code="tags")
     tags = list(dict.fromkeys(t.strip() for t in tags if t.strip()))
@@ -69,7 +79,7 @@ def check_rating(thumbs: Any, score: Any, tags: Any, comment: Any) -> tuple[int,
     return value, number, tags, text
 
 
-def _message_end(session: Session, message_id: str) -> int:
+def message_end_seq(session: Session, message_id: str) -> int:
     """The MESSAGE_END seq of an assistant message of `session` (what a message rating pins)."""
     seq = (
         Envelope.objects.filter(session=session, type="MESSAGE_END", payload__message_id=message_id)
@@ -82,10 +92,23 @@ def _message_end(session: Session, message_id: str) -> int:
 
 
 def _save_rating(
-    actor: Any, session: Session, source: str, message_id: str, thumbs: Any, score: Any, tags: Any, comment: Any
+    actor: Any,
+    session: Session,
+    source: str,
+    message_id: str,
+    thumbs: Any,
+    score: Any,
+    tags: Any,
+    comment: Any,
+    values: Any = None,
 ) -> Rating:
-    value, number, tag_list, text = check_rating(thumbs, score, tags, comment)
-    seq = _message_end(session, message_id) if message_id else 0
+    own = scores.check_values(session.team_id, values)
+    value, number, tag_list, text = check_rating(thumbs, score, tags, comment, required=source == Rating.END_USER)
+    if value is None and number is None and not own:
+        raise ValidationFailed("a rating needs at least one score (thumbs, 1-5 or one of the team's)", code="scores")
+    if message_id and not isinstance(message_id, str):
+        raise ValidationFailed("message_id is a message's id", code="message_id")
+    seq = message_end_seq(session, message_id) if message_id else 0
     now = timezone.now()
     with transaction.atomic():
         rating, _ = Rating.objects.update_or_create(
@@ -99,6 +122,7 @@ def _save_rating(
                 "score": number,
                 "tags": tag_list,
                 "comment": text,
+                "values": own,
                 "updated_at": now,
             },
             create_defaults={
@@ -107,6 +131,7 @@ def _save_rating(
                 "score": number,
                 "tags": tag_list,
                 "comment": text,
+                "values": own,
                 "created_at": now,
                 "updated_at": now,
             },
@@ -123,11 +148,13 @@ def do_rate(
     score: Any = None,
     tags: Any = "",
     comment: Any = "",
+    values: Any = None,
 ) -> Rating:
-    """A reviewer's rating of a session (message_id "") or one assistant message; rating
-    the same thing again replaces the reviewer's earlier rating."""
+    """A reviewer's rating of a session (message_id "") or one assistant message, with
+    thumbs, the 1-5 score and/or the team's own scores (`values`, by name: at least one
+    of them); rating the same thing again replaces the reviewer's earlier rating."""
     session = access.get_session_for_user(actor, session_id, "review")
-    return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, tags, comment)
+    return _save_rating(actor, session, Rating.REVIEWER, message_id, thumbs, score, tags, comment, values)
 
 
 def do_end_user_feedback(actor: Any, session_id: str, message_id: str, thumbs: Any) -> Rating:
@@ -257,15 +284,36 @@ def get_queue_for_user(actor: Any, queue_id: int) -> ReviewQueue:
     return queue
 
 
-def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> tuple[int, int]:
-    """Put sessions of the queue's team in it, assigned round-robin to its reviewers
-    (unassigned when it has none). Sessions already in it are refused (skipped), never
-    doubled; sessions of other teams (or none) are never added.
-    Returns (added, refused as duplicates). Takes the queue row lock, so two people
-    adding at once number their items without gaps or clashes."""
+class Added(NamedTuple):
+    """What an add did: how many went in, how many were there already, and who got
+    the new ones (username: count, in the order they were handed out; "" for nobody)."""
+
+    added: int
+    duplicates: int
+    assigned: dict[str, int]
+
+
+def next_reviewers(reviewers: list[Any], last_id: int | None) -> Iterator[Any]:
+    """The round robin over `reviewers` (ordered by pk), going on after the one with
+    pk `last_id` (or from the first, when that one is gone or was never set)."""
+    if not reviewers:
+        return itertools.repeat(None)
+    start = next((i + 1 for i, r in enumerate(reviewers) if r.pk == last_id), 0)
+    if last_id is not None and start == 0:  # the last assignee left the queue: go on after their place
+        start = next((i for i, r in enumerate(reviewers) if r.pk > last_id), 0)
+    return itertools.islice(itertools.cycle(reviewers), start % len(reviewers), None)
+
+
+def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> Added:
+    """Put sessions of the queue's team in it, assigned in turn to its reviewers
+    (unassigned when it has none), going on from whoever got the last item of an earlier
+    add. Sessions already in it are refused (skipped), never doubled; sessions of other
+    teams (or none) are never added. Takes the queue row lock, so two people adding at
+    once number their items without gaps or clashes and share one round robin."""
     with transaction.atomic():
         queue = get_queue_for_user(actor, queue_id)
-        ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()
+        locked = ReviewQueue.objects.select_for_update().filter(pk=queue.pk).first()
+        last_id = locked.last_assignee_id if locked is not None else None
         # One query for the whole batch (a search may put thousands in): what `actor` may
         # review, of the queue's team.
         wanted = [s.pk for s in sessions]
@@ -279,28 +327,42 @@ def do_add_to_queue(actor: Any, queue_id: int, sessions: Iterable[Session]) -> t
         )
         fresh = [s for s in dict((s.pk, s) for s in candidates).values() if s.pk not in present]
         start = (ReviewQueueItem.objects.filter(queue=queue).aggregate(m=Max("position"))["m"] or 0) + 1
-        reviewers = list(queue.reviewers.order_by("pk"))
-        assignees = itertools.cycle(reviewers) if reviewers else itertools.repeat(None)
-        ReviewQueueItem.objects.bulk_create(
-            [
-                ReviewQueueItem(queue=queue, session=s, position=start + i, assignee=next(assignees), added_by=actor)
-                for i, s in enumerate(fresh)
-            ]
-        )
-    return len(fresh), len(candidates) - len(fresh)
+        assignees = next_reviewers(list(queue.reviewers.order_by("pk")), last_id)
+        items = [
+            ReviewQueueItem(queue=queue, session=s, position=start + i, assignee=next(assignees), added_by=actor)
+            for i, s in enumerate(fresh)
+        ]
+        ReviewQueueItem.objects.bulk_create(items)
+        if items and items[-1].assignee is not None:
+            ReviewQueue.objects.filter(pk=queue.pk).update(last_assignee=items[-1].assignee)
+    assigned: dict[str, int] = {}
+    for item in items:
+        who = item.assignee.get_username() if item.assignee is not None else ""
+        assigned[who] = assigned.get(who, 0) + 1
+    return Added(len(fresh), len(candidates) - len(fresh), assigned)
+
+
+def oversees_queue(user: Any, queue: ReviewQueue) -> bool:
+    """Its creator and its team's moderators (and staff) see every item and reassign them."""
+    return queue.created_by_id == getattr(user, "pk", None) or is_queue_moderator(user, queue)
 
 
 def do_assign(actor: Any, item_id: int, assignee: Any | None) -> ReviewQueueItem:
+    """Hand an item to another reviewer of the queue's team (None: to anyone), by the
+    queue's creator or a moderator of its team."""
     item = ReviewQueueItem.objects.select_related("queue").filter(pk=item_id).first()
     if item is None:
         raise NotFound("no such queue item")
     queue = get_queue_for_user(actor, item.queue_id)
+    if not oversees_queue(actor, queue):
+        raise Forbidden("only the queue's creator and the team's moderators reassign its items")
     if assignee is not None and queue.team is not None:
         check_queue_reviewers(queue.team, [assignee], code="assignee")
     elif assignee is not None:
         raise ValidationFailed("a queue without a team takes no assignees", code="assignee")
     ReviewQueueItem.objects.filter(pk=item.pk).update(assignee=assignee)
     item.assignee = assignee
+    item.queue = queue
     return item
 
 
@@ -318,12 +380,57 @@ def do_mark_item_done(actor: Any, item_id: int, done: bool = True) -> ReviewQueu
 
 
 def queue_items_for(actor: Any, queue: ReviewQueue) -> QuerySet[ReviewQueueItem]:
-    """The items of `queue` `actor` works through: all of them for its team's moderators,
-    else those assigned to them or to nobody."""
+    """The items of `queue` `actor` sees and walks through: all of them for its creator
+    and its team's moderators, else those assigned to them or to nobody."""
     items = ReviewQueueItem.objects.filter(queue=queue)
-    if not is_queue_moderator(actor, queue):
+    if not oversees_queue(actor, queue):
         items = items.filter(Q(assignee_id=actor.pk) | Q(assignee__isnull=True))
     return items.order_by("position")
+
+
+@dataclass(frozen=True)
+class Share:
+    """One person's part of a queue: their items, how many are done."""
+
+    username: str  # "" for the items assigned to nobody
+    total: int
+    done: int
+
+    @property
+    def left(self) -> int:
+        return self.total - self.done
+
+
+def queue_shares(queue: ReviewQueue) -> list[Share]:
+    """Everyone's part of the queue (one query), by username, the unassigned last."""
+    rows = (
+        ReviewQueueItem.objects.filter(queue=queue)
+        .values("assignee__username")
+        .annotate(total=Count("pk"), done=Count("pk", filter=Q(done_at__isnull=False)))
+    )
+    shares = [Share(row["assignee__username"] or "", row["total"], row["done"]) for row in rows]
+    return sorted(shares, key=lambda s: (s.username == "", s.username))
+
+
+def progress_text(shares: list[Share], username: str) -> str:
+    """ "Your 2 items are done; 3 left for carol." from `username`'s point of view."""
+    mine = next((s for s in shares if s.username == username), None)
+    parts: list[str] = []
+    if mine is not None:
+        noun = "item" if mine.total == 1 else "items"
+        if mine.left == 0:
+            parts.append(f"Your {mine.total} {noun} {'is' if mine.total == 1 else 'are'} done")
+        else:
+            parts.append(f"{mine.left} of your {mine.total} {noun} left")
+    for share in shares:
+        if share.username == username or share.left == 0:
+            continue
+        parts.append(f"{share.left} left for {share.username or 'anyone'}")
+    if not parts:
+        return "All done." if shares else "Nothing in this queue yet."
+    if mine is None and all(s.left == 0 for s in shares):
+        return "All done."
+    return "; ".join(parts) + "."
 
 
 # ---- share links ----

@@ -20,7 +20,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from sectr.errors import NotFound, SectrError
+from sectr.errors import Forbidden, NotFound, SectrError
 from sessions_app import access
 from sessions_app.models import (
     ForkLink,
@@ -29,10 +29,10 @@ from sessions_app.models import (
     ReviewNote,
     Session,
 )
-from sessions_app.review import actions, export, search, usage
+from sessions_app.review import actions, export, scores, search, usage
 from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.transcript import build_timeline
-from sessions_app.web import HtmxHttpRequest, get_session_for_request, page_refusals
+from sessions_app.web import HtmxHttpRequest, get_session_for_request, http_refusal, page_refusals
 
 _P = ParamSpec("_P")
 PAGE_SIZE = 25
@@ -134,7 +134,63 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
         "done_count": sum(1 for _, _, done in items if done is not None),
         "previous": items[index - 1][1] if index > 0 else None,
         "next": items[index + 1][1] if index + 1 < len(items) else None,
+        "progress": actions.progress_text(actions.queue_shares(queue), user.get_username()),
     }
+
+
+def _rating_block(
+    user: Any,
+    session: Session,
+    ratings: list[Rating],
+    definitions: list[scores.ScoreDef],
+    *,
+    seq: int,
+    message_id: str,
+    here: str,
+    error: str = "",
+    saved: bool = False,
+    posted: Any = None,
+) -> dict[str, Any]:
+    """What the rating partial (review/_rating_block.html) shows for the session (seq 0)
+    or one message: reviewers' ratings of it, and the form, filled with the user's own
+    rating (or, after a refusal, with what they sent)."""
+    form_id = str(seq) if seq else "session"
+    mine = next((r for r in ratings if r.author_id == user.pk), None)
+    if posted is not None:
+        thumbs = str(posted.get("thumbs") or "")
+        score = str(posted.get("score") or "")
+        tags = str(posted.get("tags") or "")
+        comment = str(posted.get("comment") or "")
+        given = {d.name: str(posted.get(f"s.{d.name}") or "") for d in definitions}
+    else:
+        thumbs = {1: "up", -1: "down"}.get(mine.thumbs or 0, "") if mine else ""
+        score = str(mine.score or "") if mine else ""
+        tags = ", ".join(mine.tags or []) if mine else ""
+        comment = mine.comment if mine else ""
+        stored = (mine.values or {}) if mine else {}
+        given = {d.name: scores.value_text(stored[d.name]) if d.name in stored else "" for d in definitions}
+    return {
+        "id": f"rating-{form_id}",
+        "form_id": form_id,
+        "seq": seq,
+        "message_id": message_id,
+        "ratings": [(r, scores.rating_values(r)) for r in ratings],
+        "fields": [(d, given.get(d.name, "")) for d in definitions if not d.built_in],
+        "thumbs": thumbs,
+        "score": score,
+        "tags": tags,
+        "comment": comment,
+        "error": error,
+        "saved": saved,
+        "here": here,
+    }
+
+
+def _reviewer_ratings(session: Session, seq: int | None = None) -> list[Rating]:
+    rows = Rating.objects.filter(session=session, source=Rating.REVIEWER)
+    if seq is not None:
+        rows = rows.filter(seq=seq)
+    return list(rows.select_related("author").order_by("seq", "created_at"))
 
 
 @login_required
@@ -143,16 +199,26 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     _require_reviewer(request)
     session = get_session_for_request(request, session_id, "review")
     timeline = build_timeline(export.load_envelopes(session))
+    here = request.get_full_path()
+    definitions = scores.team_scores(session.team_id)
     ratings = list(Rating.objects.filter(session=session).select_related("author").order_by("seq", "created_at"))
-    reviewer_ratings = [r for r in ratings if r.source == Rating.REVIEWER]
     by_seq: dict[int, list[Rating]] = {}
-    for rating in reviewer_ratings:
-        by_seq.setdefault(rating.seq, []).append(rating)
+    for rating in ratings:
+        if rating.source == Rating.REVIEWER:
+            by_seq.setdefault(rating.seq, []).append(rating)
     end_user = {r.message_id: r.thumbs for r in ratings if r.source == Rating.END_USER}
     for entry in timeline:
         end_seq = entry.details.get("end_seq")
         if entry.kind == "assistant" and end_seq:
-            entry.details["ratings"] = by_seq.get(end_seq, [])
+            entry.details["rating"] = _rating_block(
+                request.user,
+                session,
+                by_seq.get(end_seq, []),
+                definitions,
+                seq=end_seq,
+                message_id=entry.message_id,
+                here=here,
+            )
             entry.details["end_user_thumbs"] = end_user.get(entry.message_id)
     source, children = _fork_links(request.user, session)
     state = session.projection()
@@ -163,9 +229,11 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         "snapshot": snapshot_fields(session),
         "usage_by_model": sorted(state.usage.items()),
         "total_usage": state.total_usage,
-        "session_ratings": by_seq.get(0, []),
-        "end_user_up": sum(1 for r in ratings if r.source == Rating.END_USER and r.thumbs > 0),
-        "end_user_down": sum(1 for r in ratings if r.source == Rating.END_USER and r.thumbs < 0),
+        "session_rating": _rating_block(
+            request.user, session, by_seq.get(0, []), definitions, seq=0, message_id="", here=here
+        ),
+        "end_user_up": sum(1 for r in ratings if r.source == Rating.END_USER and (r.thumbs or 0) > 0),
+        "end_user_down": sum(1 for r in ratings if r.source == Rating.END_USER and (r.thumbs or 0) < 0),
         "notes": ReviewNote.objects.filter(session=session).select_related("author"),
         "fork_source": source,
         "fork_children": children,
@@ -176,7 +244,7 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
         if session.team_id is not None
         else [],
         "queue_nav": _queue_nav(request.user, session, request.GET.get("queue")),
-        "here": request.get_full_path(),
+        "here": here,
     }
     return render(request, "review/review_session.html", context)
 
@@ -184,21 +252,61 @@ def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 # ---- judge ----
 
 
+def posted_values(post: Any) -> dict[str, str]:
+    """The team's scores from a rating form: its fields named `s.<score name>`."""
+    return {key[2:]: str(value) for key, value in post.items() if key.startswith("s.")}
+
+
 @login_required
 @require_POST
-@review_refusals
 def rate(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
-    actions.do_rate(
+    """Save a reviewer's rating. From htmx, the answer is the rating's own block (its
+    ratings and form), saved or with the refusal in it, swapped in place; otherwise a
+    redirect back with a message."""
+    message_id = str(request.POST.get("message_id", ""))
+    error = ""
+    try:
+        rating = actions.do_rate(
+            request.user,
+            session_id,
+            thumbs=request.POST.get("thumbs") or None,
+            message_id=message_id,
+            score=request.POST.get("score") or None,
+            tags=request.POST.get("tags", ""),
+            comment=request.POST.get("comment", ""),
+            values=posted_values(request.POST),
+        )
+    except (NotFound, Forbidden) as exc:
+        raise http_refusal(exc, not_found="no such session") from None
+    except SectrError as exc:
+        if not request.htmx:
+            messages.error(request, exc.message)
+            return redirect(_back(request))
+        error = exc.message
+    if not request.htmx:
+        messages.success(request, "Rating saved.")
+        return redirect(_back(request))
+    session = access.get_session_for_user(request.user, session_id, "review")
+    try:
+        seq = rating.seq if not error else (actions.message_end_seq(session, message_id) if message_id else 0)
+    except NotFound:
+        raise Http404("no such message") from None
+    block = _rating_block(
         request.user,
-        session_id,
-        thumbs=request.POST.get("thumbs"),
-        message_id=request.POST.get("message_id", ""),
-        score=request.POST.get("score") or None,
-        tags=request.POST.get("tags", ""),
-        comment=request.POST.get("comment", ""),
+        session,
+        _reviewer_ratings(session, seq),
+        scores.team_scores(session.team_id),
+        seq=seq,
+        message_id=message_id,
+        here=_back(request).split("#", 1)[0],
+        error=error,
+        saved=not error,
+        posted=request.POST if error else None,
     )
-    messages.success(request, "Rating saved.")
-    return redirect(_back(request))
+    response = render(request, "review/_rating_block.html", {"block": block, "session": session, "can_review": True})
+    if error:
+        response.status_code = 400
+    return response
 
 
 @login_required
@@ -272,15 +380,32 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
 def review_queue(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
     queue = actions.get_queue_for_user(request.user, queue_id)
     items = list(actions.queue_items_for(request.user, queue).select_related("session", "assignee"))
-    first_open = next((item for item in items if item.done_at is None), None)
+    username = request.user.get_username()
+    mine = [item for item in items if item.assignee_id in (None, request.user.pk)]
+    first_open = next((item for item in mine if item.done_at is None), None) or next(
+        (item for item in items if item.done_at is None), None
+    )
+    shares = actions.queue_shares(queue)
+    oversees = actions.oversees_queue(request.user, queue)
     context = {
         "queue": queue,
         "items": items,
         "done_count": sum(1 for item in items if item.done_at is not None),
         "first_open": first_open,
-        "reviewers": queue.reviewers.order_by("username"),
+        "reviewers": list(queue.reviewers.order_by("username")),
+        "shares": shares,
+        "progress": actions.progress_text(shares, username),
+        "oversees": oversees,
+        "sees_all": oversees,
     }
     return render(request, "review/queue.html", context)
+
+
+def _assigned_text(assigned: dict[str, int]) -> str:
+    """ "carol (1), dave (1)" or "anyone" for the unassigned."""
+    if list(assigned) == [""]:
+        return "nobody in particular (the queue has no reviewers)"
+    return ", ".join(f"{who or 'anyone'} ({count})" for who, count in assigned.items())
 
 
 @login_required
@@ -296,9 +421,26 @@ def add_to_queue(request: HtmxHttpRequest) -> HttpResponse:
         sessions: Any = [access.get_session_for_user(request.user, session_id, "read")]
     else:
         sessions = search.search_sessions(request.user, search.Filters.from_query(request.POST))
-    added, duplicates = actions.do_add_to_queue(request.user, int(queue_id), sessions)
-    note = f" ({duplicates} already in it, not added again)" if duplicates else ""
-    messages.success(request, f"Added {added} session{'s' if added != 1 else ''} to the queue{note}.")
+    result = actions.do_add_to_queue(request.user, int(queue_id), sessions)
+    queue = actions.get_queue_for_user(request.user, int(queue_id))
+    note = f" ({result.duplicates} already in it, not added again)" if result.duplicates else ""
+    plural = "s" if result.added != 1 else ""
+    to_whom = f", assigned to {_assigned_text(result.assigned)}" if result.added else ""
+    messages.success(request, f"Added {result.added} session{plural} to {queue.name}{to_whom}{note}.")
+    return redirect(_back(request))
+
+
+@login_required
+@require_POST
+@review_refusals
+def assign_queue_item(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """Hand an item to another of the queue's reviewers ("" : to anyone)."""
+    username = str(request.POST.get("assignee") or "")
+    person = get_user_model().objects.filter(username=username).first() if username else None
+    if username and person is None:
+        raise SectrError(f"No such user: {username}", code="assignee")
+    item = actions.do_assign(request.user, item_id, person)
+    messages.success(request, f"Item {item.position} assigned to {username or 'anyone'}.")
     return redirect(_back(request))
 
 
@@ -307,6 +449,8 @@ def add_to_queue(request: HtmxHttpRequest) -> HttpResponse:
 @review_refusals
 def queue_item_done(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = actions.do_mark_item_done(request.user, item_id, request.POST.get("done", "1") == "1")
+    progress = actions.progress_text(actions.queue_shares(item.queue), request.user.get_username())
+    messages.success(request, f"{'Done' if item.done_at else 'Reopened'}: {progress}")
     # `then` names the session to review next; it leads only to another item of this
     # queue the user works through (anything else, however it is spelled, goes back).
     target = request.POST.get("then")

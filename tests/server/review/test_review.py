@@ -400,8 +400,8 @@ def test_queues_take_a_search_refuse_duplicates_and_walk_with_progress(
     queue_id = queue.pk
     reviewer_client.post("/review/queues/add", {"queue": queue_id, "q": "queue"})
     assert ReviewQueueItem.objects.filter(queue=queue).count() == 3
-    added, duplicates = actions.do_add_to_queue(reviewer, queue_id, [sessions[0]])
-    assert (added, duplicates) == (0, 1)
+    added, duplicates, assigned = actions.do_add_to_queue(reviewer, queue_id, [sessions[0]])
+    assert (added, duplicates, assigned) == (0, 1, {})
     assert ReviewQueueItem.objects.filter(queue=queue).count() == 3
     assert set(ReviewQueueItem.objects.values_list("assignee_id", flat=True)) == {reviewer.pk}
     assert reviewer_client.post("/review/queues/", {"name": "Weekly"}).status_code == 200  # refused, shown
