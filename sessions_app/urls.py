@@ -7,6 +7,7 @@ from sessions_app.chat import views as chat
 from sessions_app.moderation import views as moderation
 from sessions_app.ops import views as ops
 from sessions_app.review import views as review
+from sessions_app.teams import score_views as team_scores
 from sessions_app.teams import views as teams
 
 urlpatterns = [
@@ -60,6 +61,9 @@ urlpatterns = [
     path("teams/<str:name>/mcp/<str:server>/edit", teams.mcp_update, name="team_mcp_update"),
     path("teams/<str:name>/mcp/<str:server>/refresh", teams.mcp_refresh, name="team_mcp_refresh"),
     path("teams/<str:name>/mcp/<str:server>/delete", teams.mcp_delete, name="team_mcp_delete"),
+    path("teams/<str:name>/scores/new", team_scores.create_score, name="team_score_create"),
+    path("teams/<str:name>/scores/<str:score>/edit", team_scores.update_score, name="team_score_update"),
+    path("teams/<str:name>/scores/<str:score>/delete", team_scores.delete_score, name="team_score_delete"),
     path("teams/<str:name>/budget", teams.set_budget, name="team_budget"),
     path("teams/<str:name>/retention", teams.set_retention, name="team_retention"),
     path("teams/<str:name>/webhooks/new", teams.add_webhook, name="team_webhook_add"),

@@ -174,6 +174,17 @@ RULE_INPUT: dict[str, Any] = {
     "position": {"type": "integer", "minimum": 0},
 }
 
+SCORE_KIND = {"type": "string", "enum": ["categorical", "numeric", "boolean"]}
+#: A score's value: a label (categorical), a number (numeric), true/false (boolean, and thumbs: true is up).
+SCORE_VALUE = {"anyOf": [STRING, {"type": "number"}, BOOLEAN]}
+#: What a score definition may change (sessions_app.review.scores.check_definition).
+SCORE_SHAPE = {
+    "labels": {"type": "array", "minItems": 2, "maxItems": 20, "items": {"type": "string", "maxLength": 40}},
+    "minimum": {"type": "number"},
+    "maximum": {"type": "number"},
+    "description": {"type": "string", "maxLength": 500},
+}
+
 SCHEMAS: dict[str, Any] = {
     "Error": _object(
         {
@@ -700,6 +711,58 @@ SCHEMAS: dict[str, Any] = {
             "tools": nullable({"type": "array", "maxItems": 100, "items": {"type": "string", "minLength": 1}}),
         },
     ),
+    "Score": _object(
+        {
+            "name": STRING,
+            "kind": SCORE_KIND,
+            "description": STRING,
+            "labels": {"type": "array", "items": STRING},
+            "minimum": {"type": "number"},
+            "maximum": {"type": "number"},
+            "built_in": BOOLEAN,
+        },
+        ("name", "kind", "description", "built_in"),
+    ),
+    "ScoreList": _object({"team": STRING, "scores": {"type": "array", "items": ref("Score")}}, ("team", "scores")),
+    "ScoreInput": _request(
+        {
+            "name": {"type": "string", "pattern": "^[a-z][a-z0-9_-]{0,39}$"},
+            "kind": SCORE_KIND,
+            **SCORE_SHAPE,
+        },
+        ("name", "kind"),
+    ),
+    "ScoreUpdate": _request(SCORE_SHAPE),
+    "Rating": _object(
+        {
+            "id": INTEGER,
+            "seq": INTEGER,
+            "message_id": nullable(STRING),
+            "author": STRING,
+            "source": {"type": "string", "enum": ["reviewer", "end_user"]},
+            "scores": {"type": "object", "additionalProperties": SCORE_VALUE},
+            "tags": {"type": "array", "items": STRING},
+            "comment": STRING,
+            "updated_at": DATETIME,
+        },
+        ("id", "seq", "message_id", "author", "source", "scores", "tags", "comment", "updated_at"),
+    ),
+    "RatingList": _object(
+        {
+            "session": STRING,
+            "scores": {"type": "array", "items": ref("Score")},
+            "ratings": {"type": "array", "items": ref("Rating")},
+        },
+        ("session", "scores", "ratings"),
+    ),
+    "RatingInput": _request(
+        {
+            "message_id": NONEMPTY,
+            "scores": {"type": "object", "additionalProperties": nullable(SCORE_VALUE)},
+            "tags": {"type": "array", "maxItems": 10, "items": {"type": "string", "maxLength": 40}},
+            "comment": {"type": "string", "maxLength": 10_000},
+        }
+    ),
     "MoveAgent": _request({"version": {"type": "integer", "minimum": 1}, "agent": NONEMPTY}),
 }
 
@@ -742,7 +805,7 @@ ERROR_DESCRIPTIONS = {
     404: "No such object (or not the caller's)",
     405: "Method not allowed",
     409: "Conflict: session_busy, awaiting_approval, ask_not_pending (with decided_by), already_voted, "
-    "stale_run_control, failed_step_retry_ineligible, already_member, last_moderator",
+    "stale_run_control, failed_step_retry_ineligible, already_member, last_moderator, score_exists",
     412: "Not at a turn boundary",
     413: "Body too large",
     429: "Rate limited (see Retry-After)",

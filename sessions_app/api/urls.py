@@ -19,6 +19,7 @@ from sessions_app.api import agents as agents_api
 from sessions_app.api import audit as audit_api
 from sessions_app.api import export as session_export
 from sessions_app.api import mcp_servers as mcp_api
+from sessions_app.api import scores as scores_api
 from sessions_app.api import teams as teams_api
 from sessions_app.api import views
 from sessions_app.api.openapi import build_document
@@ -334,6 +335,65 @@ ROUTES: tuple[Route, ...] = (
             ),
             "DELETE": op(
                 views.delete_rule, "Delete an approval rule (moderators of the team)", status=204, errors=(403, 404)
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/scores",
+        "team-scores",
+        {
+            "GET": op(
+                scores_api.list_scores,
+                "A team's scores: the built-in ones, then its own",
+                response="ScoreList",
+                errors=(404,),
+            ),
+            "POST": op(
+                scores_api.create_score,
+                "Define a score (moderators of the team)",
+                status=201,
+                request="ScoreInput",
+                response="Score",
+                errors=(400, 403, 404, 409),
+            ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/scores/<str:score>",
+        "team-score",
+        {
+            "PUT": op(
+                scores_api.update_score,
+                "Change a score's description, labels or range (moderators; its name and kind stay)",
+                request="ScoreUpdate",
+                response="Score",
+                errors=(400, 403, 404),
+            ),
+            "DELETE": op(
+                scores_api.delete_score,
+                "Delete a score (moderators; ratings keep the values given with it)",
+                status=204,
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        f"{SESSION}/ratings",
+        "session-ratings",
+        {
+            "GET": op(
+                scores_api.list_ratings,
+                "Reviewers' ratings of the session and its messages, with the team's scores (reviewers)",
+                response="RatingList",
+                errors=(404,),
+            ),
+            "POST": op(
+                scores_api.rate,
+                "Rate the session or one message with the team's scores (reviewers; replaces the caller's"
+                " earlier rating of it)",
+                request="RatingInput",
+                response="Rating",
+                errors=(400, 404),
             ),
         },
     ),

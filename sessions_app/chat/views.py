@@ -125,11 +125,12 @@ def session_agent_label(user: Any, pin: dict[str, Any] | None) -> dict[str, Any]
 def my_thumbs(user: Any, session: Session) -> dict[str, int]:
     """The user's own thumbs on the session's messages (message id: +1 or -1), so the
     chat page shows their earlier vote pressed after a reload. One query."""
-    return dict(
-        Rating.objects.filter(session=session, author_id=user.pk, source=Rating.END_USER)
+    rows = (
+        Rating.objects.filter(session=session, author_id=user.pk, source=Rating.END_USER, thumbs__isnull=False)
         .exclude(message_id="")
         .values_list("message_id", "thumbs")
     )
+    return {message_id: thumbs for message_id, thumbs in rows if thumbs is not None}
 
 
 BRANCH_REASONS = {"regenerate": "regenerated", "edit": "edited", "fork": "forked"}

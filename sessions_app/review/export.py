@@ -1,7 +1,9 @@
 """Export and import: the journal exactly, as JSON (one session) or JSONL (many).
 
 The JSON export is the session's envelopes exactly as stored (seq, invocation_id, type,
-payload, created_at), plus a header naming the format.
+payload, created_at), plus a header naming the format, and the reviewers' ratings of it
+with the team's score definitions (`scores`, `ratings`): judgements about the session,
+which an import reads past (it restores the transcript, not other people's ratings).
 
 An import (`import_file`, manage.py sectr_import) restores a transcript, not other
 people's decisions, and trusts nothing in its file:
@@ -41,7 +43,8 @@ from sectr.journal import NewEvent
 from sectr.payloads import INT_BOUND, InvalidEvent, JournalOrder, check_event
 from sectr.state import SessionState, apply_envelope
 from sessions_app.journal.database import DatabaseJournal
-from sessions_app.models import Session
+from sessions_app.models import Rating, Session
+from sessions_app.review import scores
 from sessions_app.review.export_reader import ENVELOPE, ExportReader, refused, too_large
 from sessions_app.review.transcript import build_timeline, timeline_markdown
 
@@ -77,11 +80,21 @@ def load_envelopes(session: Session, through_seq: int | None = None) -> list[Env
     return [row.to_envelope() for row in rows]
 
 
+def reviewer_ratings(session: Session) -> list[Rating]:
+    return list(
+        Rating.objects.filter(session=session, source=Rating.REVIEWER)
+        .select_related("author")
+        .order_by("seq", "created_at", "pk")
+    )
+
+
 def export_document(session: Session) -> dict[str, Any]:
     return {
         "format": FORMAT,
         "version": VERSION,
         "session": session_header(session),
+        "scores": [d.as_dict() for d in scores.team_scores(session.team_id)],
+        "ratings": [scores.rating_record(r) for r in reviewer_ratings(session)],
         "envelopes": [envelope_record(env) for env in load_envelopes(session)],
     }
 
@@ -91,7 +104,22 @@ def export_json(session: Session) -> str:
 
 
 def export_markdown(session: Session, through_seq: int | None = None) -> str:
-    return timeline_markdown(session.title, session.pk, build_timeline(load_envelopes(session, through_seq)))
+    text = timeline_markdown(session.title, session.pk, build_timeline(load_envelopes(session, through_seq)))
+    return text + ratings_markdown(reviewer_ratings(session))
+
+
+def ratings_markdown(ratings: list[Rating]) -> str:
+    """The reviewers' ratings, after the transcript ("" when there are none)."""
+    if not ratings:
+        return ""
+    lines = ["", "## Ratings", ""]
+    for rating in ratings:
+        target = f"message #{rating.seq}" if rating.seq else "the session"
+        values = ", ".join(f"{name} {value}" for name, value in scores.rating_values(rating))
+        tags = f" · tags: {', '.join(rating.tags)}" if rating.tags else ""
+        comment = f" · {rating.comment}" if rating.comment else ""
+        lines.append(f"- {rating.author.get_username()} on {target}: {values}{tags}{comment}")
+    return "\n".join(lines) + "\n"
 
 
 def export_jsonl(sessions: Any) -> Iterator[str]:
@@ -105,7 +133,8 @@ def export_jsonl(sessions: Any) -> Iterator[str]:
 
 #: The keys of an envelope record in the file (what `envelope_record` writes).
 RECORD_KEYS = frozenset({"seq", "invocation_id", "type", "payload", "created_at"})
-HEADER_KEYS = frozenset({"format", "version", "session"})
+#: `scores` and `ratings` are read past: an import restores the journal alone.
+HEADER_KEYS = frozenset({"format", "version", "session", "scores", "ratings"})
 #: A source of an export's items (export_reader.ExportReader.items), read once per pass.
 Items = Callable[[], Iterator[tuple[str, Any]]]
 

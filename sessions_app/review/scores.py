@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -355,7 +356,7 @@ def summarize(ratings: Iterable[Rating], definitions: Iterable[ScoreDef]) -> lis
     for rating in ratings:
         found: dict[str, Any] = dict(rating.values or {})
         if rating.thumbs:
-            found["thumbs"] = rating.thumbs > 0
+            found["thumbs"] = "up" if rating.thumbs > 0 else "down"
         if rating.score is not None:
             found["score"] = rating.score
         for name, value in found.items():
@@ -366,9 +367,48 @@ def summarize(ratings: Iterable[Rating], definitions: Iterable[ScoreDef]) -> lis
     return list(summaries.values())
 
 
-def reviewer_ratings_for(user: Any, team_id: int | None = None) -> QuerySet[Rating]:
-    """Reviewers' ratings of the sessions `user` may review (of one team, if given)."""
+def reviewer_ratings_for(user: Any, team: str = "") -> QuerySet[Rating]:
+    """Reviewers' ratings of the sessions `user` may review (of one team by name, if given)."""
     sessions = access.reviewable_sessions(user)
-    if team_id is not None:
-        sessions = sessions.filter(team_id=team_id)
+    if team:
+        sessions = sessions.filter(team__name=team)
     return Rating.objects.filter(source=Rating.REVIEWER, session__in=sessions.values("pk"))
+
+
+@dataclass
+class Dashboard:
+    """The review dashboard's part on scores: per score, how often and what was given."""
+
+    summaries: list[ScoreSummary]
+    ratings: int
+
+
+def dashboard(user: Any, date_from: date, date_to: date, team: str = "") -> Dashboard:
+    """Reviewers' ratings saved from `date_from` to `date_to` (whole days, UTC) of the
+    sessions `user` may review, summarised per score: the built-in ones, the own scores
+    of the teams `user` reviews (or of `team`), and any other score found."""
+    start = datetime.combine(date_from, time.min, tzinfo=UTC)
+    end = datetime.combine(date_to + timedelta(days=1), time.min, tzinfo=UTC)
+    rows = reviewer_ratings_for(user, team).filter(updated_at__gte=start, updated_at__lt=end)
+    teams = access.teams_for(user, "reviewer")
+    if team:
+        teams = teams.filter(name=team)
+    own = ScoreConfig.objects.filter(team__in=teams).order_by("name")
+    definitions = list(BUILT_IN) + list({c.name: ScoreDef.of(c) for c in own}.values())
+    ratings = [Rating(thumbs=t, score=s, values=v) for t, s, v in rows.values_list("thumbs", "score", "values")]
+    return Dashboard(summarize(ratings, definitions), len(ratings))
+
+
+def score_names_for(user: Any) -> list[str]:
+    """The built-in scores' names, then the own scores of the teams `user` reviews (the
+    review search's `Score` filter offers these)."""
+    own = (
+        ScoreConfig.objects.filter(team__in=access.teams_for(user, "reviewer"))
+        .values_list("name", flat=True)
+        .distinct()
+        .order_by("name")
+    )
+    return [*BUILT_IN_NAMES_ORDERED, *(name for name in own if name not in BUILT_IN_NAMES)]
+
+
+BUILT_IN_NAMES_ORDERED = tuple(s.name for s in BUILT_IN)

@@ -1,5 +1,6 @@
 """Finding sessions for /review/: full-text search over SearchEntry plus the filters of
-docs/review.md (Team, User, State, Model, From, To, Has asks, Failed).
+docs/review.md (Team, User, State, Model, From, To, Has asks, Failed, and a score of
+reviewers' ratings with its value).
 
 PostgreSQL matches ``to_tsvector('english', text) @@ websearch_to_tsquery(...)`` through
 the GIN index on that very expression (migration 0001_initial); SQLite matches the FTS5 table
@@ -27,7 +28,8 @@ from sectr.events import EventType
 from sessions_app import access
 from sessions_app.filter_forms import ChoiceOrNothing, CutText, Flag
 from sessions_app.journal.projections import MARK_END, MARK_START
-from sessions_app.models import AskIndex, Envelope, SearchEntry, Session
+from sessions_app.models import AskIndex, Envelope, Rating, SearchEntry, Session
+from sessions_app.review import scores
 
 FTS_TABLE = "sessions_app_searchentry_fts"
 MAX_QUERY = 200
@@ -63,6 +65,8 @@ class SearchFilterForm(forms.Form):
     version = CutText(10)
     has_asks = Flag()
     failed = Flag()
+    score = CutText(40)
+    score_value = CutText(60)
 
 
 # The query string's names; `from` cannot be a class attribute's name.
@@ -86,6 +90,8 @@ class Filters:
     date_to: date | None = None
     has_asks: bool = False
     failed: bool = False
+    score: str = ""  # a score's name: sessions a reviewer rated with it
+    score_value: str = ""  # its value: a label, yes/no, a number or >=n, <=n, >n, <n
     errors: list[str] = field(default_factory=list)
 
     @classmethod
@@ -93,7 +99,10 @@ class Filters:
         form = SearchFilterForm(data=params)
         form.is_valid()  # a date that is none is dropped, and said so (`errors`)
         data = form.cleaned_data
+        score, score_value, score_errors = _score_filter(data["score"], data["score_value"])
         return cls(
+            score=score,
+            score_value=score_value,
             q=data["q"],
             team=data["team"],
             user=data["user"],
@@ -105,7 +114,7 @@ class Filters:
             date_to=data.get("to"),
             has_asks=data["has_asks"],
             failed=data["failed"],
-            errors=[str(error) for name in ("from", "to") for error in form.errors.get(name, [])],
+            errors=[str(error) for name in ("from", "to") for error in form.errors.get(name, [])] + score_errors,
         )
 
     def as_query(self) -> dict[str, str]:
@@ -122,6 +131,8 @@ class Filters:
             "to": self.date_to.isoformat() if self.date_to else "",
             "has_asks": "1" if self.has_asks else "",
             "failed": "1" if self.failed else "",
+            "score": self.score,
+            "score_value": self.score_value if self.score else "",
         }
         return {key: value for key, value in pairs.items() if value}
 
@@ -191,7 +202,52 @@ def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
     if filters.failed:
         failed_once = Envelope.objects.filter(session=OuterRef("pk"), type=EventType.INVOCATION_FAILED.value)
         sessions = sessions.filter(Q(status="failed") | Exists(failed_once))
+    if filters.score:
+        rated = Rating.objects.filter(session=OuterRef("pk"), source=Rating.REVIEWER).filter(
+            _score_condition(filters.score, filters.score_value)
+        )
+        sessions = sessions.filter(Exists(rated))
     return sessions.order_by("-updated_at", "-pk")
+
+
+_COMPARISON = re.compile(r"^(>=|<=|>|<)?\s*(-?\d+(?:\.\d+)?)$")
+_LOOKUPS = {">=": "gte", "<=": "lte", ">": "gt", "<": "lt", None: "exact"}
+_YES, _NO = ("yes", "true", "up"), ("no", "false", "down")
+
+
+def _score_filter(name: str, value: str) -> tuple[str, str, list[str]]:
+    """The score filter as given, or dropped with a note when the name cannot be one."""
+    name, value = name.strip(), value.strip()
+    if name and not scores.NAME.match(name):
+        return "", "", [f"{name[:40]} is not a score's name; ignored"]
+    return name, value if name else "", []
+
+
+def _score_condition(name: str, value: str) -> Q:
+    """Ratings that carry score `name` (with `value`, when given: a label, yes/no, or a
+    number, optionally after >=, <=, > or <)."""
+    comparison = _COMPARISON.match(value)
+    lowered = value.lower()
+    if name == "thumbs":
+        if lowered in _YES:
+            return Q(thumbs=1)
+        if lowered in _NO:
+            return Q(thumbs=-1)
+        return Q(thumbs__isnull=False) if not value else Q(pk__in=[])
+    if name == "score":
+        if comparison:
+            return Q(**{f"score__{_LOOKUPS[comparison.group(1)]}": float(comparison.group(2))})
+        return Q(score__isnull=False) if not value else Q(pk__in=[])
+    if not value:
+        return Q(values__has_key=name)
+    if comparison:
+        number = float(comparison.group(2))
+        return Q(values__has_key=name) & Q(
+            **{f"values__{name}__{_LOOKUPS[comparison.group(1)]}": int(number) if number.is_integer() else number}
+        )
+    if lowered in _YES + _NO:
+        return Q(**{f"values__{name}": lowered in _YES}) | Q(**{f"values__{name}": value})
+    return Q(**{f"values__{name}": value})
 
 
 def _filter_agent(sessions: QuerySet[Session], agent: str) -> QuerySet[Session]:

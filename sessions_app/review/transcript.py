@@ -39,6 +39,9 @@ class ToolCallEntry:
     seq: int
     result: str | None = None
     is_error: bool = False
+    #: The seq of a result shown as its own entry further down (it came after an ask,
+    #: a decision or anything else the timeline shows after the call).
+    result_seq: int | None = None
 
     @property
     def arguments_pretty(self) -> str:
@@ -48,7 +51,9 @@ class ToolCallEntry:
 @dataclass
 class TimelineEntry:
     """One thing on the timeline. `kind` picks the template block:
-    user, assistant, steer, ask, decision, vote, compaction, error, ended, created, settings."""
+    user, assistant, steer, ask, decision, vote, result, compaction, error, ended, created,
+    settings. Entries are in seq order: a tool result that came after something else the
+    timeline shows (its ask, the decision) is its own `result` entry, never shown above them."""
 
     kind: str
     seq: int
@@ -87,6 +92,7 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
     entries: list[TimelineEntry] = []
     messages: dict[str, TimelineEntry] = {}
     calls: dict[str, ToolCallEntry] = {}
+    holders: dict[str, TimelineEntry] = {}  # tool call id -> the entry showing the call
     asks: dict[str, dict[str, Any]] = {}
     for env in envelopes:
         p = env.payload
@@ -162,15 +168,29 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
             call = ToolCallEntry(str(p.get("tool_call_id")), str(p.get("name")), str(p.get("arguments", "")), env.seq)
             calls[call.tool_call_id] = call
             message = messages.get(str(p.get("message_id")))
-            if message is not None:
-                message.tool_calls.append(call)
-            else:
-                entries.append(TimelineEntry("assistant", env.seq, env.created_at, tool_calls=[call]))
+            if message is None:
+                message = TimelineEntry("assistant", env.seq, env.created_at)
+                entries.append(message)
+            message.tool_calls.append(call)
+            holders[call.tool_call_id] = message
         elif t == "TOOL_RESULT":
             answered = calls.get(str(p.get("tool_call_id")))
-            if answered is not None:
+            if answered is None:
+                continue
+            if entries and entries[-1] is holders.get(answered.tool_call_id):
                 answered.result = str(p.get("content", ""))
                 answered.is_error = bool(p.get("is_error"))
+            else:
+                answered.result_seq = env.seq
+                entries.append(
+                    TimelineEntry(
+                        "result",
+                        env.seq,
+                        env.created_at,
+                        text=str(p.get("content", "")),
+                        details={"tool": answered.name, "is_error": bool(p.get("is_error")), "call_seq": answered.seq},
+                    )
+                )
         elif t == "APPROVAL_REQUESTED":
             asks[str(p.get("ask_id"))] = p
             entries.append(
@@ -249,6 +269,9 @@ def timeline_markdown(title: str, session_id: str, entries: list[TimelineEntry])
                 if call.result is not None:
                     label = "Tool error" if call.is_error else "Tool result"
                     lines += [f"**{label}**", "", "```", call.result, "```", ""]
+        elif e.kind == "result":
+            label = "Tool error" if e.details["is_error"] else "Tool result"
+            lines += [f"**{label}** `{e.details['tool']}` · {when}", "", "```", e.text, "```", ""]
         elif e.kind == "steer":
             lines += [f"## Steer{f' ({e.who})' if e.who else ''} · {when}", "", e.text, ""]
         elif e.kind == "ask":

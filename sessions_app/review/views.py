@@ -78,6 +78,7 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
         "filters": filters,
         "query": urlencode(filters.as_query()),
         "states": search.STATES,
+        "score_names": scores.score_names_for(request.user),
         "queues": queues,
         "is_reviewer": True,
         "sectr_can_review": True,  # the menu's own lookup (sessions_app.web.team_roles), known here
@@ -516,4 +517,5 @@ def shared(request: HttpRequest, token: str) -> HttpResponse:
 def usage_page(request: HtmxHttpRequest) -> HttpResponse:
     _require_reviewer(request)
     report = usage.build_report(request.user, request.GET)
-    return render(request, "review/usage.html", {"report": report})
+    ratings = scores.dashboard(request.user, report.date_from, report.date_to, report.team)
+    return render(request, "review/usage.html", {"report": report, "score_dashboard": ratings})

@@ -1,5 +1,5 @@
 """The team settings pages: /teams/ (the user's teams; staff: every team and New team)
-and /teams/<name>/ with its sections Members, Agents, Tools, Rules, Notifications,
+and /teams/<name>/ with its sections Members, Agents, Tools, Rules, Scores, Notifications,
 Budget and Retention; an agent's own page (edit, History with the difference between
 two versions).
 
@@ -39,6 +39,7 @@ from sessions_app.models import Agent, AgentVersion, ApprovalRule, Membership, T
 from sessions_app.moderation import rules as rule_preview
 from sessions_app.moderation.rules import rule_data_from_form
 from sessions_app.ops.retention import default_retention_days
+from sessions_app.review import scores as review_scores
 from sessions_app.runtime import get_runtime
 from sessions_app.team_budgets import budget_status
 from sessions_app.teams.forms import (
@@ -61,6 +62,7 @@ SECTIONS = (
     ("agents", "Agents"),
     ("tools", "Tools"),
     ("rules", "Rules"),
+    ("scores", "Scores"),
     ("notifications", "Notifications"),
     ("budget", "Budget"),
     ("retention", "Retention"),
@@ -228,6 +230,8 @@ def team_context(request: HtmxHttpRequest, team: Team, **extra: Any) -> dict[str
         "tools": team_tools,
         "all_tools_offered": not agent_rows,
         "rules": rules,
+        "scores": review_scores.team_scores(team.pk),
+        "score_kinds": review_scores.KINDS,
         "rule_actions": [value for value, _label in ApprovalRule.ACTION_CHOICES],
         "budget": _budget_context(team),
         "retention_form": RetentionForm(initial={"retention_days": team.retention_days}),
