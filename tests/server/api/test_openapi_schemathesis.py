@@ -71,6 +71,8 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         "spare_webhook_id": str(created("/api/v1/teams/crew/webhooks", {"url": "http://127.0.0.1:9/probe"})["id"]),
         "server": server,
         "spare_server": spare_server,
+        "score": created("/api/v1/teams/crew/scores", {"name": "helpful", "kind": "boolean"})["name"],
+        "spare_score": created("/api/v1/teams/crew/scores", {"name": "spare", "kind": "boolean"})["name"],
     }
 
 
@@ -98,15 +100,22 @@ def config(ids: dict[str, str]) -> str:
         # An MCP server's URL must resolve to a public address (DNS), and a server named
         # without one must be one of the installation's.
         "/api/v1/teams/{name}/mcp-servers",
+        # A rating names the team's own scores, and each value must fit its score's labels
+        # or range; a numeric score's minimum must be below its maximum.
+        "/api/v1/sessions/{session_id}/ratings",
+        "/api/v1/teams/{name}/scores",
+    ]
+    methods = [(path, "POST") for path in operations] + [
+        ("/api/v1/teams/{name}/scores/{score}", "PUT"),
+        ("/api/v1/teams/{name}/mcp-servers/{server}", "PUT"),
     ]
     return (
         "[parameters]\n"
         + parameters
         + "".join(
-            f'[[operations]]\ninclude-path = "{path}"\ninclude-method = "POST"\n{STATE_400}' for path in operations
+            f'[[operations]]\ninclude-path = "{path}"\ninclude-method = "{method}"\n{STATE_400}'
+            for path, method in methods
         )
-        + '[[operations]]\ninclude-path = "/api/v1/teams/{name}/mcp-servers/{server}"\ninclude-method = "PUT"\n'
-        + STATE_400
     )
 
 
@@ -174,6 +183,7 @@ def test_the_api_answers_as_its_openapi_document_says(tmp_path: Path) -> None:
             "rule_id": ids.pop("spare_rule_id"),
             "webhook_id": ids.pop("spare_webhook_id"),
             "server": ids.pop("spare_server"),
+            "score": ids.pop("spare_score"),
             "name": "crew",
         }
         # Everything but the DELETEs on the seeded objects, then the DELETEs on spare ones

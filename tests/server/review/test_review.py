@@ -268,8 +268,9 @@ def test_review_search_runs_a_fixed_number_of_queries(reviewer_client: Client, m
     with CaptureQueriesContext(connection) as more:
         reviewer_client.get("/review/", {"q": "common"})
     # django_session, user, is a reviewer?, their teams, the page, its snippets, its
-    # reviewed marks, the queues; the approvals badge: moderates?, the count.
-    assert len(more) == len(few) == 10, [q["sql"][:90] for q in more.captured_queries]
+    # reviewed marks, the queues, the Score filter's names; the approvals badge:
+    # moderates?, the count.
+    assert len(more) == len(few) == 11, [q["sql"][:90] for q in more.captured_queries]
 
 
 # ---- read ----
@@ -560,7 +561,7 @@ def test_usage_page_queries_do_not_grow_with_sessions(reviewer_client: Client, m
         converse(make_session(), "a", "b c")
     with CaptureQueriesContext(connection) as more:
         reviewer_client.get("/review/usage/")
-    assert len(more) == len(few) <= 14
+    assert len(more) == len(few) <= 16  # the score summary: the teams' scores, the ratings
 
 
 def test_an_outsider_sees_no_usage_of_others(outsider: Any, session: Session) -> None:
