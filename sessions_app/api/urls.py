@@ -385,7 +385,7 @@ ROUTES: tuple[Route, ...] = (
                 scores_api.list_ratings,
                 "Reviewers' ratings of the session and its messages, with the team's scores (reviewers)",
                 response="RatingList",
-                errors=(404,),
+                errors=(403, 404),
             ),
             "POST": op(
                 scores_api.rate,
@@ -393,7 +393,7 @@ ROUTES: tuple[Route, ...] = (
                 " earlier rating of it)",
                 request="RatingInput",
                 response="Rating",
-                errors=(400, 404),
+                errors=(400, 403, 404),
             ),
         },
     ),
