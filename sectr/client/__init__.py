@@ -59,7 +59,17 @@ from sectr.client.parts import (
     text_part,
 )
 from sectr.client.protocol import AFFINITY_HEADER, Cancellation, RequestControls
-from sectr.client.records import ApprovalRule, AskInfo, AskPage, RunInfo, SessionPage, Webhook
+from sectr.client.records import (
+    ApprovalRule,
+    AskInfo,
+    AskPage,
+    Rating,
+    Ratings,
+    RunInfo,
+    ScoreDefinition,
+    SessionPage,
+    Webhook,
+)
 from sectr.client.sync import Client, Decision, Run, Session
 
 __all__ = [
@@ -72,6 +82,9 @@ __all__ = [
     "check_parts",
     "ApprovalRule",
     "Webhook",
+    "Rating",
+    "Ratings",
+    "ScoreDefinition",
     "AskAlreadyResolvedError",
     "AskInfo",
     "AskPage",

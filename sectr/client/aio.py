@@ -52,7 +52,10 @@ from sectr.client.records import (
     AskInfo,
     AskPage,
     McpServerInfo,
+    Rating,
+    Ratings,
     RunInfo,
+    ScoreDefinition,
     SessionPage,
     Webhook,
     agent_body,
@@ -62,9 +65,12 @@ from sectr.client.records import (
     fork_body,
     mcp_server_body,
     mcp_servers_from_json,
+    rating_body,
     rule_body,
     rules_from_json,
     run_body,
+    score_body,
+    scores_from_json,
     session_body,
     versions_from_json,
     webhook_body,
@@ -134,6 +140,7 @@ class AsyncClient:
         self.runs = AsyncRuns(self)
         self.asks = AsyncAsks(self)
         self.teams = AsyncTeams(self)
+        self.scores = AsyncScores(self)
         self.agents = AsyncAgents(self)
 
     async def aclose(self) -> None:
@@ -335,6 +342,24 @@ class AsyncSession:
 
     async def delete(self, **options: Any) -> None:
         await self._request("DELETE", **options)
+
+    async def rate(
+        self,
+        scores: dict[str, Any],
+        *,
+        message_id: str | None = None,
+        tags: builtins.list[str] | None = None,
+        comment: str | None = None,
+        **options: Any,
+    ) -> Rating:
+        """Rate the session (or the message `message_id`) with scores by name: `thumbs`
+        (True: up), `score` (1-5) and the team's own; replaces your earlier rating of it."""
+        body = rating_body(scores, message_id, tags, comment)
+        return Rating.from_json(await self._request("POST", "/ratings", json=body, **options))
+
+    async def ratings(self, **options: Any) -> Ratings:
+        """Reviewers' ratings of the session and its messages, with the team's scores."""
+        return Ratings.from_json(await self._request("GET", "/ratings", **options))
 
     async def run(
         self,
@@ -610,6 +635,54 @@ class AsyncTeams:
     async def delete_mcp_server(self, name: str, server: str, **options: Any) -> None:
         """Delete the team's server, or disable an installation server for the team."""
         await self._client.request("DELETE", f"/teams/{name}/mcp-servers/{server}", **options)
+
+
+@checked_calls
+class AsyncScores:
+    """A team's scores: read by anyone with a role in it, defined by its moderators."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self, team: str, **options: Any) -> builtins.list[ScoreDefinition]:
+        return scores_from_json(await self._client.request("GET", f"/teams/{team}/scores", **options))
+
+    async def create(
+        self,
+        team: str,
+        name: str,
+        kind: str,
+        *,
+        labels: builtins.list[str] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        description: str | None = None,
+        **options: Any,
+    ) -> ScoreDefinition:
+        """Define a score: categorical (give `labels`), numeric (`minimum`, `maximum`) or boolean."""
+        body = {"name": name, "kind": kind, **score_body(labels, minimum, maximum, description)}
+        path = f"/teams/{team}/scores"
+        return ScoreDefinition.from_json(await self._client.request("POST", path, json=body, **options))
+
+    async def update(
+        self,
+        team: str,
+        name: str,
+        *,
+        labels: builtins.list[str] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        description: str | None = None,
+        **options: Any,
+    ) -> ScoreDefinition:
+        """Change a score's labels, range or description (its name and kind stay)."""
+        body = score_body(labels, minimum, maximum, description)
+        path = f"/teams/{team}/scores/{name}"
+        return ScoreDefinition.from_json(await self._client.request("PUT", path, json=body, **options))
+
+    async def delete(self, team: str, name: str, **options: Any) -> None:
+        """Delete a score; ratings keep the values given with it."""
+        await self._client.request("DELETE", f"/teams/{team}/scores/{name}", **options)
 
 
 @dataclass(frozen=True)

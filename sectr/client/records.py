@@ -484,3 +484,103 @@ def agent_body(fields: dict[str, Any], note: str | None) -> dict[str, Any]:
     if note is not None:
         body["note"] = note
     return body
+
+
+# ---- scores and ratings (docs/review.md, "Scores") ----
+
+
+@dataclass(frozen=True)
+class ScoreDefinition:
+    """One of a team's scores: built in (thumbs, score) or its own (categorical with
+    `labels`, numeric from `minimum` to `maximum`, or boolean)."""
+
+    name: str
+    kind: str
+    description: str = ""
+    labels: list[str] = field(default_factory=list)
+    minimum: float | None = None
+    maximum: float | None = None
+    built_in: bool = False
+
+    @classmethod
+    def from_json(cls, data: Any) -> ScoreDefinition:
+        if not isinstance(data, dict) or "name" not in data or "kind" not in data:
+            raise ProtocolError("a score without name and kind")
+        return cls(
+            name=str(data["name"]),
+            kind=str(data["kind"]),
+            description=str(data.get("description") or ""),
+            labels=[str(label) for label in data.get("labels") or []],
+            minimum=data.get("minimum"),
+            maximum=data.get("maximum"),
+            built_in=bool(data.get("built_in")),
+        )
+
+
+def scores_from_json(data: Any) -> list[ScoreDefinition]:
+    if not isinstance(data, dict) or not isinstance(data.get("scores"), list):
+        raise ProtocolError("a score list without scores")
+    return [ScoreDefinition.from_json(score) for score in data["scores"]]
+
+
+def score_body(
+    labels: list[str] | None, minimum: float | None, maximum: float | None, description: str | None
+) -> dict[str, Any]:
+    pairs = (("labels", labels), ("minimum", minimum), ("maximum", maximum), ("description", description))
+    return {key: value for key, value in pairs if value is not None}
+
+
+@dataclass(frozen=True)
+class Rating:
+    """A reviewer's rating of a session (seq 0) or one message: `scores` by name
+    (`thumbs`: True is up; `score`: 1-5; the team's own)."""
+
+    id: int
+    seq: int
+    message_id: str | None
+    author: str
+    scores: dict[str, Any]
+    tags: list[str]
+    comment: str
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Rating:
+        if not isinstance(data, dict) or "id" not in data or not isinstance(data.get("scores"), dict):
+            raise ProtocolError("a rating without id and scores")
+        return cls(
+            id=int(data["id"]),
+            seq=int(data.get("seq") or 0),
+            message_id=data.get("message_id"),
+            author=str(data.get("author", "")),
+            scores=dict(data["scores"]),
+            tags=[str(tag) for tag in data.get("tags") or []],
+            comment=str(data.get("comment") or ""),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Ratings:
+    """A session's reviewer ratings and the scores its team rates with."""
+
+    scores: list[ScoreDefinition]
+    ratings: list[Rating]
+
+    @classmethod
+    def from_json(cls, data: Any) -> Ratings:
+        if not isinstance(data, dict) or not isinstance(data.get("ratings"), list):
+            raise ProtocolError("a rating list without ratings")
+        return cls(scores_from_json(data), [Rating.from_json(r) for r in data["ratings"]])
+
+
+def rating_body(
+    scores: dict[str, Any], message_id: str | None, tags: list[str] | None, comment: str | None
+) -> dict[str, Any]:
+    if not isinstance(scores, dict):
+        raise InvalidRequestError("scores is a dict of score name to value", code="invalid_value")
+    body: dict[str, Any] = {"scores": scores}
+    for key, value in (("message_id", message_id), ("tags", tags), ("comment", comment)):
+        if value is not None:
+            body[key] = value
+    return body

@@ -47,7 +47,10 @@ from sectr.client.records import (
     AskInfo,
     AskPage,
     McpServerInfo,
+    Rating,
+    Ratings,
     RunInfo,
+    ScoreDefinition,
     SessionPage,
     Webhook,
     agent_body,
@@ -57,9 +60,12 @@ from sectr.client.records import (
     fork_body,
     mcp_server_body,
     mcp_servers_from_json,
+    rating_body,
     rule_body,
     rules_from_json,
     run_body,
+    score_body,
+    scores_from_json,
     session_body,
     versions_from_json,
     webhook_body,
@@ -107,6 +113,7 @@ class Client:
         self.runs = Runs(self)
         self.asks = Asks(self)
         self.teams = Teams(self)
+        self.scores = Scores(self)
         self.agents = Agents(self)
 
     def close(self) -> None:
@@ -341,6 +348,24 @@ class Session:
 
     def delete(self, **options: Any) -> None:
         self._request("DELETE", **options)
+
+    def rate(
+        self,
+        scores: dict[str, Any],
+        *,
+        message_id: str | None = None,
+        tags: builtins.list[str] | None = None,
+        comment: str | None = None,
+        **options: Any,
+    ) -> Rating:
+        """Rate the session (or the message `message_id`) with scores by name: `thumbs`
+        (True: up), `score` (1-5) and the team's own; replaces your earlier rating of it."""
+        body = rating_body(scores, message_id, tags, comment)
+        return Rating.from_json(self._request("POST", "/ratings", json=body, **options))
+
+    def ratings(self, **options: Any) -> Ratings:
+        """Reviewers' ratings of the session and its messages, with the team's scores."""
+        return Ratings.from_json(self._request("GET", "/ratings", **options))
 
     def run(
         self,
@@ -627,6 +652,54 @@ class Teams:
     def delete_mcp_server(self, name: str, server: str, **options: Any) -> None:
         """Delete the team's server, or disable an installation server for the team."""
         self._client.request("DELETE", f"/teams/{name}/mcp-servers/{server}", **options)
+
+
+@checked_calls
+class Scores:
+    """A team's scores: read by anyone with a role in it, defined by its moderators."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self, team: str, **options: Any) -> builtins.list[ScoreDefinition]:
+        return scores_from_json(self._client.request("GET", f"/teams/{team}/scores", **options))
+
+    def create(
+        self,
+        team: str,
+        name: str,
+        kind: str,
+        *,
+        labels: builtins.list[str] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        description: str | None = None,
+        **options: Any,
+    ) -> ScoreDefinition:
+        """Define a score: categorical (give `labels`), numeric (`minimum`, `maximum`) or boolean."""
+        body = {"name": name, "kind": kind, **score_body(labels, minimum, maximum, description)}
+        path = f"/teams/{team}/scores"
+        return ScoreDefinition.from_json(self._client.request("POST", path, json=body, **options))
+
+    def update(
+        self,
+        team: str,
+        name: str,
+        *,
+        labels: builtins.list[str] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        description: str | None = None,
+        **options: Any,
+    ) -> ScoreDefinition:
+        """Change a score's labels, range or description (its name and kind stay)."""
+        body = score_body(labels, minimum, maximum, description)
+        path = f"/teams/{team}/scores/{name}"
+        return ScoreDefinition.from_json(self._client.request("PUT", path, json=body, **options))
+
+    def delete(self, team: str, name: str, **options: Any) -> None:
+        """Delete a score; ratings keep the values given with it."""
+        self._client.request("DELETE", f"/teams/{team}/scores/{name}", **options)
 
 
 @dataclass(frozen=True)

@@ -220,9 +220,18 @@ def do_create_score(actor: Any, team_name: str, data: Any) -> ScoreDef:
 
 
 def do_update_score(actor: Any, team_name: str, name: str, data: Any) -> ScoreDef:
+    """Change a score's description, labels or range; fields left out keep their values."""
     team = _moderated_team(actor, team_name)
     config = _get_config(team, name)
-    fields = check_definition(data, kind=config.kind)
+    if not isinstance(data, dict):
+        raise ValidationFailed("a score is a JSON object", code="invalid_score")
+    kept: dict[str, Any] = {"description": config.description}
+    if config.kind == ScoreConfig.CATEGORICAL:
+        kept["labels"] = config.labels
+    if config.kind == ScoreConfig.NUMERIC:
+        kept.update(minimum=config.minimum, maximum=config.maximum)
+    given = {key: value for key, value in data.items() if value is not None}
+    fields = check_definition({**kept, **given}, kind=config.kind)
     for key, value in fields.items():
         setattr(config, key, value)
     config.save(update_fields=list(fields))

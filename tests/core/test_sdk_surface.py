@@ -22,6 +22,7 @@ CLASSES = {
     "Runs": (sync.Runs, aio.AsyncRuns),
     "Asks": (sync.Asks, aio.AsyncAsks),
     "Teams": (sync.Teams, aio.AsyncTeams),
+    "Scores": (sync.Scores, aio.AsyncScores),
 }
 METHODS = [(cls, method, options) for cls, methods in SURFACE["methods"].items() for method, options in methods.items()]
 

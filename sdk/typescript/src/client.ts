@@ -16,6 +16,7 @@ import {
   Edit,
   type PermissionAsk,
   Respond,
+  type Rating,
   type RunEvent,
   type RunInfo,
   type RunResult,
@@ -26,7 +27,11 @@ import {
   answerOf,
   permissionAskFromPayload,
   runEventFromJson,
+  type ScoreDefinition,
+  ratingFromJson,
   runInfoFromJson,
+  scoreDefinitionFromJson,
+  scoresFromJson,
   snapshotFromJson,
   transcriptFromJson,
 } from "./models.js";
@@ -227,6 +232,7 @@ export class SectrClient {
   readonly runs: Runs;
   readonly asks: Asks;
   readonly teams: Teams;
+  readonly scores: Scores;
   readonly maxReconnects: number;
   private readonly headers: Record<string, string>;
   private readonly timeoutMs: number;
@@ -248,6 +254,7 @@ export class SectrClient {
     this.runs = new Runs(this);
     this.asks = new Asks(this);
     this.teams = new Teams(this);
+    this.scores = new Scores(this);
   }
 
   /** A handle on a session by id, without a request (`sessions.get` checks it exists). */
@@ -485,6 +492,27 @@ export class Session {
     await this.call("DELETE", "", undefined, controls);
   }
 
+  /** Rate the session (or the message `messageId`) with scores by name: `thumbs` (true:
+   * up), `score` (1-5) and the team's own; replaces your earlier rating of it. */
+  async rate(scores: Record<string, string | number | boolean | null>, options: RateOptions = {}, controls: RequestControls = {}): Promise<Rating> {
+    checkOptions("session.rate()", options, ["messageId", "tags", "comment"]);
+    checkControls("session.rate()", controls);
+    if (typeof scores !== "object" || scores === null || Array.isArray(scores)) throw new TypeError("session.rate(): scores is an object of score name to value");
+    const body: Record<string, unknown> = { scores };
+    if (options.messageId !== undefined) body["message_id"] = options.messageId;
+    if (options.tags !== undefined) body["tags"] = options.tags;
+    if (options.comment !== undefined) body["comment"] = options.comment;
+    return ratingFromJson(await this.call("POST", "/ratings", body, controls));
+  }
+
+  /** Reviewers' ratings of the session and its messages, with the team's scores. */
+  async ratings(controls: RequestControls = {}): Promise<{ scores: ScoreDefinition[]; ratings: Rating[] }> {
+    checkControls("session.ratings()", controls);
+    const data = await this.call("GET", "/ratings", undefined, controls);
+    if (!Array.isArray(data?.ratings)) throw new ProtocolError("a rating list without ratings");
+    return { scores: scoresFromJson(data), ratings: data.ratings.map(ratingFromJson) };
+  }
+
   /** Start a run with a prompt (text, or parts checked before anything is sent). */
   async run(prompt: Prompt, options: RunOptions = {}, controls: RequestControls = {}): Promise<Run> {
     checkOptions("session.run()", options, ["onPermissionAsk", "queue"]);
@@ -595,6 +623,60 @@ export class Teams {
   async deleteWebhook(team: string, webhookId: number, controls: RequestControls = {}): Promise<void> {
     checkControls("teams.deleteWebhook()", controls);
     await this.client.request("DELETE", `/teams/${encodeURIComponent(team)}/webhooks/${webhookId}`, {}, controls);
+  }
+}
+
+/** A score's labels (categorical), range (numeric) and description. */
+export interface ScoreOptions {
+  labels?: string[];
+  minimum?: number;
+  maximum?: number;
+  description?: string;
+}
+
+export interface RateOptions {
+  messageId?: string;
+  tags?: string[];
+  comment?: string;
+}
+
+const SCORE_KEYS = ["labels", "minimum", "maximum", "description"] as const;
+
+function scoreBody(options: ScoreOptions): Record<string, unknown> {
+  const body: Record<string, unknown> = {};
+  for (const key of SCORE_KEYS) if (options[key] !== undefined) body[key] = options[key];
+  return body;
+}
+
+/** A team's scores: read by anyone with a role in it, defined by its moderators. */
+export class Scores {
+  constructor(private readonly client: SectrClient) {}
+
+  async list(team: string, controls: RequestControls = {}): Promise<ScoreDefinition[]> {
+    checkControls("scores.list()", controls);
+    return scoresFromJson(await this.client.request("GET", `/teams/${encodeURIComponent(team)}/scores`, {}, controls));
+  }
+
+  /** Define a score: categorical (give `labels`), numeric (`minimum`, `maximum`) or boolean. */
+  async create(team: string, name: string, kind: string, options: ScoreOptions = {}, controls: RequestControls = {}): Promise<ScoreDefinition> {
+    checkOptions("scores.create()", options, SCORE_KEYS);
+    checkControls("scores.create()", controls);
+    const body = { name, kind, ...scoreBody(options) };
+    return scoreDefinitionFromJson(await this.client.request("POST", `/teams/${encodeURIComponent(team)}/scores`, { body }, controls));
+  }
+
+  /** Change a score's labels, range or description (its name and kind stay). */
+  async update(team: string, name: string, options: ScoreOptions = {}, controls: RequestControls = {}): Promise<ScoreDefinition> {
+    checkOptions("scores.update()", options, SCORE_KEYS);
+    checkControls("scores.update()", controls);
+    const path = `/teams/${encodeURIComponent(team)}/scores/${encodeURIComponent(name)}`;
+    return scoreDefinitionFromJson(await this.client.request("PUT", path, { body: scoreBody(options) }, controls));
+  }
+
+  /** Delete a score; ratings keep the values given with it. */
+  async delete(team: string, name: string, controls: RequestControls = {}): Promise<void> {
+    checkControls("scores.delete()", controls);
+    await this.client.request("DELETE", `/teams/${encodeURIComponent(team)}/scores/${encodeURIComponent(name)}`, {}, controls);
   }
 }
 

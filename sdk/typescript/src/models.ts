@@ -309,3 +309,61 @@ export function runInfoFromJson(value: unknown): RunInfo {
     raw: data,
   };
 }
+
+/** One of a team's scores: built in (`thumbs`, `score`) or its own (categorical with
+ * `labels`, numeric from `minimum` to `maximum`, or boolean). */
+export interface ScoreDefinition {
+  name: string;
+  kind: "categorical" | "numeric" | "boolean" | string;
+  description: string;
+  labels: string[];
+  minimum: number | null;
+  maximum: number | null;
+  builtIn: boolean;
+}
+
+/** A reviewer's rating of a session (`seq` 0) or one message: `scores` by name
+ * (`thumbs`: true is up; `score`: 1-5; the team's own). */
+export interface Rating {
+  id: number;
+  seq: number;
+  messageId: string | null;
+  author: string;
+  scores: Record<string, string | number | boolean>;
+  tags: string[];
+  comment: string;
+  raw: Json;
+}
+
+export function scoreDefinitionFromJson(value: unknown): ScoreDefinition {
+  const data = require(object(value, "score"), "score", "name", "kind");
+  return {
+    name: String(data["name"]),
+    kind: String(data["kind"]),
+    description: String(data["description"] ?? ""),
+    labels: Array.isArray(data["labels"]) ? data["labels"].map(String) : [],
+    minimum: typeof data["minimum"] === "number" ? data["minimum"] : null,
+    maximum: typeof data["maximum"] === "number" ? data["maximum"] : null,
+    builtIn: Boolean(data["built_in"]),
+  };
+}
+
+export function scoresFromJson(value: unknown): ScoreDefinition[] {
+  const data = object(value, "score list");
+  if (!Array.isArray(data["scores"])) throw new ProtocolError("a score list without scores");
+  return data["scores"].map(scoreDefinitionFromJson);
+}
+
+export function ratingFromJson(value: unknown): Rating {
+  const data = require(object(value, "rating"), "rating", "id", "scores");
+  return {
+    id: Number(data["id"]),
+    seq: Number(data["seq"] ?? 0),
+    messageId: strOrNull(data["message_id"]),
+    author: String(data["author"] ?? ""),
+    scores: object(data["scores"], "rating scores") as Rating["scores"],
+    tags: Array.isArray(data["tags"]) ? data["tags"].map(String) : [],
+    comment: String(data["comment"] ?? ""),
+    raw: data,
+  };
+}

@@ -50,6 +50,12 @@ const CALLS = {
   "Teams.webhooks": [client.teams, ["crew"]],
   "Teams.add_webhook": [client.teams, ["crew", "https://hooks.example/x"]],
   "Teams.delete_webhook": [client.teams, ["crew", 1]],
+  "Session.rate": [session, [{ thumbs: true }]],
+  "Session.ratings": [session, []],
+  "Scores.list": [client.scores, ["crew"]],
+  "Scores.create": [client.scores, ["crew", "tone", "boolean"]],
+  "Scores.update": [client.scores, ["crew", "tone"]],
+  "Scores.delete": [client.scores, ["crew", "tone"]],
 };
 
 for (const [cls, methods] of Object.entries(surface.methods)) {
