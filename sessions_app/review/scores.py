@@ -360,8 +360,12 @@ class ScoreSummary:
 
 
 def summarize(ratings: Iterable[Rating], definitions: Iterable[ScoreDef]) -> list[ScoreSummary]:
-    """One summary per score defined (in order) and per other score found in the ratings."""
-    summaries = {d.name: ScoreSummary(d.name, d.kind) for d in definitions}
+    """One summary per score defined (in order, with every label counted, if only 0) and
+    per other score found in the ratings."""
+    summaries: dict[str, ScoreSummary] = {}
+    for d in definitions:
+        labels = ("up", "down") if d is THUMBS else ("yes", "no") if d.kind == ScoreConfig.BOOLEAN else d.labels
+        summaries[d.name] = ScoreSummary(d.name, d.kind, counts=dict.fromkeys(labels, 0))
     for rating in ratings:
         found: dict[str, Any] = dict(rating.values or {})
         if rating.thumbs:
@@ -404,7 +408,8 @@ def dashboard(user: Any, date_from: date, date_to: date, team: str = "") -> Dash
         teams = teams.filter(name=team)
     own = ScoreConfig.objects.filter(team__in=teams).order_by("name")
     definitions = list(BUILT_IN) + list({c.name: ScoreDef.of(c) for c in own}.values())
-    ratings = [Rating(thumbs=t, score=s, values=v) for t, s, v in rows.values_list("thumbs", "score", "values")]
+    values = rows.order_by("pk").values_list("thumbs", "score", "values")
+    ratings = [Rating(thumbs=t, score=s, values=v) for t, s, v in values]
     return Dashboard(summarize(ratings, definitions), len(ratings))
 
 

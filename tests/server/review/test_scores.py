@@ -398,11 +398,11 @@ def test_the_dashboard_counts_labels_and_averages_numbers_per_score(
     board = scores.dashboard(people["reviewer"], *_today_range())
     by_name = {s.name: s for s in board.summaries}
     assert board.ratings == 3
-    assert by_name["helpfulness"].counts == {"good": 2, "bad": 1}
+    assert by_name["helpfulness"].counts == {"good": 2, "partly": 0, "bad": 1}
     assert by_name["accuracy"].average == 7.5 and by_name["accuracy"].count == 2
     assert by_name["thumbs"].counts == {"up": 1, "down": 1}
     assert by_name["score"].average == 4
-    assert by_name["polite"].counts == {"yes": 1}
+    assert by_name["polite"].counts == {"yes": 1, "no": 0}
     html = web(people["reviewer"]).get("/review/usage/").content.decode()
     assert "Review scores" in html and "average <strong>7.50</strong>" in html and "good: <strong>2</strong>" in html
     # An outsider's dashboard has none of crew's ratings.
