@@ -184,6 +184,9 @@ def test_two_reviewers_work_a_shared_queue_with_the_teams_scores(browser: Browse
     expect(rows.nth(2)).to_have_attribute("data-assignee", second)
     fits(mod, "queue page (moderator)")
     assert serious_violations(mod) == [], "queue page"
+    mod.emulate_media(color_scheme="dark")
+    assert serious_violations(mod) == [], "queue page, dark"
+    mod.emulate_media(color_scheme="light")
     mod.screenshot(
         path=str(SHOTS / ("review-queue.png" if width == 1280 else "review-queue-phone.png")), full_page=True
     )
@@ -219,6 +222,11 @@ def test_two_reviewers_work_a_shared_queue_with_the_teams_scores(browser: Browse
     assert scrolled > 0 and one.evaluate("window.scrollY") > 0  # not back at the top of the page
     fits(one, "review page")
     assert serious_violations(one) == [], "review page"
+    one.emulate_media(color_scheme="dark")
+    assert serious_violations(one) == [], "review page, dark"
+    one.emulate_media(color_scheme="light")
+    block.locator("details summary").click()  # the form again, with the reviewer's values, for the picture
+    expect(block.get_by_label("accuracy")).to_have_value("8")
     block.scroll_into_view_if_needed()
     one.screenshot(
         path=str(SHOTS / ("review-rating.png" if width == 1280 else "review-rating-phone.png")), full_page=True
