@@ -20,8 +20,9 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 
-from sectr.errors import Forbidden, NotFound, SectrError, ValidationFailed
+from sectr.errors import NotFound, SectrError, ValidationFailed
 from sessions_app import access
+from sessions_app.actions.members import moderated_team
 from sessions_app.actions.teams import get_team_for_user
 from sessions_app.models import Rating, ScoreConfig, Team
 
@@ -183,10 +184,7 @@ def check_definition(data: Any, *, kind: str | None = None) -> dict[str, Any]:
 
 
 def _moderated_team(actor: Any, team_name: str) -> Team:
-    team = get_team_for_user(actor, team_name)  # 404 for strangers
-    if not access.can_moderate_team(actor, team):
-        raise Forbidden("only the team's moderators define its scores")
-    return team
+    return moderated_team(actor, team_name, "its scores")  # 404 for strangers, 403 for readers
 
 
 def list_scores(actor: Any, team_name: str) -> list[ScoreDef]:
