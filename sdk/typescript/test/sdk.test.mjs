@@ -46,6 +46,33 @@ after(async () => {
   await live?.stop();
 });
 
+describe("scores and ratings", () => {
+  test("a moderator defines scores and rates a session with them; bad values and outsiders are refused", async () => {
+    const mod = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.mod });
+    const tone = await mod.scores.create("crew", "ts-tone", "categorical", { labels: ["warm", "cold"], description: "How it sounds" });
+    assert.deepEqual([tone.name, tone.kind, tone.labels, tone.builtIn], ["ts-tone", "categorical", ["warm", "cold"], false]);
+    const depth = await mod.scores.update("crew", "ts-tone", { labels: ["warm", "cold", "flat"] });
+    assert.deepEqual(depth.labels, ["warm", "cold", "flat"]);
+    const names = (await client.scores.list("crew")).map((s) => s.name);
+    assert.deepEqual(names.slice(0, 2), ["thumbs", "score"]);
+    assert.ok(names.includes("ts-tone"));
+    await assert.rejects(client.scores.create("crew", "mine", "boolean"), PermissionDeniedError);
+
+    const session = await mod.sessions.create({ title: "rated from TypeScript", team: "crew" });
+    const rating = await session.rate({ thumbs: false, "ts-tone": "flat" }, { comment: "meh", tags: ["ts"] });
+    assert.deepEqual(rating.scores, { thumbs: false, "ts-tone": "flat" });
+    assert.equal(rating.messageId, null);
+    await assert.rejects(session.rate({ "ts-tone": "loud" }), InvalidRequestError);
+    const { ratings, scores } = await session.ratings();
+    assert.deepEqual(ratings.map((r) => [r.author, r.comment, r.tags]), [["mod", "meh", ["ts"]]]);
+    assert.ok(scores.some((s) => s.name === "ts-tone"));
+    await mod.scores.delete("crew", "ts-tone");
+    const outsider = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.bob });
+    await assert.rejects(outsider.scores.list("crew"), NotFoundError);
+    await assert.rejects(outsider.session(session.id).ratings(), NotFoundError);
+  });
+});
+
 describe("sessions", () => {
   test("create, get, snapshot in camelCase, transcript", async () => {
     const session = await client.sessions.create({});
