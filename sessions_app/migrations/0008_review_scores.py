@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0005_decisions'),
+        ('sessions_app', '0007_mcp_approvals'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
