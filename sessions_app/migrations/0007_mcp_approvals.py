@@ -8,7 +8,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("sessions_app", "0005_decisions"),
+        ("sessions_app", "0006_mcp_servers"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
