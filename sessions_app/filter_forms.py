@@ -20,8 +20,8 @@ from django import forms
 class CutText(forms.Field):
     """Free text, cut to `limit` characters (stripped first unless `strip=False`)."""
 
-    def __init__(self, limit: int, *, strip: bool = True) -> None:
-        super().__init__(required=False)
+    def __init__(self, limit: int, *, strip: bool = True, **options: Any) -> None:
+        super().__init__(required=False, **options)
         self.limit = limit
         self.strip = strip
 
@@ -33,8 +33,8 @@ class CutText(forms.Field):
 class ChoiceOrNothing(forms.Field):
     """One of `choices`, or "" for anything else (no such filter: everything)."""
 
-    def __init__(self, choices: Iterable[str], *, strip: bool = True) -> None:
-        super().__init__(required=False)
+    def __init__(self, choices: Iterable[str], *, strip: bool = True, **options: Any) -> None:
+        super().__init__(required=False, **options)
         self.allowed = frozenset(choices)
         self.strip = strip
 
@@ -44,11 +44,30 @@ class ChoiceOrNothing(forms.Field):
         return text if text in self.allowed else ""
 
 
+class PickOne(ChoiceOrNothing):
+    """One of `options` (value, label), shown as a select whose first option, "any",
+    means no filter; anything else typed into the URL also means no filter. For the
+    names a viewer may pick from (their teams, the people whose sessions they see)."""
+
+    def __init__(self, options: Iterable[tuple[str, str]], *, blank: str = "any", **extra: Any) -> None:
+        listed = list(options)
+        super().__init__([value for value, _ in listed], widget=forms.Select(choices=[("", blank), *listed]), **extra)
+
+
+class FlagBox(forms.CheckboxInput):
+    """A checkbox that hands the submitted text to `Flag` as it came ("0" stays off)."""
+
+    def value_from_datadict(self, data: Any, files: Any, name: str) -> Any:
+        return data.get(name)
+
+
 class Flag(forms.Field):
     """A checkbox: on for "1", "on" or "true", off for anything else."""
 
-    def __init__(self) -> None:
-        super().__init__(required=False)
+    widget = FlagBox(check_test=lambda value: value in ("1", "on", "true", True))
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(required=False, **options)
 
     def to_python(self, value: Any) -> bool:
         return value in ("1", "on", "true")

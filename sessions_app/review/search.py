@@ -18,6 +18,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from django import forms
+from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import BooleanField, Exists, OuterRef, Q, QuerySet
 from django.db.models.expressions import RawSQL
@@ -26,7 +27,7 @@ from django.utils.safestring import SafeString, mark_safe
 
 from sectr.events import EventType
 from sessions_app import access
-from sessions_app.filter_forms import ChoiceOrNothing, CutText, Flag
+from sessions_app.filter_forms import CutText, Flag, PickOne
 from sessions_app.journal.projections import MARK_END, MARK_START
 from sessions_app.models import AskIndex, Envelope, Rating, SearchEntry, Session
 from sessions_app.review import scores
@@ -38,11 +39,12 @@ STATES = [s for s, _ in Session.STATUS_CHOICES]
 
 
 class SearchDate(forms.Field):
-    """`From` or `To`: a date (YYYY-MM-DD)."""
+    """`From` or `To`: a date (YYYY-MM-DD), picked with the browser's date control."""
+
+    widget = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
 
     def __init__(self, label: str) -> None:
-        super().__init__(required=False)
-        self.label = label
+        super().__init__(required=False, label=label)
 
     def to_python(self, value: Any) -> date | None:
         if not value:
@@ -53,20 +55,56 @@ class SearchDate(forms.Field):
             raise forms.ValidationError(f"{self.label} is not a date (YYYY-MM-DD); ignored") from None
 
 
-class SearchFilterForm(forms.Form):
-    """The /review/ search form (and the bulk actions that take its filters)."""
+#: At most this many people in the User select; past it the filter is a text box.
+MAX_PEOPLE = 500
 
-    q = CutText(MAX_QUERY)
-    team = CutText(100)
-    user = CutText(150)
-    state = ChoiceOrNothing(STATES)
-    model = CutText(200)
-    agent = CutText(200)
-    version = CutText(10)
-    has_asks = Flag()
-    failed = Flag()
-    score = CutText(40)
-    score_value = CutText(60)
+
+class SearchFilterForm(forms.Form):
+    """The /review/ search form (and the bulk actions that take its filters).
+
+    Given the `viewer`, Team and User are selects of the teams where they review and of
+    the people whose sessions they may review (a name not among them is no filter);
+    without one (the bulk actions re-reading a search) they are read as typed, and the
+    search itself keeps to what the viewer may review either way."""
+
+    q = CutText(MAX_QUERY, label="Search", widget=forms.TextInput(attrs={"type": "search", "maxlength": MAX_QUERY}))
+    team = CutText(100, label="Team")
+    user = CutText(150, label="User")
+    state = PickOne([(s, s) for s in STATES], label="State")
+    model = CutText(200, label="Model")
+    agent = CutText(200, label="Agent", widget=forms.TextInput(attrs={"placeholder": "team/slug"}))
+    version = CutText(
+        10, label="Version", widget=forms.TextInput(attrs={"inputmode": "numeric", "pattern": "[0-9]*", "size": 4})
+    )
+    has_asks = Flag(label="Has asks")
+    failed = Flag(label="Failed")
+    # Shown by templates/review/_score_filter.html: a select of the viewer's teams' scores.
+    score = CutText(40, label="Score")
+    score_value = CutText(60, label="Score value")
+
+    def __init__(self, *args: Any, viewer: Any = None, **kwargs: Any) -> None:
+        kwargs.setdefault("auto_id", "f-%s")
+        super().__init__(*args, **kwargs)
+        if viewer is None:
+            return
+        teams = access.teams_for(viewer, "reviewer").order_by("name").values_list("name", flat=True)
+        self.fields["team"] = PickOne([(name, name) for name in teams], label="Team")
+        owners = access.reviewable_sessions(viewer).values("owner_id")
+        people = list(
+            get_user_model()
+            .objects.filter(pk__in=owners)
+            .order_by("username")
+            .values_list("username", flat=True)[: MAX_PEOPLE + 1]
+        )
+        if len(people) <= MAX_PEOPLE:
+            self.fields["user"] = PickOne([(name, name) for name in people], label="User")
+
+    def text_fields(self) -> list[forms.BoundField]:
+        """The fields shown as label-over-control cells (the checkboxes go apart)."""
+        return [self[name] for name in self.fields if name not in ("has_asks", "failed", "score", "score_value")]
+
+    def flag_fields(self) -> list[forms.BoundField]:
+        return [self["has_asks"], self["failed"]]
 
 
 # The query string's names; `from` cannot be a class attribute's name.
@@ -96,7 +134,10 @@ class Filters:
 
     @classmethod
     def from_query(cls, params: Any) -> Filters:
-        form = SearchFilterForm(data=params)
+        return cls.from_form(SearchFilterForm(data=params))
+
+    @classmethod
+    def from_form(cls, form: SearchFilterForm) -> Filters:
         form.is_valid()  # a date that is none is dropped, and said so (`errors`)
         data = form.cleaned_data
         score, score_value, score_errors = _score_filter(data["score"], data["score_value"])
