@@ -510,3 +510,23 @@ def live_share(token: str, user: Any) -> ShareLink:
     if share.require_login and not user.is_authenticated:
         raise NotFound("no such link")
     return share
+
+
+def why_share_fails(token: str, user: Any) -> tuple[str, ShareLink | None]:
+    """Why `token` shows no transcript, for the page that says so: "revoked", "expired",
+    "stopped" (its maker may no longer share the session), "login" (it asks the viewer
+    to log in first) or "unknown" (no such link), with the link when there is one."""
+    if not isinstance(token, str) or not 16 <= len(token) <= 64:
+        return "unknown", None
+    share = ShareLink.objects.select_related("session", "created_by").filter(token=token).first()
+    if share is None:
+        return "unknown", None
+    if share.revoked_at is not None:
+        return "revoked", share
+    if not share.is_live():
+        return "expired", share
+    if not creator_still_shares(share):
+        return "stopped", share
+    if share.require_login and not user.is_authenticated:
+        return "login", share
+    return "unknown", None

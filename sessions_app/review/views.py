@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q
-from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
@@ -62,7 +62,8 @@ def _require_reviewer(request: HtmxHttpRequest) -> None:
 @require_GET
 def review(request: HtmxHttpRequest) -> HttpResponse:
     _require_reviewer(request)
-    filters = search.Filters.from_query(request.GET)
+    form = search.SearchFilterForm(data=request.GET, viewer=request.user)
+    filters = search.Filters.from_form(form)
     for error in filters.errors:
         messages.warning(request, error)
     # The list shows none of the cached projection's JSON: don't read it.
@@ -76,8 +77,8 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
         "page": page,
         "rows": [(s, found.get(s.pk), s.pk in reviewed) for s in rows],
         "filters": filters,
+        "form": form,
         "query": urlencode(filters.as_query()),
-        "states": search.STATES,
         "score_names": scores.score_names_for(request.user),
         "queues": queues,
         "is_reviewer": True,
@@ -495,12 +496,19 @@ def create_share(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @require_GET
 def shared(request: HttpRequest, token: str) -> HttpResponse:
     """A share link's page: that transcript as of the link's seq and nothing else (no
-    notes, ratings, other sessions, media or controls). 404 when revoked or expired.
-    Public by design (unless the link asks for login): the token is the credential."""
+    notes, ratings, other sessions, media or controls). Public by design (unless the
+    link asks for login): the token is the credential. A link that shows nothing
+    (revoked, expired, stopped, asking for a login, unknown) answers 404 with a plain
+    page that says which, and nothing of the session."""
     try:
         share = actions.live_share(token, request.user)
     except NotFound:
-        raise Http404("no such link") from None
+        reason, gone = actions.why_share_fails(token, request.user)
+        context = {"reason": reason, "share": gone, "login_next": request.get_full_path()}
+        response = render(request, "review/share_gone.html", context, status=404)
+        response["Cache-Control"] = "no-store"
+        response["X-Robots-Tag"] = "noindex"
+        return response
     session = share.session
     timeline = build_timeline(export.load_envelopes(session, share.seq))
     response = render(request, "review/shared.html", {"share": share, "session": session, "timeline": timeline})
