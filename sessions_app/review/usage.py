@@ -1,29 +1,44 @@
-"""/review/usage/: token usage per day, user, API token and model, with costs.
+"""/review/usage/: the usage dashboard. Tokens and cost per day (stacked by model or by
+agent), top users and agents, the time from an approval ask to a person's decision, and
+the runs that failed; then every breakdown as a table (per day, user, API token, model
+and agent).
 
 Aggregated by the database from UsageDaily (the rollup the journal keeps, one row per
-day, owner, token and model), never by folding journals: the page costs a few GROUP BY
-queries over a table that grows with days x users x models, not with envelopes. Costs
-multiply the sums by ModelPrice (per million tokens, set in the admin). Charts are
-server-rendered SVG bars: the only arithmetic is scaling each bar to the largest one.
+day, owner, token, model and agent), never by folding journals: the page costs a fixed
+number of GROUP BY queries over a table that grows with days x users x models, not with
+envelopes. Costs multiply the sums by ModelPrice (per million tokens, set in the admin).
+Asks come from the moderation audit (AuditEntry), failures from Run.
+
+The charts are server-rendered SVG (no script, nothing for the CSP to refuse): a column
+per day whose segments are scaled to a rounded-up maximum, drawn in a 100-unit-high
+viewBox that stretches to the panel's width; the axis labels are HTML beside it, so
+they keep their size on a phone. Each chart has a table view for screen readers.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from sessions_app import access
-from sessions_app.models import Agent, ApiToken, ModelPrice, Team, UsageDaily
+from sessions_app.models import Agent, ApiToken, AuditEntry, ModelPrice, Run, Team, UsageDaily
+from sessions_app.moderation.audit import percentile
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
 BAR_WIDTH = 400  # px of the longest bar
+#: The chart's colours (static/layout.css .series-N): the largest this many - 1 series
+#: by tokens get their own, the rest share the last as "other".
+SERIES = 8
+TOP = 5  # rows in "top users" and "top agents"
+LATEST_FAILURES = 5
+STACK_BY = ("model", "agent")
 
 
 @dataclass
@@ -41,6 +56,71 @@ class UsageRow:
 
 
 @dataclass
+class Segment:
+    series: int  # the colour (.series-N) and the legend entry
+    tokens: int
+    y: float  # viewBox units from the top (100 high)
+    height: float
+
+
+@dataclass
+class DayColumn:
+    day: date
+    tokens: int
+    cost: Decimal | None
+    x: float  # viewBox units from the left (10 a day)
+    segments: list[Segment] = field(default_factory=list)
+    cost_y: float = 100.0
+    cost_height: float = 0.0
+    by_series: list[int] = field(default_factory=list)  # tokens per legend entry (the table view)
+
+
+@dataclass
+class Chart:
+    """Days as stacked columns in a viewBox `width` x 100, and what labels it."""
+
+    series: list[str]
+    columns: list[DayColumn]
+    ceiling: int  # tokens at the top of the axis
+    cost_ceiling: Decimal
+    day_labels: list[str]
+
+    @property
+    def width(self) -> int:
+        return 10 * len(self.columns)
+
+    @property
+    def ticks(self) -> list[str]:
+        """The token axis, top to bottom."""
+        return [short_number(self.ceiling * n // 4) for n in (4, 3, 2, 1, 0)]
+
+    @property
+    def cost_ticks(self) -> list[str]:
+        return [f"{self.cost_ceiling * n / 4:.2f}" for n in (4, 3, 2, 1, 0)]
+
+    @property
+    def used_days(self) -> list[DayColumn]:
+        """The days with any usage (the table view leaves the others out)."""
+        return [column for column in self.columns if column.tokens]
+
+
+@dataclass
+class AskTiming:
+    decided: int  # by a person
+    by_rule: int
+    expired: int
+    median_seconds: float | None
+    p90_seconds: float | None
+
+
+@dataclass
+class RunFailures:
+    finished: int
+    failed: int
+    latest: list[Run]
+
+
+@dataclass
 class UsageReport:
     date_from: date
     date_to: date
@@ -54,6 +134,48 @@ class UsageReport:
     currency: str = "USD"
     errors: list[str] = field(default_factory=list)
     bar_width: int = BAR_WIDTH
+    by: str = "model"
+    chart: Chart | None = None
+    has_prices: bool = False
+    asks: AskTiming | None = None
+    runs: RunFailures | None = None
+    teams: list[str] = field(default_factory=list)
+
+    @property
+    def used_days(self) -> list[UsageRow]:
+        """The per-day rows with any usage (a month of zeros says nothing)."""
+        return [row for row in self.by_day if row.total or row.messages]
+
+    @property
+    def top_users(self) -> list[UsageRow]:
+        return self.by_user[:TOP]
+
+    @property
+    def top_agents(self) -> list[UsageRow]:
+        return self.by_agent[:TOP]
+
+    @property
+    def empty(self) -> bool:
+        return self.total is None or self.total.total == 0
+
+
+def short_number(value: int) -> str:
+    """1234 -> "1.2k", 2500000 -> "2.5M": the axis labels."""
+    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if abs(value) >= size:
+            return f"{value / size:.1f}".rstrip("0").rstrip(".") + suffix
+    return str(value)
+
+
+def nice_ceiling(value: float) -> float:
+    """The smallest of 1, 2, 2.5, 5 x 10^n at or above `value` (an axis's top)."""
+    if value <= 0:
+        return 1
+    power = 10 ** max(0, len(str(int(value))) - 1)
+    for step in (1, 2, 2.5, 5, 10):
+        if step * power >= value:
+            return step * power
+    return 10 * power  # pragma: no cover - the loop ends at 10 x power
 
 
 def _date(value: Any, default: date, errors: list[str], label: str) -> date:
@@ -123,6 +245,138 @@ def _agent_label(key: str) -> str:
     return f"{agent} v{version}" if agent is not None else f"{agent_id} v{version} (deleted)"
 
 
+def _day_labels(first: date, last: date) -> list[str]:
+    """At most five dates under the chart, evenly spread: the first, the last, between."""
+    span = (last - first).days
+    count = min(5, span + 1)
+    if count == 1:
+        return [first.strftime("%b %d")]
+    return [(first + timedelta(days=round(span * n / (count - 1)))).strftime("%b %d") for n in range(count)]
+
+
+DaySums = dict[date, tuple[int, int, int, Decimal | None]]
+
+
+def _stacked_chart(
+    rows: QuerySet[UsageDaily], by: str, date_from: date, date_to: date, prices: dict[str, ModelPrice]
+) -> tuple[Chart, DaySums]:
+    """Tokens per day stacked by model or agent, cost per day, and each day's sums (input,
+    output, messages, cost) for the per-day table: one GROUP BY."""
+    key = "model" if by == "model" else "agent_key"
+    fields = ("day", key) if key == "model" else ("day", key, "model")
+    sums = rows.values(*fields).annotate(i=Sum("input_tokens"), o=Sum("output_tokens"), m=Sum("messages")).order_by()
+    days: dict[date, list[Any]] = {}
+    per_day: dict[date, dict[str, int]] = {}
+    costs: dict[date, Decimal] = {}
+    totals: dict[str, int] = {}
+    for row in sums:
+        tokens = (row["i"] or 0) + (row["o"] or 0)
+        name = str(row[key])
+        per_day.setdefault(row["day"], {}).setdefault(name, 0)
+        per_day[row["day"]][name] += tokens
+        totals[name] = totals.get(name, 0) + tokens
+        cost = _cost(prices, row["model"], row["i"] or 0, row["o"] or 0)
+        sums_of_day = days.setdefault(row["day"], [0, 0, 0, None])
+        sums_of_day[0] += row["i"] or 0
+        sums_of_day[1] += row["o"] or 0
+        sums_of_day[2] += row["m"] or 0
+        if cost is not None:
+            costs[row["day"]] = costs.get(row["day"], Decimal(0)) + cost
+            sums_of_day[3] = costs[row["day"]]
+    ranked = sorted(totals, key=lambda name: (-totals[name], name))
+    own = ranked if len(ranked) <= SERIES else ranked[: SERIES - 1]
+    index = {name: n for n, name in enumerate(own)}
+    labels = [name if key == "model" else _agent_label(name) for name in own]
+    if len(ranked) > len(own):
+        labels.append("other")
+    columns = []
+    span = (date_to - date_from).days + 1
+    for n in range(span):
+        day = date_from + timedelta(days=n)
+        stack: dict[int, int] = {}
+        for name, tokens in per_day.get(day, {}).items():
+            series = index.get(name, len(own))
+            stack[series] = stack.get(series, 0) + tokens
+        columns.append(
+            DayColumn(
+                day,
+                sum(stack.values()),
+                costs.get(day),
+                10 * n,
+                [Segment(s, t, 0, 0) for s, t in sorted(stack.items())],
+            )
+        )
+    ceiling = int(nice_ceiling(max((c.tokens for c in columns), default=0)))
+    cost_ceiling = Decimal(str(nice_ceiling(float(max((c.cost or 0 for c in columns), default=0)))))
+    for column in columns:
+        amounts = dict((segment.series, segment.tokens) for segment in column.segments)
+        column.by_series = [amounts.get(n, 0) for n in range(len(labels))]
+        top = 100.0
+        for segment in column.segments:
+            segment.height = 100 * segment.tokens / ceiling
+            top -= segment.height
+            segment.y = top
+        if column.cost:
+            column.cost_height = float(100 * column.cost / cost_ceiling)
+            column.cost_y = 100 - column.cost_height
+    chart = Chart(labels, columns, ceiling, cost_ceiling, _day_labels(date_from, date_to))
+    return chart, {day: (i, o, m, c) for day, (i, o, m, c) in days.items()}
+
+
+def _scope_sessions(user: Any, team: str) -> Any:
+    sessions = access.reviewable_sessions(user)
+    return sessions.filter(team__name=team) if team else sessions
+
+
+def _range(date_from: date, date_to: date) -> tuple[datetime, datetime]:
+    return datetime.combine(date_from, time.min, tzinfo=UTC), datetime.combine(
+        date_to + timedelta(days=1), time.min, tzinfo=UTC
+    )
+
+
+def _ask_timing(user: Any, team: str, date_from: date, date_to: date) -> AskTiming:
+    """How long asks waited for a person's decision (median, 90th percentile), and how
+    many a rule decided at once or the expiry policy denied, over asks ended in the range."""
+    start, end = _range(date_from, date_to)
+    ended = AuditEntry.objects.filter(
+        session__in=_scope_sessions(user, team).values("pk"),
+        kind__in=AuditEntry.VERDICT_KINDS,
+        at__gte=start,
+        at__lt=end,
+    ).order_by()
+    seconds: list[float] = []
+    counts = {kind: 0 for kind in AuditEntry.VERDICT_KINDS}
+    for kind, waited in ended.values_list("kind", "seconds_to_decide").iterator():
+        counts[kind] += 1
+        if kind == AuditEntry.DECISION and waited is not None:
+            seconds.append(float(waited))
+    seconds.sort()
+    return AskTiming(
+        counts[AuditEntry.DECISION],
+        counts[AuditEntry.RULE],
+        counts[AuditEntry.EXPIRY],
+        percentile(seconds, 0.5),
+        percentile(seconds, 0.9),
+    )
+
+
+def _run_failures(user: Any, team: str, date_from: date, date_to: date) -> RunFailures:
+    start, end = _range(date_from, date_to)
+    finished = Run.objects.filter(
+        session__in=_scope_sessions(user, team).values("pk"), finished_at__gte=start, finished_at__lt=end
+    )
+    counts = dict(
+        finished.filter(status__in=Run.FINISHED_STATUSES)
+        .values_list("status")
+        .annotate(n=Count("pk"))
+        .order_by()
+        .values_list("status", "n")
+    )
+    failed = finished.filter(status=Run.FAILED).select_related("session").order_by("-finished_at")
+    latest = list(failed[:LATEST_FAILURES]) if counts.get(Run.FAILED) else []
+    return RunFailures(sum(counts.values()), counts.get(Run.FAILED, 0), latest)
+
+
 def build_report(user: Any, params: Any) -> UsageReport:
     today = timezone.now().date()
     errors: list[str] = []
@@ -133,14 +387,21 @@ def build_report(user: Any, params: Any) -> UsageReport:
     if (date_to - date_from).days >= MAX_DAYS:
         date_from = date_to - timedelta(days=MAX_DAYS - 1)
         errors.append(f"the range is at most {MAX_DAYS} days")
+    teams = list(access.teams_for(user, "reviewer").order_by("name").values_list("name", flat=True))
     team = str(params.get("team", "")).strip()[:100]
-    report = UsageReport(date_from, date_to, team, errors=errors)
+    if team not in teams:
+        team = ""  # not a team the viewer reviews: no filter (their own usage still shows)
+    by = str(params.get("by", "")) if params.get("by") in STACK_BY else "model"
+    report = UsageReport(date_from, date_to, team, errors=errors, by=by, teams=teams)
     rows = usage_rows(user, date_from, date_to, team)
     prices = _prices()
+    report.has_prices = bool(prices)
     if prices:
         report.currency = next(iter(prices.values())).currency
+    report.chart, days = _stacked_chart(rows, by, date_from, date_to, prices)
+    report.asks = _ask_timing(user, team, date_from, date_to)
+    report.runs = _run_failures(user, team, date_from, date_to)
 
-    days = {d: (i, o, m, c) for d, i, o, m, c in _grouped(rows, "day", prices)}
     span = (date_to - date_from).days + 1
     report.by_day = _scaled(
         [
