@@ -165,6 +165,7 @@
       button.dataset.copyCode = "1";
       wrap.appendChild(button);
     });
+    labelCells(root);
     // A region that scrolls sideways must be reachable by keyboard to be scrolled.
     root.querySelectorAll(".table-scroll:not([tabindex]), main table:not([tabindex]), main pre:not([tabindex])").forEach(function (region) {
       if (region.scrollWidth > region.clientWidth) region.tabIndex = 0;
@@ -172,6 +173,28 @@
     updateTimes(root);
     updateDeadlines(root);
     localTimes(root);
+  }
+
+  // A table with column headers becomes one card per row on a phone (static/layout.css):
+  // each cell gets its column's name as data-label, shown before it. A cell that spans
+  // columns (an "empty" row) gets none; markdown tables in messages stay tables.
+  function labelCells(root) {
+    const tables = root.matches && root.matches("main table") ? [root] : root.querySelectorAll("main table");
+    tables.forEach(function (table) {
+      if (table.closest(".md") || table.dataset.noCards !== undefined) return;
+      const heads = table.querySelectorAll(":scope > thead > tr > th");
+      if (!heads.length) return;
+      const names = Array.prototype.map.call(heads, function (th) {
+        return th.textContent.trim();
+      });
+      table.querySelectorAll(":scope > tbody > tr, :scope > tfoot > tr").forEach(function (row) {
+        Array.prototype.forEach.call(row.children, function (cell, index) {
+          if (cell.hasAttribute("data-label")) return;
+          cell.dataset.label = cell.colSpan > 1 ? "" : names[index] || "";
+        });
+      });
+      table.classList.add("cards");
+    });
   }
 
   const MINUTE = 60 * 1000;
@@ -282,7 +305,8 @@
       } else {
         source = document.getElementById(copy.dataset.copy);
       }
-      if (source) copyText(source.innerText.replace(/\n$/, ""), copy);
+      const field = source instanceof HTMLInputElement || source instanceof HTMLTextAreaElement;
+      if (source) copyText(field ? source.value : source.innerText.replace(/\n$/, ""), copy);
       return;
     }
     const edit = target.closest("button[data-edit]");
@@ -469,6 +493,11 @@
   function start() {
     document.addEventListener("click", onClick);
     watchRefusals();
+    // A form with data-confirm asks first (revoking a share link, say); Cancel sends nothing.
+    document.addEventListener("submit", function (event) {
+      const form = event.target instanceof HTMLFormElement ? event.target : null;
+      if (form && form.dataset.confirm && !window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
     document.addEventListener("keydown", onKeydown);
     showTheme();
     if (recall("sectr-sidebar") === "collapsed") {
