@@ -1,6 +1,7 @@
 """Team review in Chromium: a reviewer searches, opens a transcript, rates a message and
 the session, queues the results and works through them, exports JSON and Markdown,
-creates a share link that an anonymous browser opens, then revokes it (404 after)."""
+creates a share link that an anonymous browser opens, then revokes it (after a yes to
+"Revoke this share link?"; the link then answers 404 with a page that says it was revoked)."""
 
 from __future__ import annotations
 
@@ -108,9 +109,11 @@ def test_a_reviewer_finds_rates_queues_exports_and_shares(page: Page, browser: B
     assert response is not None and response.status == 200
     expect(stranger.locator("[data-role=assistant]")).to_contain_text("You said:")
     expect(stranger.locator("body")).not_to_contain_text("fine overall")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Revoke this share link?"
     page.get_by_role("button", name="Revoke").first.click()
     expect(page.locator("tbody tr").first).to_contain_text("revoked")
     response = stranger.goto(share_url)
     assert response is not None and response.status == 404
+    expect(stranger.get_by_role("heading", level=1)).to_have_text("This share link was revoked")
     expect(stranger.locator("body")).not_to_contain_text("You said:")
     anonymous.close()
