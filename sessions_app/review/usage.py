@@ -17,6 +17,7 @@ they keep their size on a phone. Each chart has a table view for screen readers.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -81,8 +82,8 @@ class Chart:
 
     series: list[str]
     columns: list[DayColumn]
-    ceiling: int  # tokens at the top of the axis
-    cost_ceiling: Decimal
+    ceiling: float  # tokens at the top of the axis
+    cost_ceiling: float
     day_labels: list[str]
 
     @property
@@ -92,11 +93,11 @@ class Chart:
     @property
     def ticks(self) -> list[str]:
         """The token axis, top to bottom."""
-        return [short_number(self.ceiling * n // 4) for n in (4, 3, 2, 1, 0)]
+        return [short_number(self.ceiling * n / 4) for n in (4, 3, 2, 1, 0)]
 
     @property
     def cost_ticks(self) -> list[str]:
-        return [f"{self.cost_ceiling * n / 4:.2f}" for n in (4, 3, 2, 1, 0)]
+        return [f"{round(self.cost_ceiling * n / 4, 6):g}" for n in (4, 3, 2, 1, 0)]
 
     @property
     def used_days(self) -> list[DayColumn]:
@@ -159,21 +160,24 @@ class UsageReport:
         return self.total is None or self.total.total == 0
 
 
-def short_number(value: int) -> str:
-    """1234 -> "1.2k", 2500000 -> "2.5M": the axis labels."""
-    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
-        if abs(value) >= size:
+def short_number(value: float) -> str:
+    """1234 -> "1.2k", 2500000 -> "2.5M", 12.5 -> "12.5": the axis labels."""
+    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k"), (1, "")):
+        if abs(value) >= size or size == 1:
             return f"{value / size:.1f}".rstrip("0").rstrip(".") + suffix
-    return str(value)
+    return str(value)  # pragma: no cover - the loop returns at size 1
 
 
-def nice_ceiling(value: float) -> float:
-    """The smallest of 1, 2, 2.5, 5 x 10^n at or above `value` (an axis's top)."""
-    if value <= 0:
-        return 1
-    power = 10 ** max(0, len(str(int(value))) - 1)
-    for step in (1, 2, 2.5, 5, 10):
-        if step * power >= value:
+def nice_step(largest: float) -> float:
+    """A quarter of the axis: the smallest round step (1, 1.5, 2, 2.5, 3, 4, 5, 6 or 8
+    x 10^n) whose four steps reach `largest`, so the axis reads 0, 15, 30, 45, 60 and
+    the tallest column fills most of it."""
+    if largest <= 0:
+        return 0.25
+    quarter = largest / 4
+    power = 10 ** math.floor(math.log10(quarter))
+    for step in (1, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10):
+        if step * power >= quarter:
             return step * power
     return 10 * power  # pragma: no cover - the loop ends at 10 x power
 
@@ -306,8 +310,8 @@ def _stacked_chart(
                 [Segment(s, t, 0, 0) for s, t in sorted(stack.items())],
             )
         )
-    ceiling = int(nice_ceiling(max((c.tokens for c in columns), default=0)))
-    cost_ceiling = Decimal(str(nice_ceiling(float(max((c.cost or 0 for c in columns), default=0)))))
+    ceiling = 4 * max(1.0, nice_step(max((c.tokens for c in columns), default=0)))  # whole tokens
+    cost_ceiling = 4 * nice_step(float(max((c.cost or 0 for c in columns), default=0)))
     for column in columns:
         amounts = dict((segment.series, segment.tokens) for segment in column.segments)
         column.by_series = [amounts.get(n, 0) for n in range(len(labels))]
@@ -317,7 +321,7 @@ def _stacked_chart(
             top -= segment.height
             segment.y = top
         if column.cost:
-            column.cost_height = float(100 * column.cost / cost_ceiling)
+            column.cost_height = 100 * float(column.cost) / cost_ceiling
             column.cost_y = 100 - column.cost_height
     chart = Chart(labels, columns, ceiling, cost_ceiling, _day_labels(date_from, date_to))
     return chart, {day: (i, o, m, c) for day, (i, o, m, c) in days.items()}

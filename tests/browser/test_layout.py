@@ -228,6 +228,7 @@ def serious_violations(page: Page) -> list[str]:
 
 CRAMPED = """() => [...document.querySelectorAll('main table th, main table td')]
     .filter(cell => cell.offsetParent !== null && cell.textContent.trim().length >= 4)
+    .filter(cell => !cell.closest('thead') || cell.closest('thead').getBoundingClientRect().width > 2)
     .filter(cell => cell.getBoundingClientRect().width < 80)
     .slice(0, 6)
     .map(cell => cell.tagName.toLowerCase() + ' "' + cell.textContent.trim().slice(0, 20) + '" '
