@@ -124,3 +124,56 @@ def test_the_creator_still_revokes_their_own_link_after_leaving_the_team(cast: C
     Membership.objects.filter(user=cast.people["creator"]).delete()
     assert logged_in(cast.people["creator"]).post(f"/settings/shares/{cast.share.pk}/revoke").status_code == 302
     assert ShareLink.objects.get(pk=cast.share.pk).revoked_at is not None
+
+
+# ---- what a link that shows nothing says ----
+
+
+def _gone(client: Client, link: str) -> str:
+    page = client.get(link)
+    assert page.status_code == 404
+    assert page["Cache-Control"] == "no-store"
+    text = page.content.decode()
+    assert "alpha transcript" not in text
+    return text
+
+
+def test_a_revoked_link_says_it_was_revoked(cast: Cast) -> None:
+    actions.do_revoke_share(cast.people["creator"], cast.share.pk)
+    assert "This share link was revoked" in _gone(Client(), cast.link())
+
+
+def test_an_expired_link_says_it_expired_and_when(cast: Cast) -> None:
+    ShareLink.objects.filter(pk=cast.share.pk).update(expires_at="2026-01-02T03:04:00Z")
+    text = _gone(Client(), cast.link())
+    assert "This share link has expired" in text and "2026-01-02 03:04" in text
+
+
+def test_a_link_whose_maker_left_says_it_no_longer_works(cast: Cast) -> None:
+    Membership.objects.filter(user=cast.people["creator"]).delete()
+    assert "This share link no longer works" in _gone(Client(), cast.link())
+
+
+def test_a_link_for_signed_in_readers_offers_a_log_in_that_comes_back(cast: Cast) -> None:
+    ShareLink.objects.filter(pk=cast.share.pk).update(require_login=True)
+    text = _gone(Client(), cast.link())
+    assert "Log in to read this shared conversation" in text
+    assert f'href="/accounts/login/?next=/share/{cast.share.token}/"' in text.replace("%2F", "/")
+    assert logged_in(cast.people["outsider"]).get(cast.link()).status_code == 200
+
+
+@pytest.mark.parametrize("token", ["x" * 32, "short", "y" * 65])
+def test_an_unknown_link_says_there_is_no_such_link(cast: Cast, token: str) -> None:
+    assert "No such share link" in _gone(Client(), f"/share/{token}/")
+
+
+def test_refusals_are_pages_of_the_site_with_their_reason(cast: Cast) -> None:
+    outsider = logged_in(cast.people["outsider"])
+    refused = outsider.get("/review/")
+    assert refused.status_code == 403
+    text = refused.content.decode()
+    assert "Not allowed" in text and "Team review is for reviewers and moderators of a team" in text
+    assert 'aria-label="Main"' in text  # the site's menu, not a bare error
+    missing = outsider.get(f"/sessions/{cast.session.pk}/")
+    assert missing.status_code == 404 and "Nothing here" in missing.content.decode()
+    assert "alpha transcript" not in missing.content.decode()
