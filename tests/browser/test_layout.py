@@ -36,6 +36,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
+from tests.browser.test_team_pages import serious_violations
 from tests.liveserver import ROOT, LiveSectr
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
@@ -210,20 +211,6 @@ def signed_in(browser: Browser, live: LiveSectr, role: str, viewport: dict[str, 
     if role in USERS:
         log_in(page, USERS[role])
     return page
-
-
-def serious_violations(page: Page) -> list[str]:
-    # From the same origin, as a file: the pages' CSP refuses inline scripts.
-    page.add_script_tag(url="/static/vendor/axe.min.js")
-    found = page.evaluate(
-        """async () => {
-            const result = await axe.run(document, {resultTypes: ['violations']});
-            return result.violations
-                .filter(v => v.impact === 'serious' || v.impact === 'critical')
-                .map(v => v.id + ': ' + v.nodes.slice(0, 3).map(n => n.target.join(' ')).join(' | '));
-        }"""
-    )
-    return list(found)
 
 
 CRAMPED = """() => [...document.querySelectorAll('main table th, main table td')]
