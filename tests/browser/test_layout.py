@@ -466,6 +466,9 @@ def test_in_the_dark_theme_the_file_picker_and_search_inputs_are_themed(
         assert rgb(page, selector, "", "color") == "rgb(230, 233, 239)", selector  # --fg
     page.goto("/review/usage/")
     assert rgb(page, "#u-from") == "rgb(18, 21, 28)"
+    # An input without a type (the audit's and the rules' text boxes) too.
+    page.goto("/approvals/audit/")
+    assert rgb(page, "input[name=actor]") == "rgb(18, 21, 28)"
     page.context.close()
 
 
