@@ -9,9 +9,11 @@ import pytest
 from django.http import QueryDict
 
 from sectr.errors import ValidationFailed
+from sessions_app.models import Membership, Session, Team
 from sessions_app.moderation.audit import AuditFilters
 from sessions_app.moderation.queue import QueueFilters
-from sessions_app.review.search import Filters
+from sessions_app.review.search import Filters, SearchFilterForm
+from tests.server.conftest import make_user
 
 
 def test_the_queue_cuts_long_names_and_drops_an_unknown_age() -> None:
@@ -49,3 +51,25 @@ def test_the_search_ignores_what_it_cannot_read_and_says_so() -> None:
     assert filters.errors == ["From is not a date (YYYY-MM-DD); ignored", "To is not a date (YYYY-MM-DD); ignored"]
     good = Filters.from_query({"from": "2026-01-02", "state": "failed", "q": "x" * 300})
     assert (good.date_from, good.state, len(good.q), good.errors) == (date(2026, 1, 2), "failed", 200, [])
+
+
+@pytest.mark.django_db
+def test_the_search_offers_as_team_and_user_only_what_the_viewer_may_review() -> None:
+    ours, theirs = Team.objects.create(name="ours"), Team.objects.create(name="theirs")
+    reviewer, colleague, stranger = make_user("rev"), make_user("colleague"), make_user("stranger")
+    Membership.objects.create(team=ours, user=reviewer, role="reviewer")
+    Membership.objects.create(team=ours, user=colleague, role="member")
+    Membership.objects.create(team=theirs, user=stranger, role="member")
+    Session.objects.create(owner=colleague, team=ours)
+    Session.objects.create(owner=stranger, team=theirs)
+
+    form = SearchFilterForm(data=QueryDict("team=theirs&user=stranger&state=failed"), viewer=reviewer)
+    html = str(form["team"]) + str(form["user"])
+    assert '<select name="team" id="f-team">' in html and '<option value="ours">ours</option>' in html
+    assert 'value="theirs"' not in html
+    assert '<option value="colleague">colleague</option>' in html and "stranger</option>" not in html
+    # A team or person the viewer may not see is no filter at all.
+    filters = Filters.from_form(form)
+    assert (filters.team, filters.user, filters.state) == ("", "", "failed")
+    picked = Filters.from_form(SearchFilterForm(data=QueryDict("team=ours&user=colleague"), viewer=reviewer))
+    assert (picked.team, picked.user) == ("ours", "colleague")
