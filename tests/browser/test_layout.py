@@ -255,8 +255,6 @@ def test_on_a_phone_tables_are_cards_with_no_column_one_letter_wide(
     box = row.bounding_box()
     assert box is not None and box["width"] > 300
     page.screenshot(path=str(SHOTS / "review-phone.png"), full_page=True)
-    page.goto("/settings/shares/")
-    page.screenshot(path=str(SHOTS / "shares-phone.png"), full_page=True)
     page.context.close()
 
 
@@ -371,6 +369,14 @@ def test_share_links_copy_and_revoke_only_after_a_yes(browser: Browser, live: Li
     row.get_by_role("button", name="Copy link").click()
     expect(row.get_by_role("button", name="Copy link")).to_have_class("copy copied")
     assert page.evaluate("navigator.clipboard.readText()").endswith(f"/share/{team.live_share}/")
+    # Only a link that can still work offers Copy and Revoke.
+    expired = page.locator(f"tr:has(input[value$='/share/{team.expired_share}/'])")
+    expect(expired).to_contain_text("expired")
+    expect(expired.get_by_role("button")).to_have_count(0)
+    page.screenshot(path=str(SHOTS / "shares.png"), full_page=True)
+    page.set_viewport_size(PHONE)
+    page.screenshot(path=str(SHOTS / "shares-phone.png"), full_page=True)
+    page.set_viewport_size(DESKTOP)
 
     asked: list[str] = []
 
@@ -388,6 +394,7 @@ def test_share_links_copy_and_revoke_only_after_a_yes(browser: Browser, live: Li
     response = page.goto(f"/share/{team.live_share}/")
     assert response is not None and response.status == 404
     expect(page.get_by_role("heading", level=1)).to_have_text("This share link was revoked")
+    page.screenshot(path=str(SHOTS / "share-revoked.png"), full_page=False)
     page.context.close()
 
 
