@@ -111,7 +111,8 @@ def team(live: LiveSectr, browser: Browser) -> Team:
     send(page, "tell me about the supercalifragilisticexpialidocious_long_identifier_that_never_breaks in prose")
     expect(page.locator("[data-role=assistant]").last).to_contain_text("You said:")
     new_session(page, team=TEAM)
-    send(page, "note: check the layout of the approval card")
+    # A title with a word longer than the screen (the approval card links to it).
+    send(page, "note: check_the_layout_of_the_approval_card_" + "x" * 150)
     expect(page.locator("[data-role=approval]")).to_have_count(1)
     context.close()
     made = json.loads(live.manage("shell", "-c", DATA % names).strip().splitlines()[-1])
