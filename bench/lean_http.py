@@ -87,17 +87,26 @@ class LeanClient:
         reader, writer = await asyncio.open_connection(self.host, self.port)
         return _Connection(reader, writer)
 
-    def _request_bytes(self, method: str, path: str, body: bytes, content_type: str | None) -> bytes:
+    def _request_bytes(
+        self, method: str, path: str, body: bytes, content_type: str | None, headers: Mapping[str, str] | None = None
+    ) -> bytes:
         lines = [f"{method} {path} HTTP/1.1", f"Host: {self.authority}", f"Content-Length: {len(body)}"]
         if content_type:
             lines.append(f"Content-Type: {content_type}")
-        lines += [f"{name}: {value}" for name, value in self.headers.items()]
+        lines += [f"{name}: {value}" for name, value in {**self.headers, **(headers or {})}.items()]
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
 
     @asynccontextmanager
     async def stream(
-        self, method: str, path: str, *, data: Mapping[str, str] | None = None, json_body: object = None
+        self,
+        method: str,
+        path: str,
+        *,
+        data: Mapping[str, str] | None = None,
+        json_body: object = None,
+        headers: Mapping[str, str] | None = None,
     ) -> AsyncIterator[tuple[int, dict[str, str], AsyncIterator[bytes]]]:
+        """One request; `headers` are added to (or override) the client's own."""
         body, content_type = b"", None
         if data is not None:
             body, content_type = urlencode(data).encode(), "application/x-www-form-urlencoded"
@@ -107,7 +116,7 @@ class LeanClient:
             connection = await self._connection()
             reusable = False
             try:
-                connection.writer.write(self._request_bytes(method, path, body, content_type))
+                connection.writer.write(self._request_bytes(method, path, body, content_type, headers))
                 status, headers = await connection.head()
                 yield status, headers, connection.chunks(headers)
                 reusable = connection.body_read and headers.get("connection", "").lower() != "close"
