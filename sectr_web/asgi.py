@@ -19,17 +19,26 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
+from sectr_web.middleware import ApiASGIHandler, is_api_request  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
 from sessions_app.approval_service.server import ENDPOINT as MCP_ENDPOINT  # noqa: E402
 from sessions_app.journal.publish import adopt_server_loop  # noqa: E402
 from sessions_app.worker import start_embedded_worker  # noqa: E402
 
+pages_app = ASGIStaticFilesHandler(django_asgi_app)
+api_app = ApiASGIHandler()  # the API's short middleware chain (sectr_web.middleware)
+
+
+async def http_app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    await (api_app if is_api_request(scope) else pages_app)(scope, receive, send)
+
+
 router = ProtocolTypeRouter(
     {
         # The embedded default serves its own static files (no web server in front).
         # Bodies over SECTR_MAX_REQUEST_BYTES get 413 before Django spools them.
-        "http": RequestBodyLimit(ASGIStaticFilesHandler(django_asgi_app)),
+        "http": RequestBodyLimit(http_app),
         # The Origin must be the site's own, port included (as CSRF checks it).
         "websocket": SameOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }

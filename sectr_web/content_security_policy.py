@@ -17,9 +17,11 @@ middleware is all it takes and adds no dependency.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.utils.deprecation import MiddlewareMixin
 
-from django.http import HttpRequest, HttpResponse
+from sectr_web.middleware import InlineMiddlewareMixin
 
 POLICY = "; ".join(
     [
@@ -39,11 +41,9 @@ POLICY = "; ".join(
 )
 
 
-class ContentSecurityPolicy:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+class ContentSecurityPolicy(InlineMiddlewareMixin, MiddlewareMixin):
+    """Sets the policy on every response; on the event loop under ASGI (no thread hop)."""
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
-        response = self.get_response(request)
+    def process_response(self, request: HttpRequest, response: HttpResponseBase) -> HttpResponseBase:
         response.headers.setdefault("Content-Security-Policy", POLICY)
         return response

@@ -174,19 +174,21 @@ INSTALLED_APPS = [
     "sessions_app",
 ]
 
+# Django's Security, Common and XFrameOptions middleware as sectr_web.middleware runs them:
+# on the event loop, not a thread hop each. The API has its own shorter chain there.
 MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
+    "sectr_web.middleware.SecurityMiddleware",
     # Scripts from static/ only, no inline script (sectr_web/content_security_policy.py).
     "sectr_web.content_security_policy.ContentSecurityPolicy",
     # NUL and lone surrogates in a path, query string, cookie or page form: 400 before
     # anything (the session lookup, APPEND_SLASH, a view) reads them.
     "sessions_app.input_checks.RefuseUnstorableText",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "sectr_web.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "sectr_web.middleware.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # A refused htmx action answers with its message for #flash, not an error page.
     "sessions_app.web.HtmxRefusals",

@@ -13,7 +13,9 @@ ASCII digits.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, JsonResponse
 
 MAX_NUMBER_DIGITS = 12
@@ -48,13 +50,35 @@ class RefuseUnstorableText:
     body itself, under its own size limits, and check_text checks it).
     """
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
+    sync_capable = True
+    async_capable = True
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:  # Django then calls it as a coroutine function, with no thread hop
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self.__acall__(request)
+        refused = self.refused(request)
+        return refused if refused is not None else self.get_response(request)
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponse:
+        if request.method == "POST" and not request.path_info.startswith(API_PREFIX):
+            # A page form is parsed to be checked (uploads may be written to disk): in
+            # a thread, as Django runs sync middleware. Anything else on the event loop.
+            refused = await sync_to_async(self.refused)(request)
+        else:
+            refused = self.refused(request)
+        return refused if refused is not None else await self.get_response(request)
+
+    def refused(self, request: HttpRequest) -> HttpResponse | None:
+        """The 400 for a request with unstorable text, or None."""
         reason = self.refusal(request)
         if reason is None:
-            return self.get_response(request)
+            return None
         if request.path_info.startswith(API_PREFIX):
             return JsonResponse({"error": {"code": "invalid_unicode", "message": reason}}, status=400)
         return HttpResponseBadRequest(reason, content_type="text/plain; charset=utf-8")

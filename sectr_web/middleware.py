@@ -1,0 +1,95 @@
+"""Middleware without thread hops, and the API's own short chain.
+
+Under ASGI Django runs a middleware's sync code in a thread: a `MiddlewareMixin` hops to
+a thread and back for each of its process_request and process_response, and a plain sync
+middleware (a `__call__` only) sends the rest of the chain through async_to_sync. With
+the default chain that was about fourteen hops a request, most of a Daphne's CPU for the
+API's requests (py-spy under bench/peers.py, production topology, N=100: "request
+machinery" was 47% of both Daphnes, beside 17-25% for the streams themselves).
+
+* `InlineMiddlewareMixin` runs a `MiddlewareMixin`'s hooks on the event loop, for hooks
+  that do no I/O (headers, redirects): Django's SecurityMiddleware, CommonMiddleware and
+  XFrameOptionsMiddleware below, in settings.MIDDLEWARE in place of Django's.
+* `ApiASGIHandler` serves /api/ with `API_MIDDLEWARE`: the same headers and input checks
+  as every response, without the cookie session, CSRF, login user, messages and htmx
+  middleware, which a bearer-token API never reads (its views take the token's user).
+  sectr_web.asgi sends /api/ paths to it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.exception import convert_exception_to_response
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
+from django.middleware.clickjacking import XFrameOptionsMiddleware as DjangoXFrameOptionsMiddleware
+from django.middleware.common import CommonMiddleware as DjangoCommonMiddleware
+from django.middleware.security import SecurityMiddleware as DjangoSecurityMiddleware
+from django.utils.module_loading import import_string
+
+from sessions_app.input_checks import API_PREFIX
+
+#: The API's chain (outermost first): what every response gets, and nothing that reads
+#: cookies. Each must be async-capable and have no process_view/_exception/_template_response.
+API_MIDDLEWARE = [
+    "sectr_web.middleware.SecurityMiddleware",
+    "sectr_web.content_security_policy.ContentSecurityPolicy",
+    "sessions_app.input_checks.RefuseUnstorableText",
+    "sectr_web.middleware.CommonMiddleware",
+    "sectr_web.middleware.XFrameOptionsMiddleware",
+]
+
+
+class InlineMiddlewareMixin:
+    """A MiddlewareMixin whose process_request / process_response run on the event loop
+    (Django's own __acall__ runs each in a thread): for hooks that never do I/O."""
+
+    get_response: Any
+
+    async def __acall__(self, request: HttpRequest) -> HttpResponseBase:
+        response = None
+        if hasattr(self, "process_request"):
+            response = self.process_request(request)
+        response = response or await self.get_response(request)
+        if hasattr(self, "process_response"):
+            response = self.process_response(request, response)
+        return response
+
+
+class SecurityMiddleware(InlineMiddlewareMixin, DjangoSecurityMiddleware):
+    """Django's, on the event loop (headers and the https redirect: no I/O)."""
+
+
+class CommonMiddleware(InlineMiddlewareMixin, DjangoCommonMiddleware):
+    """Django's, on the event loop (the slash redirect resolves URLs: no I/O)."""
+
+
+class XFrameOptionsMiddleware(InlineMiddlewareMixin, DjangoXFrameOptionsMiddleware):
+    """Django's, on the event loop (one header)."""
+
+
+class ApiASGIHandler(ASGIHandler):
+    """Django's ASGI handler with API_MIDDLEWARE instead of settings.MIDDLEWARE."""
+
+    def load_middleware(self, is_async: bool = False) -> None:
+        if not is_async:
+            raise ImproperlyConfigured("ApiASGIHandler serves ASGI only")
+        self._view_middleware: list[Any] = []
+        self._template_response_middleware: list[Any] = []
+        self._exception_middleware: list[Any] = []
+        handler = convert_exception_to_response(self._get_response_async)  # type: ignore[attr-defined]
+        for path in reversed(API_MIDDLEWARE):
+            middleware = import_string(path)
+            hooks = [name for name in ("process_view", "process_exception", "process_template_response")
+                     if hasattr(middleware, name)]  # fmt: skip
+            if not getattr(middleware, "async_capable", False) or hooks:
+                raise ImproperlyConfigured(f"{path} cannot be in the API's chain (sync only, or {hooks})")
+            handler = convert_exception_to_response(middleware(handler))
+        self._middleware_chain = handler
+
+
+def is_api_request(scope: dict[str, Any]) -> bool:
+    return scope.get("type") == "http" and str(scope.get("path", "")).startswith(API_PREFIX)
