@@ -269,7 +269,7 @@ def create_conversations(live: LiveSectr, n: int) -> list[tuple[str, str]]:
     code = (
         "from django.contrib.auth import get_user_model; from sessions_app import actions; "
         "from sessions_app.actions.tokens import do_issue_token; U = get_user_model(); "
-        f"us = [U.objects.create_user('bench{{}}'.format(i), password='bench-Password-1') for i in range({n})]; "
+        f"us = [U.objects.create_user('bench{{}}'.format(i)) for i in range({n})]; "
         "print('\\n'.join('{} {}'.format(actions.do_create_session(u, title='bench').pk, do_issue_token(u)[1])"
         " for u in us))"
     )
