@@ -1,0 +1,108 @@
+"""The API's own middleware chain (sectr_web/middleware.py), through the real ASGI
+application: the same headers and input checks as every response, no cookies, and no
+middleware that would put the request behind a thread hop."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from sectr_web import middleware
+from sessions_app.models import ApiToken
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+async def call(path: str, *, query: bytes = b"", headers: list[tuple[bytes, bytes]] | None = None) -> dict[str, Any]:
+    """One GET through sectr_web.asgi.application: status, headers (lower-case), body."""
+    from sectr_web.asgi import application
+
+    scope = {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+        "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), *(headers or [])],
+        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
+    }  # fmt: skip
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
+    start = await communicator.receive_output(timeout=10)
+    body = b""
+    while True:
+        message = await communicator.receive_output(timeout=10)
+        body += message.get("body", b"")
+        if not message.get("more_body", False):
+            break
+    await communicator.wait(timeout=5)
+    names = [(name.decode().lower(), value.decode()) for name, value in start["headers"]]
+    return {"status": start["status"], "headers": dict(names), "names": [n for n, _ in names], "body": body}
+
+
+@pytest.fixture
+async def bearer(owner: Any) -> list[tuple[bytes, bytes]]:
+    _token, raw = await database_sync_to_async(ApiToken.issue)(owner, "middleware")
+    return [(b"authorization", f"Bearer {raw}".encode())]
+
+
+async def test_api_responses_carry_the_sites_headers_and_no_cookie(bearer: list[tuple[bytes, bytes]]) -> None:
+    answer = await call("/api/v1/sessions", headers=[*bearer, (b"cookie", b"sessionid=x; csrftoken=y")])
+    assert answer["status"] == 200, answer["body"][:300]
+    headers = answer["headers"]
+    assert headers["content-security-policy"].startswith("default-src 'self'")
+    assert headers["x-frame-options"] == "DENY"
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["content-length"] == str(len(answer["body"]))
+    assert "set-cookie" not in answer["names"], "the API sets no session or CSRF cookie"
+    assert "cookie" not in headers.get("vary", "").lower()
+
+
+async def test_the_pages_chain_still_sets_its_cookies() -> None:
+    answer = await call("/accounts/login/")
+    assert answer["status"] == 200
+    assert "set-cookie" in answer["names"], "the login page sets its CSRF cookie"
+    assert answer["headers"]["content-security-policy"].startswith("default-src 'self'")
+    assert answer["headers"]["x-frame-options"] == "DENY"
+
+
+async def test_unstorable_text_in_an_api_query_is_refused_before_the_view(bearer: list[tuple[bytes, bytes]]) -> None:
+    answer = await call("/api/v1/sessions", query=b"q=a%00b", headers=bearer)
+    assert answer["status"] == 400
+    assert b"invalid_unicode" in answer["body"]
+
+
+async def test_api_requests_need_a_token_whatever_cookies_they_carry() -> None:
+    answer = await call("/api/v1/sessions", headers=[(b"cookie", b"sessionid=anything")])
+    assert answer["status"] == 401
+
+
+@pytest.mark.parametrize("chain", ["MIDDLEWARE", "API_MIDDLEWARE"])
+def test_every_middleware_can_run_on_the_event_loop(chain: str) -> None:
+    """A sync-only middleware sends the rest of its chain through async_to_sync: a thread
+    hop and back on every request."""
+    paths = settings.MIDDLEWARE if chain == "MIDDLEWARE" else middleware.API_MIDDLEWARE
+    sync_only = [path for path in paths if not getattr(import_string(path), "async_capable", False)]
+    assert sync_only == []
+
+
+def test_the_api_chain_refuses_a_sync_only_middleware(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        middleware, "API_MIDDLEWARE", [*middleware.API_MIDDLEWARE, "tests.server.api.test_api_middleware.SyncOnly"]
+    )
+    with pytest.raises(ImproperlyConfigured, match="SyncOnly"):
+        middleware.ApiASGIHandler()
+
+
+class SyncOnly:
+    sync_capable = True
+    async_capable = False
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: Any) -> Any:
+        return self.get_response(request)
