@@ -48,7 +48,7 @@ import asyncio
 import functools
 import json
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -81,6 +81,7 @@ from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import publish_on_commit, queue_publication
+from sessions_app.journal.sql import column_converter
 from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
@@ -115,21 +116,6 @@ def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any]
 
 def _qn(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
-
-
-def _converter(connection: BaseDatabaseWrapper, model: type[Any], name: str) -> Callable[[Any], Any]:
-    """What turns a value of `model.name` as a plain cursor returns it into what the ORM
-    would return (a JSON field's text into its value, SQLite's naive datetimes into aware
-    ones...): the backend's and the field's converters, in the ORM's order."""
-    column = model._meta.get_field(name).get_col(model._meta.db_table)
-    converters = connection.ops.get_db_converters(column) + column.get_db_converters(connection)
-
-    def convert(value: Any) -> Any:
-        for converter in converters:
-            value = converter(value, column, connection)
-        return value
-
-    return convert
 
 
 def _row_lock(connection: BaseDatabaseWrapper) -> str:
@@ -483,7 +469,8 @@ class DatabaseJournal:
         if row is None:
             raise NotFound(f"no session {session_id}")
         values = [
-            _converter(connection, models.Session, field.name)(value) for field, value in zip(fields, row, strict=True)
+            column_converter(connection, models.Session, field.name)(value)
+            for field, value in zip(fields, row, strict=True)
         ]
         return models.Session.from_db(self.using, [field.attname for field in fields], values)
 
@@ -662,8 +649,8 @@ class DatabaseJournal:
                 [session_id, after],
             )
             rows = cursor.fetchall()
-        payload_of = _converter(connection, models.Envelope, "payload")
-        created_at_of = _converter(connection, models.Envelope, "created_at")
+        payload_of = column_converter(connection, models.Envelope, "payload")
+        created_at_of = column_converter(connection, models.Envelope, "created_at")
         return [
             Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
             for seq, invocation_id, event_type, payload, created in rows

@@ -23,6 +23,7 @@ from django.db import connections
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope, prompt_text
 from sessions_app import models
+from sessions_app.journal.sql import column_converter
 
 #: Characters the search snippets use as highlight markers; removed from indexed text.
 MARK_START = "\x02"
@@ -116,13 +117,14 @@ class ReviewProjection:
         if self.token_keys is not None:
             return self.token_keys.get(str(invocation_id), 0)
         if invocation_id not in self._invocation_tokens:
-            key = (
-                models.Run.objects.using(self.using)
-                .filter(invocation_id=invocation_id)
-                .values_list("api_token_key", flat=True)
-                .first()
-            )
-            self._invocation_tokens[invocation_id] = int(key or 0)
+            # Plain SQL, as the journal's own reads: once a run (its MESSAGE_END), and the
+            # queryset's compilation cost more than the indexed lookup.
+            connection = connections[self.using]
+            table, column = (connection.ops.quote_name(n) for n in (models.Run._meta.db_table, "invocation_id"))
+            with connection.cursor() as cursor:
+                cursor.execute(f"SELECT api_token_key FROM {table} WHERE {column} = %s LIMIT 1", [invocation_id])  # noqa: S608
+                row = cursor.fetchone()
+            self._invocation_tokens[invocation_id] = int(row[0] or 0) if row else 0
         return self._invocation_tokens[invocation_id]
 
     def write(self, usage: bool = True) -> None:
@@ -140,19 +142,29 @@ class ReviewProjection:
         message_id = end.payload.get("message_id")
         if self.texts is not None:
             return self.texts.get(str(message_id), "")
-        envelopes = models.Envelope.objects.using(self.using).filter(session_id=self.session.pk)
-        if start_seq is None:
-            start_seq = (
-                envelopes.filter(type=EventType.MESSAGE_START.value, seq__lt=end.seq)
-                .order_by("-seq")
-                .values_list("seq", flat=True)
-                .first()
-            ) or 0
-        deltas = (
-            envelopes.filter(type=EventType.MESSAGE_DELTA.value, seq__gt=start_seq, seq__lt=end.seq)
-            .order_by("seq")
-            .values_list("payload", flat=True)
-        )
+        # Plain SQL on the (session, seq) index, as the journal's own reads: every run's
+        # MESSAGE_END reads its deltas back here, inside the append's transaction, and the
+        # querysets' compilation (and a model field per row) cost more than the read.
+        connection = connections[self.using]
+        qn = connection.ops.quote_name
+        table, session, seq, kind = (qn(n) for n in (models.Envelope._meta.db_table, "session_id", "seq", "type"))
+        with connection.cursor() as cursor:
+            if start_seq is None:
+                cursor.execute(
+                    f"SELECT {seq} FROM {table} WHERE {session} = %s AND {kind} = %s AND {seq} < %s"  # noqa: S608 - quoted names
+                    f" ORDER BY {seq} DESC LIMIT 1",
+                    [self.session.pk, EventType.MESSAGE_START.value, end.seq],
+                )
+                row = cursor.fetchone()
+                start_seq = int(row[0]) if row else 0
+            cursor.execute(
+                f"SELECT payload FROM {table} WHERE {session} = %s AND {kind} = %s AND {seq} > %s AND {seq} < %s"  # noqa: S608 - quoted names
+                f" ORDER BY {seq}",
+                [self.session.pk, EventType.MESSAGE_DELTA.value, start_seq, end.seq],
+            )
+            rows = cursor.fetchall()
+        payload_of = column_converter(connection, models.Envelope, "payload")
+        deltas = (payload_of(payload) for (payload,) in rows)
         return "".join(
             str(p.get("text") or "") for p in deltas if isinstance(p, dict) and p.get("message_id") == message_id
         )
