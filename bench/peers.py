@@ -402,8 +402,8 @@ async def measure_sectr(target: str, n: int, ticks: int, tick_ms: int, root: Pat
             await asyncio.gather(*(http.get("/healthz") for _ in range(n)))
             with sectr_cpu(live) as cpu:
                 started = time.monotonic()
-                await asyncio.wait_for(
-                    asyncio.gather(*(run(c, tokens[c.key], ticks) for c in conversations)),
+                outcomes = await asyncio.wait_for(
+                    asyncio.gather(*(run(c, tokens[c.key], ticks) for c in conversations), return_exceptions=True),
                     ticks * tick_ms / 1000 * 4 + 120,
                 )
                 wall = time.monotonic() - started
@@ -419,7 +419,12 @@ async def measure_sectr(target: str, n: int, ticks: int, tick_ms: int, root: Pat
     stamp_file.unlink(missing_ok=True)
     result = summarise(conversations, produced, ticks)
     how = "POST answered with the stream" if stream_posts else "POST then GET events"
-    result.update(target=target, setup=f"{setup}; {how}", wall=wall, cpu_by_process=cpu)
+    # A conversation refused on the way (a 503 under load, say) is counted, not fatal: its
+    # chunks count as lost, and the row says how many failed and the first error.
+    errors = [repr(outcome) for outcome in outcomes if isinstance(outcome, BaseException)]
+    if errors:
+        how += f"; {len(errors)} conversation(s) failed, e.g. {errors[0][:120]}"
+    result.update(target=target, setup=f"{setup}; {how}", wall=wall, cpu_by_process=cpu, failed=len(errors))
     return result
 
 
