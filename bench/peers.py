@@ -161,7 +161,7 @@ def start_langgraph(langgraph: str, n: int) -> tuple[subprocess.Popen[bytes], st
         cwd=PEER_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 240  # a loaded machine: it imports a lot
     while True:
         try:
             if httpx.get(base + "/ok", timeout=1).status_code == 200:
