@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lean_http import LeanClient  # noqa: E402
-from live import cpu_seconds, percentile  # noqa: E402
+from live import cpu_seconds, percentile, server_pids  # noqa: E402
 
 import tests.cluster  # noqa: E402
 import tests.liveserver  # noqa: E402
@@ -320,18 +320,10 @@ class PostgresBackends:
         return sum(used - self.start.get(pid, 0.0) for pid, used in self.seen.items())
 
 
-def sectr_pids(live: LiveSectr) -> dict[str, int]:
-    if isinstance(live, Cluster):
-        return live.pids()
-    pids = {"daphne": live.server.pid} if live.server is not None else {}
-    pids.update({f"worker{i}": p.pid for i, p in enumerate(live.workers) if p.poll() is None})
-    return pids
-
-
 @contextmanager
 def sectr_cpu(live: LiveSectr) -> Iterator[dict[str, float]]:
     """CPU seconds each process of the topology spent inside the block, by role."""
-    pids = sectr_pids(live)
+    pids = server_pids(live)
     used: dict[str, float] = {}
     backends = None
     if live.postgres:
