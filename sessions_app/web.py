@@ -14,6 +14,7 @@ from collections.abc import Callable
 from functools import wraps
 from typing import Any, ParamSpec
 
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
@@ -74,13 +75,28 @@ class HtmxRefusals:
     """An htmx action refused by an exception (PermissionDenied: 403, Http404: 404) answers
     with its message for the page's #flash, not Django's error page: htmx would swap that
     page into the card or form that sent the request. Plain requests get the usual pages.
-    (static/sectr.js shows any other refusal's message in #flash too.)"""
+    (static/sectr.js shows any other refusal's message in #flash too.)
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+    Runs on the event loop under ASGI (no thread hop a request); only its
+    process_exception, called when a view raised, is sync."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
         self.get_response = get_response
+        self._is_async = iscoroutinefunction(get_response)
+        if self._is_async:
+            markcoroutinefunction(self)
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HttpRequest) -> Any:
+        if self._is_async:
+            return self._acall(request)
         return self.get_response(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        response: HttpResponse = await self.get_response(request)
+        return response
 
     def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
         if not is_htmx(request):
