@@ -14,7 +14,6 @@ cd "$(dirname "$0")/.."
 PORT="${PORT:-8080}"
 DAPHNES="${DAPHNES:-2}"
 WORKERS="${WORKERS:-2}"
-CONCURRENCY="${SECTR_WORKER_CONCURRENCY:-64}"
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/sectr_cluster}"
 export REDIS_URL="${REDIS_URL:-redis://127.0.0.1:6379/0}"
 export DJANGO_SETTINGS_MODULE=sectr_web.settings
@@ -69,7 +68,7 @@ for i in $(seq 1 "$DAPHNES"); do
   SERVERS+="    server daphne$i 127.0.0.1:$port check"$'\n'
 done
 for i in $(seq 1 "$WORKERS"); do
-  $PY manage.py sectr_worker --concurrency "$CONCURRENCY" >"$RUN_DIR/worker-$i.log" 2>&1 &
+  $PY manage.py sectr_worker >"$RUN_DIR/worker-$i.log" 2>&1 &
   PIDS+=($!)
 done
 awk -v port="$PORT" -v servers="$SERVERS" '{ gsub("@PORT@", port); if ($0 ~ /^@SERVERS@$/) printf "%s", servers; else print }' \

@@ -375,7 +375,11 @@ if SECTR_HTTPS:
 
 #: Run a worker inside the serving process (None: when the database is SQLite).
 SECTR_EMBEDDED_WORKER = env_optional_bool("SECTR_EMBEDDED_WORKER")
-SECTR_WORKER_CONCURRENCY = env_int("SECTR_WORKER_CONCURRENCY", 16, minimum=1)
+#: Runs one worker executes at once (the embedded one, and `sectr_worker` without
+#: --concurrency). A run waiting on its model holds no database connection and no thread
+#: (its queries go through the SECTR_JOURNAL_THREADS threads, a moment each), so what
+#: bounds it is memory: see docs/deployment.md "Scaling each tier".
+SECTR_WORKER_CONCURRENCY = env_int("SECTR_WORKER_CONCURRENCY", 256, minimum=1)
 #: A worker's lease on a run; a dead worker's run is recovered after it.
 SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
 #: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX).

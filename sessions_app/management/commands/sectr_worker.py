@@ -7,6 +7,7 @@ import logging
 import signal
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 from prometheus_client import start_http_server
 
@@ -17,7 +18,12 @@ class Command(BaseCommand):
     help = "Claims queued runs and executes them (many at once, on asyncio). SIGTERM drains gracefully."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--concurrency", type=int, default=8, help="runs executed at once (default 8)")
+        parser.add_argument(
+            "--concurrency",
+            type=int,
+            default=None,
+            help="runs executed at once (default SECTR_WORKER_CONCURRENCY or 256)",
+        )
         parser.add_argument(
             "--lease", type=float, default=None, help="lease seconds (default SECTR_LEASE_SECONDS or 6)"
         )
@@ -40,7 +46,7 @@ class Command(BaseCommand):
 
     async def _main(self, options: dict[str, Any]) -> None:
         worker = Worker(
-            concurrency=options["concurrency"],
+            concurrency=options["concurrency"] or settings.SECTR_WORKER_CONCURRENCY,
             lease=options["lease"],
             poll_interval=options["poll"],
             worker_id=options["worker_id"],
