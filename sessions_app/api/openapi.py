@@ -816,6 +816,28 @@ def _error(status: int) -> dict[str, Any]:
     return {"description": ERROR_DESCRIPTIONS[status], "content": {"application/json": {"schema": ref("Error")}}}
 
 
+def _event_stream(end: str, lead: str = "") -> dict[str, Any]:
+    """The response of a streaming operation. A sequential media type: `itemSchema`
+    (OpenAPI 3.2's keyword, read by 3.1 tools that know event streams) describes one
+    event of the stream, whose `data` is an Event as JSON text. There is no `schema`:
+    the body is not one document."""
+    return {
+        "description": (
+            f"{lead}Server-Sent Events: each event has `id:` the envelope seq, `event:` the Event's kind and"
+            f" `data:` the Event as JSON; comments (`: ping`) keep the connection alive; {end}"
+        ),
+        "content": {
+            "text/event-stream": {
+                "itemSchema": ref("ServerSentEvent"),
+                "example": (
+                    'id: 7\nevent: message.delta\ndata: {"kind": "message.delta", "run_id": "run_1",'
+                    ' "seq": 7, "text": "Hi", "payload": {"message_id": "msg_1"}}\n\n'
+                ),
+            }
+        },
+    }
+
+
 def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
     params: list[dict[str, Any]] = [
         {"name": name, "in": "path", "required": True, "schema": STRING} for name in _CONVERTER.findall(route_path)
@@ -854,25 +876,7 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
             "content": {"application/json": {"schema": ref(operation.request)}},
         }
     if operation.streaming:
-        # A sequential media type: `itemSchema` (OpenAPI 3.2's keyword, read by 3.1 tools
-        # that know event streams) describes one event of the stream, whose `data` is an
-        # Event as JSON text. There is no `schema`: the body is not one document.
-        success: dict[str, Any] = {
-            "description": (
-                "Server-Sent Events: each event has `id:` the envelope seq, `event:` the Event's kind and"
-                " `data:` the Event as JSON; comments (`: ping`) keep the connection alive; the stream"
-                " ends after the `result` event"
-            ),
-            "content": {
-                "text/event-stream": {
-                    "itemSchema": ref("ServerSentEvent"),
-                    "example": (
-                        'id: 7\nevent: message.delta\ndata: {"kind": "message.delta", "run_id": "run_1",'
-                        ' "seq": 7, "text": "Hi", "payload": {"message_id": "msg_1"}}\n\n'
-                    ),
-                }
-            },
-        }
+        success: dict[str, Any] = _event_stream(operation.stream_end)
     elif operation.status == 204:
         success = {"description": "Done"}
     elif operation.response is None:
@@ -885,6 +889,16 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
     elif "format" in operation.query:  # ?format=csv: the same rows as CSV, streamed
         success["content"]["text/csv"] = {"schema": STRING}
     responses: dict[str, Any] = {str(operation.status): success}
+    if operation.streams_on_accept:
+        responses["200"] = _event_stream(
+            "the stream ends after the `result` event",
+            "With `Accept: text/event-stream`: the run's events from its start, as GET /runs/{run_id}/events"
+            " (the run's id in the X-Sectr-Run-Id and Location headers). ",
+        )
+        responses["200"]["headers"] = {
+            "X-Sectr-Run-Id": {"description": "the run started", "schema": STRING},
+            "Location": {"description": "the run: /api/v1/runs/{run_id}", "schema": STRING},
+        }
     statuses = set(operation.errors) | {405}
     if operation.query:
         statuses |= {400}  # a query parameter outside its schema

@@ -113,7 +113,14 @@ class RunStream:
     token `token` (None: no re-checks, for callers that are not a token's)."""
 
     def __init__(self, run: Run, after: int, token: ApiToken | None = None) -> None:
+        self._setup(run.session_id, after, token)
         self.run = run
+        self.tracker = run_tracker(run)
+        self.cursor = first_cursor(run)
+
+    def _setup(self, session_id: str, after: int, token: ApiToken | None) -> None:
+        """What every stream of a session's journal holds (this class's and SessionStream's)."""
+        self.session_id = session_id
         self.after = after
         self.token_id = token.pk if token is not None else None
         self.user_id = token.user_id if token is not None else None
@@ -121,15 +128,19 @@ class RunStream:
         # Done once access has gone: every wait of the stream waits on it too.
         self._gone: asyncio.Future[None] | None = None
         self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
-        self.tracker = run_tracker(run)
-        self.cursor = first_cursor(run)
+        self.cursor = 0
         self.layer: Any = get_channel_layer()
         self.channel: str | None = None
         # One receive stays pending across waits: cancelling a layer's receive on a
         # timeout drops messages (the pub/sub layer unsubscribes the channel when its
         # receive is cancelled), so a wait that times out leaves it running.
         self._receiving: asyncio.Future[dict[str, Any]] | None = None
-        self.group = session_group(run.session_id)
+        self.group = session_group(session_id)
+
+    @property
+    def finished(self) -> bool:
+        """The stream has sent its last event (the run's result)."""
+        return self.tracker.finished
 
     async def frames(self) -> AsyncIterator[bytes]:
         groups = [self.group]
@@ -161,7 +172,7 @@ class RunStream:
                         await self.layer.group_discard(group, self.channel)
 
     async def _recheck(self) -> int | None:
-        return await run_in_db_thread(stream_access_now, self.token_id, self.run.session_id)
+        return await run_in_db_thread(stream_access_now, self.token_id, self.session_id)
 
     async def _revoke(self, code: int) -> None:
         self.revoked = True
@@ -169,9 +180,6 @@ class RunStream:
             self._gone.set_result(None)  # wakes the stream out of its wait at once
 
     async def _frames(self) -> AsyncIterator[bytes]:
-        # Seconds of silence before a ``: ping`` comment.
-        heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
-        last_write = time.monotonic()
         yield b": stream of " + self.run.pk.encode() + b"\n\n"  # the headers go out at once
         if self.run.start_seq is None:  # queued behind another run: nothing journaled yet
             async for frame in self._wait_for_start():
@@ -180,11 +188,19 @@ class RunStream:
                 return
             self.tracker = run_tracker(self.run)
             self.cursor = first_cursor(self.run)
+        async for frame in self._follow():
+            yield frame
+
+    async def _follow(self) -> AsyncIterator[bytes]:
+        """The journal from the cursor, then live, until the stream is finished or revoked."""
+        # Seconds of silence before a ``: ping`` comment.
+        heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
+        last_write = time.monotonic()
         frame = await self._catch_up()
         if frame:
             yield frame
             last_write = time.monotonic()
-        while not self.tracker.finished and not self.revoked:
+        while not self.finished and not self.revoked:
             message = await self._receive(min(POLL_SECONDS, max(heartbeat - (time.monotonic() - last_write), 0.1)))
             if self.revoked:
                 return
@@ -254,8 +270,8 @@ class RunStream:
 
     async def _catch_up(self) -> bytes:
         out: list[bytes] = []
-        while not self.tracker.finished:
-            envelopes = await run_in_db_thread(read_envelopes, self.run.session_id, self.cursor)
+        while not self.finished:
+            envelopes = await run_in_db_thread(read_envelopes, self.session_id, self.cursor)
             before = self.cursor
             out.append(self._process(envelopes))
             if not envelopes or self.cursor == before:
@@ -275,6 +291,118 @@ class RunStream:
         if fresh[0].seq != self.cursor + 1:
             return await self._catch_up()  # a gap: the layer dropped a message
         return self._process(fresh)
+
+
+def session_resume_point(session_id: str, after: int) -> tuple[Run | None, int]:
+    """Where a session stream resuming after seq `after` starts (sync): the run that may
+    be in progress at `after` (the newest one started by `after + 1`: a session's runs do
+    not overlap), and the cursor to read the journal from: that run's first envelope, as
+    a run stream does, so its ``result`` counts all its text (events at or below `after`
+    are not sent)."""
+    current = (
+        Run.objects.filter(session_id=session_id, start_seq__isnull=False, start_seq__lte=after + 1)
+        .order_by("-start_seq")
+        .first()
+    )
+    return current, (min(first_cursor(current), after) if current is not None else after)
+
+
+def runs_started_between(session_id: str, after_start: int, through: int) -> list[Run]:
+    """The session's runs whose INVOCATION_STARTED is after seq `after_start` and at or
+    before `through`, oldest first (sync)."""
+    runs = Run.objects.filter(session_id=session_id, start_seq__gt=after_start, start_seq__lte=through)
+    return list(runs.order_by("start_seq"))
+
+
+def starts_a_run(envelope: Envelope) -> bool:
+    """An envelope a run of its own may begin with (its prompt's title, its invocation)."""
+    if envelope.type is EventType.INVOCATION_STARTED:
+        return (envelope.payload.get("reason") or {}).get("kind") != "recover"
+    return envelope.type is EventType.SESSION_UPDATED and "title" in envelope.payload
+
+
+class SessionStream(RunStream):
+    """One client's stream of every run of a session (`GET /sessions/{id}/events`): the
+    run stream's events of each run in journal order, the same ``id:`` (the envelope's
+    seq) and the same resumption (Last-Event-ID), with no end of its own.
+
+    It follows the runs it knows (a RunEvents each). An envelope none of them takes that
+    may begin a run (an INVOCATION_STARTED, a title) makes it read the session's newer
+    Run rows first: a run's row is committed with its first envelopes, so once an
+    envelope is read, its run can be. Envelopes of no run (a rename between runs, a vote)
+    send nothing.
+    """
+
+    def __init__(self, session_id: str, after: int, token: ApiToken | None = None) -> None:
+        self._setup(session_id, after, token)
+        self.trackers: list[RunEvents] = []
+        self.newest_start = 0  # the newest start_seq among the runs read so far
+        self.runs_read_at = -1  # the cursor when the runs were last read
+        self._need_runs = False
+
+    @property
+    def finished(self) -> bool:
+        return False  # a session has no last run
+
+    def _follow_runs(self, runs: list[Run]) -> None:
+        for run in runs:
+            self.trackers.append(run_tracker(run))
+            self.newest_start = max(self.newest_start, run.start_seq or 0)
+
+    async def _frames(self) -> AsyncIterator[bytes]:
+        yield b": stream of " + self.session_id.encode() + b"\n\n"  # the headers go out at once
+        current, self.cursor = await run_in_db_thread(session_resume_point, self.session_id, self.after)
+        self._follow_runs([current] if current is not None else [])
+        self.runs_read_at = self.cursor
+        async for frame in self._follow():
+            yield frame
+
+    def _process(self, envelopes: list[Envelope]) -> bytes:
+        """Like RunStream's, over every run; stops before an envelope that may begin a run
+        not read yet (`_need_runs`: the caller reads the runs and goes on)."""
+        out: list[bytes] = []
+        for envelope in envelopes:
+            if envelope.seq != self.cursor + 1:
+                break
+            owner = next((tracker for tracker in self.trackers if tracker.belongs(envelope)), None)
+            if owner is None and starts_a_run(envelope) and self.runs_read_at < envelope.seq:
+                self._need_runs = True
+                break
+            self.cursor = envelope.seq
+            if owner is None:
+                continue
+            events = owner.feed(envelope)
+            if envelope.seq > self.after:
+                out.extend(format_sse(event) for event in events)
+            if owner.finished:
+                self.trackers.remove(owner)
+        return b"".join(out)
+
+    async def _read_runs(self) -> None:
+        """Follow the runs begun by the envelope after the cursor (its title comes one
+        seq before a run's INVOCATION_STARTED)."""
+        self._need_runs = False
+        self.runs_read_at = self.cursor + 1
+        runs = await run_in_db_thread(runs_started_between, self.session_id, self.newest_start, self.cursor + 2)
+        self._follow_runs(runs)
+
+    async def _catch_up(self) -> bytes:
+        out: list[bytes] = []
+        while True:
+            if self._need_runs:
+                await self._read_runs()
+            envelopes = await run_in_db_thread(read_envelopes, self.session_id, self.cursor)
+            before = self.cursor
+            out.append(self._process(envelopes))
+            if not self._need_runs and (not envelopes or self.cursor == before):
+                break
+        return b"".join(out)
+
+    async def _handle_live(self, message: dict[str, Any]) -> bytes:
+        frame = await super()._handle_live(message)
+        if self._need_runs:  # a new run began: read it, then the journal from there
+            frame += await self._catch_up()
+        return frame
 
 
 def parse_after(last_event_id: str | None, after: str | None) -> int:

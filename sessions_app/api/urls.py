@@ -210,12 +210,30 @@ ROUTES: tuple[Route, ...] = (
         {
             "POST": op(
                 views.start_run,
-                "Start a run with a user message (409 while one is active unless queue)",
+                "Start a run with a user message (409 while one is active unless queue);"
+                " with Accept: text/event-stream the answer is the run's event stream",
                 status=202,
                 request="StartRun",
                 response="Run",
                 body_limit=RUN_BODY_LIMIT,
+                streams_on_accept=True,
                 errors=(400, 403, 404, 409, 413),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/events",
+        "session-events",
+        {
+            "GET": op(
+                views.session_events,
+                "Every run's events of the session as Server-Sent Events (replay from ?after= or"
+                " Last-Event-ID, then live; the stream does not end)",
+                response="Event",
+                streaming=True,
+                stream_end="the stream stays open for the session's next runs",
+                query=("after",),
+                errors=(400, 404),
             )
         },
     ),

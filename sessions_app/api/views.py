@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
 from sessions_app.api.auth import authenticate, check_rate_limit
 from sessions_app.api.errors import ApiError, error_response, exception_response
-from sessions_app.api.sse import RunStream, parse_after, replay_run
+from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run
 from sessions_app.attribution import current_api_token_key
 from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.input_checks import is_whole_number
@@ -39,6 +39,8 @@ KIB = 1024
 DEFAULT_BODY_LIMIT = 256 * KIB
 RUN_BODY_LIMIT = 32 * 1024 * KIB
 ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: The run a `POST /sessions/{id}/runs` answered with a stream started (also in Location).
+RUN_ID_HEADER = "X-Sectr-Run-Id"
 
 
 @dataclass
@@ -72,6 +74,10 @@ class Operation:
     query: tuple[str, ...] = ()
     limit_max: int = 100  # the largest ?limit= a paginated operation takes
     streaming: bool = False
+    #: how the stream of a streaming operation ends (the OpenAPI document says it)
+    stream_end: str = "the stream ends after the `result` event"
+    #: also answers with the run's event stream (200) when the request accepts text/event-stream
+    streams_on_accept: bool = False
     errors: tuple[int, ...] = ()
 
 
@@ -453,17 +459,42 @@ async def set_session_model(call: ApiCall, session_id: str) -> HttpResponse:
 # ---- runs ----
 
 
-async def start_run(call: ApiCall, session_id: str) -> HttpResponse:
+def wants_event_stream(request: HttpRequest) -> bool:
+    """The request's Accept names text/event-stream (and does not refuse it with q=0)."""
+    for item in request.headers.get("Accept", "").split(","):
+        media, *params = (part.strip() for part in item.split(";"))
+        if media.lower() == "text/event-stream":
+            return not any(param.replace(" ", "") in ("q=0", "q=0.0", "q=0.00", "q=0.000") for param in params)
+    return False
+
+
+def event_stream_response(frames: AsyncIterator[bytes]) -> StreamingHttpResponse:
+    response = StreamingHttpResponse(frames, content_type="text/event-stream; charset=utf-8")
+    response["Cache-Control"] = "no-cache, no-transform"
+    response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
+    return response
+
+
+async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
     body = call.body
     check_fields(body, "content", "queue")
     content = required(body, "content", (str, list), allow_empty=True)  # an empty prompt: code "prompt"
     queue = bool(optional(body, "queue", bool))
 
-    def start() -> dict[str, Any]:
-        run = actions.do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
-        return run_dict(run)
+    def start() -> Run:
+        return actions.do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
 
-    return json_response(await sync_to_async(start)(), status=202)
+    run = await sync_to_async(start)()
+    if not wants_event_stream(call.request):
+        return json_response(run_dict(run), status=202)
+    # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
+    # no second request before the first chunk. The request's connection goes back to
+    # the pool first, as run_events does.
+    await sync_to_async(connections.close_all)()
+    response = event_stream_response(RunStream(run, 0, call.token).frames())
+    response["Location"] = f"/api/v1/runs/{run.pk}"
+    response[RUN_ID_HEADER] = run.pk
+    return response
 
 
 async def get_run(call: ApiCall, run_id: str) -> HttpResponse:
@@ -473,22 +504,28 @@ async def get_run(call: ApiCall, run_id: str) -> HttpResponse:
     return json_response(await sync_to_async(read)())
 
 
-async def run_events(call: ApiCall, run_id: str) -> HttpResponseBase:
+def parse_after_or_400(request: HttpRequest) -> int:
     try:
-        after = parse_after(call.request.headers.get("Last-Event-ID"), call.request.GET.get("after"))
+        return parse_after(request.headers.get("Last-Event-ID"), request.GET.get("after"))
     except ValueError as exc:
         raise ValidationFailed(str(exc), code="invalid_after") from None
+
+
+async def run_events(call: ApiCall, run_id: str) -> HttpResponseBase:
+    after = parse_after_or_400(call.request)
     run = await sync_to_async(_run_for)(call.user, run_id)
     # The request's thread would hold its database connection (authentication, this
     # lookup) for as long as the stream lasts; the stream reads through the journal's
     # threads, so give it back now (PostgreSQL's pool is small).
     await sync_to_async(connections.close_all)()
-    response = StreamingHttpResponse(
-        RunStream(run, after, call.token).frames(), content_type="text/event-stream; charset=utf-8"
-    )
-    response["Cache-Control"] = "no-cache, no-transform"
-    response["X-Accel-Buffering"] = "no"  # nginx: pass events through as they come
-    return response
+    return event_stream_response(RunStream(run, after, call.token).frames())
+
+
+async def session_events(call: ApiCall, session_id: str) -> HttpResponseBase:
+    after = parse_after_or_400(call.request)
+    session = await sync_to_async(_session_for)(call.user, session_id)
+    await sync_to_async(connections.close_all)()  # as run_events: the stream reads in the journal's threads
+    return event_stream_response(SessionStream(session.pk, after, call.token).frames())
 
 
 async def cancel_run(call: ApiCall, run_id: str) -> HttpResponse:
