@@ -27,6 +27,7 @@ from sectr.client.protocol import (
     Deadline,
     RequestControls,
     RunFollower,
+    SessionCursor,
     SSEDecoder,
     answer_of,
     backoff,
@@ -37,6 +38,7 @@ from sectr.client.protocol import (
     control_options,
     decode_answer,
     is_event_stream,
+    posted_run_stream,
     run_event_from_sse,
     session_headers,
     stream_timeout,
@@ -190,6 +192,56 @@ class AsyncClient:
                 raise transport_error(exc, what) from exc
         return decode_answer(response)
 
+    async def _post_run(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        stream: bool,
+        timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
+        headers: dict[str, str] | None,
+        cancel: Cancellation | None,
+        limit: Deadline,
+        session_id: str,
+    ) -> tuple[str, httpx.Response | None]:
+        """As Client._post_run: the run's id, and with `stream` its open event stream."""
+        if not stream:
+            data = await self.request(
+                "POST", path, json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit,
+                session_id=session_id,
+            )  # fmt: skip
+            return str(data["run_id"]), None
+        what = f"POST {path}"
+        limit.check(what)
+        request = self._http.build_request(
+            "POST",
+            API_PREFIX + path,
+            json=body,
+            headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
+            timeout=limit.cap(stream_timeout(timeout)),
+        )
+        with _CancelScope(cancel):
+            try:
+                response = await asyncio.wait_for(self._http.send(request, stream=True), limit.remaining())
+            except TimeoutError:
+                raise limit.error(what) from None
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, what) from exc
+            try:
+                run_id = posted_run_stream(response)
+            except Exception:
+                await response.aclose()
+                raise
+            if run_id is not None:
+                return run_id, response
+            try:
+                await response.aread()
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, what) from exc
+            finally:
+                await response.aclose()
+        return str(decode_answer(response)["run_id"]), None
+
     @asynccontextmanager
     async def _event_stream(
         self,
@@ -197,14 +249,22 @@ class AsyncClient:
         headers: dict[str, str],
         timeout: float | None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
         limit: Deadline | None = None,
+        *,
+        path: str | None = None,
+        opened: httpx.Response | None = None,
     ) -> AsyncIterator[httpx.Response]:
-        request = self._http.build_request(
-            "GET",
-            f"{API_PREFIX}/runs/{run_id}/events",
-            headers={"Accept": "text/event-stream", **headers},
-            timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
-        )
-        response = await self._http.send(request, stream=True)
+        """The event stream of run `run_id` (or at `path`, under the API), or the one a
+        POST opened already (`opened`)."""
+        if opened is not None:
+            response = opened
+        else:
+            request = self._http.build_request(
+                "GET",
+                API_PREFIX + (path or f"/runs/{run_id}/events"),
+                headers={"Accept": "text/event-stream", **headers},
+                timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
+            )
+            response = await self._http.send(request, stream=True)
         try:
             if not is_event_stream(response):
                 await response.aread()
@@ -370,9 +430,11 @@ class AsyncSession:
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         queue: bool = False,
+        stream: bool = False,
         deadline: float | None = None,
         controls: RequestControls | None = None,
     ) -> AsyncRun:
+        """As Session.run; with `stream` the POST's answer is the run's event stream."""
         flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
         timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
         limit = Deadline.of(deadline if deadline is not None else flat.get("deadline"))
@@ -386,21 +448,60 @@ class AsyncSession:
             status = (await self._client.runs.get(active, timeout=timeout, headers=headers, deadline=limit)).status
             if status in ACTIVE_RUN_STATUSES:
                 raise SessionBusyError(f"run {active} of this session is still {status}", code="session_busy")
-        data = await self._request(
-            "POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit
-        )
+        run_id, opened = await self._client._post_run(
+            f"/sessions/{self.id}/runs", body, stream=stream, timeout=timeout, headers=headers, cancel=cancel,
+            limit=limit, session_id=self.id,
+        )  # fmt: skip
         run = AsyncRun(
             self._client,
-            data["run_id"],
+            run_id,
             on_permission_ask=on_permission_ask,
             timeout=timeout,
             headers=headers,
             cancel=cancel,
             deadline=limit,
             session_id=self.id,
+            opened=opened,
         )
         self._active = run
         return run
+
+    async def events(
+        self,
+        *,
+        after: int | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - an httpx request timeout (docs/sdk.md)
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+        controls: RequestControls | None = None,
+    ) -> AsyncIterator[RunEvent]:
+        """As Session.events: every run's events of this session as they come, resumed
+        after a cut; it never ends by itself."""
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, cancel = flat.get("timeout"), flat.get("cancel")
+        base = session_headers(self.id, flat.get("headers"))
+        cursor = SessionCursor(after=after)
+        failures = 0
+        with _CancelScope(cancel):
+            while True:
+                mark = cursor.last_seq
+                try:
+                    path = f"/sessions/{self.id}/events"
+                    async with self._client._event_stream(
+                        "", {**base, **cursor.resume_headers()}, timeout, path=path
+                    ) as response:  # fmt: skip
+                        decoder = SSEDecoder()
+                        async for chunk in response.aiter_bytes():
+                            for sse in decoder.feed(chunk):
+                                event = run_event_from_sse(sse)
+                                if cursor.accept(event):
+                                    yield event
+                    raise _StreamCut("the session's stream ended")  # a restart's `retry:`: go on
+                except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
+                    failures = 1 if cursor.last_seq != mark else failures + 1
+                    if failures > self._client.max_reconnects:
+                        raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
+                    await asyncio.sleep(backoff(failures))
 
     async def retry(
         self,
@@ -708,8 +809,11 @@ class AsyncRun:
         cancel: Cancellation | None = None,
         deadline: Deadline | None = None,
         session_id: str | None = None,
+        opened: httpx.Response | None = None,
     ) -> None:
         self._client = client
+        #: the run's event stream a POST opened (AsyncSession.run(stream=True)), read first
+        self._opened = opened
         self._follower = RunFollower(run_id)
         self._responder = on_permission_ask
         self._timeout = timeout
@@ -820,7 +924,10 @@ class AsyncRun:
         follower = self._follower
         headers = {**self._headers, **follower.resume_headers()}
         limit = self._deadline
-        async with self._client._event_stream(follower.run_id, headers, self._timeout, limit) as response:
+        opened, self._opened = self._opened, None
+        async with self._client._event_stream(
+            follower.run_id, headers, self._timeout, limit, opened=opened
+        ) as response:  # fmt: skip
             decoder = SSEDecoder()
             async for chunk in response.aiter_bytes():
                 limit.check(f"run {self.id}")

@@ -44,6 +44,8 @@ RECONNECT_BACKOFF = 0.25  # seconds, doubled per attempt in a row, capped at 5 s
 #: Sent with every request about a known session, so a load balancer can keep a
 #: session's calls on one server.
 AFFINITY_HEADER = "X-Sectr-Session"
+#: The run a POST answered with its event stream started (`Accept: text/event-stream`).
+RUN_ID_HEADER = "X-Sectr-Run-Id"
 
 
 # ---- request controls ----
@@ -479,6 +481,52 @@ class RunFollower:
             )
         except KeyError:
             raise ProtocolError("a result event without a stop reason") from None
+
+
+def posted_run_stream(response: httpx.Response) -> str | None:
+    """The run id of a POST's answer that is the run's event stream (None: not a stream);
+    ProtocolError for a stream that does not say which run it is."""
+    if not is_event_stream(response):
+        return None
+    run_id = response.headers.get(RUN_ID_HEADER)
+    if not run_id:
+        raise ProtocolError(f"an event stream answered the POST without its {RUN_ID_HEADER} header")
+    return run_id
+
+
+@dataclass
+class SessionCursor:
+    """Where a session's event stream (`GET /sessions/{id}/events`) resumes after a cut,
+    by RunFollower's rule: one envelope may carry several events, so the stream resumes
+    from the seq before the last one seen and drops the events of that seq it delivered."""
+
+    after: int | None = None  # the caller's start: events after this seq
+    last_seq: int | None = None
+    delivered_at_last_seq: int = 0
+    skip: int = 0
+
+    def resume_headers(self) -> dict[str, str]:
+        if self.last_seq is None:
+            return {} if self.after is None else {"Last-Event-ID": str(self.after)}
+        self.skip = self.delivered_at_last_seq
+        return {"Last-Event-ID": str(max(self.last_seq - 1, 0))}
+
+    def accept(self, event: RunEvent) -> bool:
+        """Whether to deliver `event` (False: seen before the resume point)."""
+        if event.seq is None:
+            return True
+        if self.after is not None and event.seq <= self.after:
+            return False
+        if self.last_seq is not None and event.seq < self.last_seq:
+            return False
+        if event.seq == self.last_seq:
+            if self.skip > 0:
+                self.skip -= 1
+                return False
+            self.delivered_at_last_seq += 1
+        else:
+            self.last_seq, self.delivered_at_last_seq, self.skip = event.seq, 1, 0
+        return True
 
 
 def verdict_value(verdict: Any) -> str:

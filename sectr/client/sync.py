@@ -22,6 +22,7 @@ from sectr.client.protocol import (
     Deadline,
     RequestControls,
     RunFollower,
+    SessionCursor,
     SSEDecoder,
     answer_of,
     backoff,
@@ -32,6 +33,7 @@ from sectr.client.protocol import (
     control_options,
     decode_answer,
     is_event_stream,
+    posted_run_stream,
     run_event_from_sse,
     session_headers,
     stream_timeout,
@@ -181,6 +183,59 @@ class Client:
                 remove()
         return decode_answer(response)
 
+    def _post_run(
+        self,
+        path: str,
+        body: dict[str, Any],
+        *,
+        stream: bool,
+        timeout: float | None,
+        headers: dict[str, str] | None,
+        cancel: Cancellation | None,
+        limit: Deadline,
+        session_id: str,
+    ) -> tuple[str, httpx.Response | None]:
+        """POST a run: its id, and with `stream` the open answer that is its event stream
+        (`Accept: text/event-stream`: no second request before the first event). A server
+        that answers with JSON anyway gives the id alone; an error is its typed error."""
+        if not stream:
+            data = self.request(
+                "POST", path, json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit,
+                session_id=session_id,
+            )  # fmt: skip
+            return str(data["run_id"]), None
+        what = f"POST {path}"
+        limit.check(what)
+        request = self._http.build_request(
+            "POST",
+            API_PREFIX + path,
+            json=body,
+            headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
+            timeout=limit.cap(stream_timeout(timeout)),
+        )
+        if cancel is not None:
+            cancel.check()
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            if limit.expired:
+                raise limit.error(what) from exc
+            raise transport_error(exc, what) from exc
+        try:
+            run_id = posted_run_stream(response)
+        except Exception:
+            response.close()
+            raise
+        if run_id is not None:
+            return run_id, response
+        try:
+            response.read()
+        except httpx.HTTPError as exc:
+            raise transport_error(exc, what) from exc
+        finally:
+            response.close()
+        return str(decode_answer(response)["run_id"]), None
+
     @contextmanager
     def _event_stream(
         self,
@@ -189,14 +244,22 @@ class Client:
         timeout: float | None,
         cancel: Cancellation | None,
         limit: Deadline | None = None,
+        *,
+        path: str | None = None,
+        opened: httpx.Response | None = None,
     ) -> Iterator[httpx.Response]:
-        request = self._http.build_request(
-            "GET",
-            f"{API_PREFIX}/runs/{run_id}/events",
-            headers={"Accept": "text/event-stream", **headers},
-            timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
-        )
-        response = self._http.send(request, stream=True)
+        """The event stream of run `run_id` (or at `path`, under the API), or the one a
+        POST opened already (`opened`)."""
+        if opened is not None:
+            response = opened
+        else:
+            request = self._http.build_request(
+                "GET",
+                API_PREFIX + (path or f"/runs/{run_id}/events"),
+                headers={"Accept": "text/event-stream", **headers},
+                timeout=limit.cap(stream_timeout(timeout)) if limit is not None else stream_timeout(timeout),
+            )
+            response = self._http.send(request, stream=True)
         remove = cancel.on_cancel(response.close) if cancel is not None else None
         try:
             if not is_event_stream(response):
@@ -376,6 +439,7 @@ class Session:
         headers: dict[str, str] | None = None,
         cancel: Cancellation | None = None,
         queue: bool = False,
+        stream: bool = False,
         deadline: float | None = None,
         controls: RequestControls | None = None,
     ) -> Run:
@@ -386,6 +450,9 @@ class Session:
         SessionBusyError while this handle's previous run (or any run of the session) is
         still active, unless `queue`: the message then waits for its turn. `deadline`
         (seconds) bounds starting the run and consuming it: DeadlineExceededError.
+        With `stream`, the POST's answer is the run's event stream itself (one request
+        fewer before the first event); consume the Run then (iterate it or `result()`):
+        until it is, the stream holds a connection.
         """
         flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
         timeout, headers, cancel = flat.get("timeout"), flat.get("headers"), flat.get("cancel")
@@ -400,21 +467,65 @@ class Session:
             status = self._client.runs.get(active, timeout=timeout, headers=headers, deadline=limit).status
             if status in ACTIVE_RUN_STATUSES:
                 raise SessionBusyError(f"run {active} of this session is still {status}", code="session_busy")
-        data = self._request(
-            "POST", "/runs", json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit
-        )
+        run_id, opened = self._client._post_run(
+            f"/sessions/{self.id}/runs", body, stream=stream, timeout=timeout, headers=headers, cancel=cancel,
+            limit=limit, session_id=self.id,
+        )  # fmt: skip
         run = Run(
             self._client,
-            data["run_id"],
+            run_id,
             on_permission_ask=on_permission_ask,
             timeout=timeout,
             headers=headers,
             cancel=cancel,
             deadline=limit,
             session_id=self.id,
+            opened=opened,
         )
         self._active = run
         return run
+
+    def events(
+        self,
+        *,
+        after: int | None = None,
+        timeout: float | None = None,
+        headers: dict[str, str] | None = None,
+        cancel: Cancellation | None = None,
+        controls: RequestControls | None = None,
+    ) -> Iterator[RunEvent]:
+        """Every run's events of this session as they come (`GET /sessions/{id}/events`):
+        from the session's first run, or after seq `after` (a snapshot's `last_seq`: only
+        what comes next). It reconnects after a cut, from the last event it saw, and never
+        ends by itself: break out of the loop (or cancel)."""
+        flat = control_options({"controls": controls, "timeout": timeout, "headers": headers, "cancel": cancel})
+        timeout, cancel = flat.get("timeout"), flat.get("cancel")
+        base = session_headers(self.id, flat.get("headers"))
+        cursor = SessionCursor(after=after)
+        failures = 0
+        while True:
+            if cancel is not None:
+                cancel.check()
+            mark = cursor.last_seq
+            try:
+                path = f"/sessions/{self.id}/events"
+                with self._client._event_stream(
+                    "", {**base, **cursor.resume_headers()}, timeout, cancel, path=path
+                ) as response:  # fmt: skip
+                    decoder = SSEDecoder()
+                    for chunk in response.iter_bytes():
+                        for sse in decoder.feed(chunk):
+                            event = run_event_from_sse(sse)
+                            if cursor.accept(event):
+                                yield event
+                raise _StreamCut("the session's stream ended")  # a restart's `retry:`: go on
+            except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
+                if cancel is not None and cancel.cancelled:
+                    raise RequestCancelled("the call was cancelled") from None
+                failures = 1 if cursor.last_seq != mark else failures + 1
+                if failures > self._client.max_reconnects:
+                    raise TransportError(f"the event stream of {self.id} failed {failures} times: {exc}") from exc
+                time.sleep(backoff(failures))
 
     def retry(
         self,
@@ -730,8 +841,11 @@ class Run:
         cancel: Cancellation | None = None,
         deadline: Deadline | None = None,
         session_id: str | None = None,
+        opened: httpx.Response | None = None,
     ) -> None:
         self._client = client
+        #: the run's event stream a POST opened (Session.run(stream=True)), read first
+        self._opened = opened
         self._follower = RunFollower(run_id)
         self._responder = on_permission_ask
         self._timeout = timeout
@@ -850,7 +964,10 @@ class Run:
         follower = self._follower
         headers = {**self._headers, **follower.resume_headers()}
         limit = self._deadline
-        with self._client._event_stream(follower.run_id, headers, self._timeout, self._cancel, limit) as response:
+        opened, self._opened = self._opened, None
+        with self._client._event_stream(
+            follower.run_id, headers, self._timeout, self._cancel, limit, opened=opened
+        ) as response:  # fmt: skip
             decoder = SSEDecoder()
             for chunk in response.iter_bytes():
                 limit.check(f"run {self.id}")

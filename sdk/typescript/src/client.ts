@@ -36,11 +36,13 @@ import {
   transcriptFromJson,
 } from "./models.js";
 import { type Prompt, checkParts } from "./parts.js";
-import { SSEDecoder } from "./sse.js";
+import { SSEDecoder, type ServerSentEvent } from "./sse.js";
 
 export const API_PREFIX = "/api/v1";
 /** Sent with every request about a known session, so a load balancer can keep it on one server. */
 export const AFFINITY_HEADER = "X-Sectr-Session";
+/** The run a POST answered with its event stream started (`Accept: text/event-stream`). */
+export const RUN_ID_HEADER = "X-Sectr-Run-Id";
 const MAX_RECONNECTS = 8;
 const DEFAULT_TIMEOUT_MS = 30_000;
 /** The server sends a comment every 15 s; a stream silent this long is reconnected. */
@@ -120,6 +122,15 @@ function webhookFromJson(data: any): Webhook {
 export interface RunOptions extends Responders {
   /** Wait for the session's active run to end instead of SessionBusyError. */
   queue?: boolean;
+  /** The POST's answer is the run's event stream itself (one request fewer before the
+   * first event). Consume the Run then (iterate it or `result()`): until it is, the
+   * stream holds a connection. */
+  stream?: boolean;
+}
+
+export interface SessionEventsOptions {
+  /** Only the events after this seq (a snapshot's `lastSeq`: what comes next). */
+  after?: number;
 }
 
 export interface CreateOptions {
@@ -294,21 +305,79 @@ export class SectrClient {
     }
   }
 
-  /** @internal One connection of a run's event stream. */
-  async openStream(runId: string, headers: Record<string, string>, scope: Scope): Promise<Response> {
-    const response = await this.fetchImpl(`${this.baseUrl}${API_PREFIX}/runs/${runId}/events`, {
+  /** @internal One connection of a run's event stream (or of the stream at `path`). */
+  async openStream(runId: string, headers: Record<string, string>, scope: Scope, path?: string): Promise<Response> {
+    const response = await this.fetchImpl(`${this.baseUrl}${API_PREFIX}${path ?? `/runs/${runId}/events`}`, {
       headers: mergedHeaders(this.headers, { Accept: "text/event-stream" }, headers),
       signal: scope.controller.signal,
       redirect: "manual",
     });
-    const type = response.headers.get("content-type") ?? "";
-    if (response.ok && type.toLowerCase().startsWith("text/event-stream") && response.body) return response;
+    if (isEventStream(response)) return response;
     const text = await response.text();
     if (response.status >= 300) decodeAnswer(response, text);
+    const type = response.headers.get("content-type") ?? "";
     throw new ProtocolError(`the server answered ${response.status} with ${type || "no content type"}, not text/event-stream`, {
       status: response.status,
     });
   }
+
+  /** @internal POST a run asking for its event stream: the run's id and the open stream,
+   * or the id alone from a server that answered with JSON (an error: its typed error). */
+  async postRunStream(
+    path: string,
+    body: unknown,
+    sessionId: string,
+    controls: RequestControls,
+    deadline: Deadline,
+  ): Promise<{ runId: string; opened?: { response: Response; scope: Scope } }> {
+    const what = `POST ${path}`;
+    if (deadline.expired) throw deadline.error(what);
+    const scope = new Scope(controls.signal, deadline);
+    let keep = false;
+    try {
+      const response = await this.fetchImpl(this.baseUrl + API_PREFIX + path, {
+        method: "POST",
+        headers: mergedHeaders(
+          this.headers,
+          { "Content-Type": "application/json", Accept: "text/event-stream", [AFFINITY_HEADER]: sessionId },
+          controls.headers,
+        ),
+        body: JSON.stringify(body),
+        signal: scope.controller.signal,
+        redirect: "manual",
+      });
+      if (isEventStream(response)) {
+        const runId = response.headers.get(RUN_ID_HEADER);
+        if (!runId) throw new ProtocolError(`an event stream answered the POST without its ${RUN_ID_HEADER} header`);
+        keep = true;
+        return { runId, opened: { response, scope } };
+      }
+      const data = decodeAnswer(response, await response.text());
+      return { runId: String(data.run_id) };
+    } catch (error) {
+      throw scopeError(error, scope, deadline, what);
+    } finally {
+      if (!keep) scope.dispose();
+    }
+  }
+}
+
+function isEventStream(response: Response): boolean {
+  const type = response.headers.get("content-type") ?? "";
+  return response.ok && type.toLowerCase().startsWith("text/event-stream") && response.body !== null;
+}
+
+/** One SSE event of a stream as the RunEvent its data carries. */
+function eventFromSse(sse: ServerSentEvent): RunEvent {
+  let data: unknown;
+  try {
+    data = JSON.parse(sse.data);
+  } catch {
+    throw new ProtocolError(`an SSE event's data is not JSON: ${sse.data.slice(0, 80)}`);
+  }
+  const event = runEventFromJson(data);
+  if (event.kind !== sse.event) throw new ProtocolError(`an SSE event named ${sse.event} carries a ${event.kind} event`);
+  return event;
 }
 
 function decodeAnswer(response: Response, text: string): any {
@@ -515,7 +584,7 @@ export class Session {
 
   /** Start a run with a prompt (text, or parts checked before anything is sent). */
   async run(prompt: Prompt, options: RunOptions = {}, controls: RequestControls = {}): Promise<Run> {
-    checkOptions("session.run()", options, ["onPermissionAsk", "queue"]);
+    checkOptions("session.run()", options, ["onPermissionAsk", "queue", "stream"]);
     checkControls("session.run()", controls);
     const deadline = new Deadline(controls.timeoutMs);
     if (typeof prompt !== "string") {
@@ -530,9 +599,91 @@ export class Session {
     }
     const body: Record<string, unknown> = { content: prompt };
     if (options.queue) body["queue"] = true;
+    if (options.stream) {
+      const { runId, opened } = await this.client.postRunStream(`/sessions/${this.id}/runs`, body, this.id, controls, deadline);
+      this.active = new Run(this.client, runId, this.id, options, controls, deadline, opened);
+      return this.active;
+    }
     const data = await this.call("POST", "/runs", body, controls, deadline);
     this.active = new Run(this.client, String(data.run_id), this.id, options, controls, deadline);
     return this.active;
+  }
+
+  /**
+   * Every run's events of this session as they come (`GET /sessions/{id}/events`): from
+   * the session's first run, or after seq `after`. It resumes by itself after a cut
+   * (from the last event it delivered) and never ends: `break` out of the loop, or abort
+   * the signal of its controls.
+   */
+  events(options: SessionEventsOptions = {}, controls: RequestControls = {}): AsyncGenerator<RunEvent> {
+    checkOptions("session.events()", options, ["after"]);
+    checkControls("session.events()", controls);
+    return this.followEvents(options.after, controls);
+  }
+
+  private async *followEvents(after: number | undefined, controls: RequestControls): AsyncGenerator<RunEvent> {
+    let lastSeq: number | undefined;
+    let deliveredAtLastSeq = 0;
+    let skip = 0;
+    let failures = 0;
+    const path = `/sessions/${this.id}/events`;
+    for (;;) {
+      const mark = lastSeq;
+      const scope = new Scope(controls.signal, new Deadline(undefined));
+      try {
+        const headers = mergedHeaders(controls.headers, { [AFFINITY_HEADER]: this.id });
+        if (lastSeq !== undefined) {
+          // As a Run resumes: from the seq before the last one seen, skipping what was delivered.
+          skip = deliveredAtLastSeq;
+          headers["Last-Event-ID"] = String(Math.max(lastSeq - 1, 0));
+        } else if (after !== undefined) {
+          headers["Last-Event-ID"] = String(after);
+        }
+        scope.heard(STREAM_SILENCE_MS);
+        const response = await this.client.openStream("", headers, scope, path);
+        const reader = response.body!.getReader();
+        const decoder = new SSEDecoder();
+        try {
+          for (;;) {
+            const { done, value } = await reader.read();
+            if (done) break;
+            scope.heard(STREAM_SILENCE_MS);
+            for (const sse of decoder.feed(value)) {
+              const event = eventFromSse(sse);
+              if (event.seq !== null) {
+                if (after !== undefined && event.seq <= after) continue;
+                if (lastSeq !== undefined && event.seq < lastSeq) continue;
+                if (event.seq === lastSeq) {
+                  if (skip > 0) {
+                    skip -= 1;
+                    continue;
+                  }
+                  deliveredAtLastSeq += 1;
+                } else {
+                  lastSeq = event.seq;
+                  deliveredAtLastSeq = 1;
+                  skip = 0;
+                }
+              }
+              yield event;
+            }
+          }
+        } finally {
+          reader.cancel().catch(() => undefined);
+        }
+        throw new StreamCut("the session's stream ended"); // a restart's `retry:`: go on
+      } catch (error) {
+        if (error instanceof SectrError) throw error;
+        if (scope.why === "cancelled") throw new RequestCancelledError(`session ${this.id}: the call was cancelled`);
+        failures = lastSeq !== mark ? 1 : failures + 1;
+        if (failures > this.client.maxReconnects) {
+          throw new TransportError(`the event stream of ${this.id} failed ${failures} times: ${String(error)}`);
+        }
+        await new Promise((resolve) => setTimeout(resolve, Math.min(250 * 2 ** (failures - 1), 5000)));
+      } finally {
+        scope.dispose();
+      }
+    }
   }
 
   /** Retry the failed step (only after a retryable failure; else InvalidStateError). */
@@ -708,6 +859,8 @@ export class Run implements AsyncIterable<RunEvent> {
     private readonly responders: Responders,
     private readonly controls: RequestControls,
     private readonly deadline: Deadline,
+    /** The run's event stream a POST opened (`session.run(prompt, { stream: true })`), read first. */
+    private opened?: { response: Response; scope: Scope },
   ) {
     this.runId = runId;
     this.ids = [runId];
@@ -805,9 +958,11 @@ export class Run implements AsyncIterable<RunEvent> {
     while (!this.finished) {
       if (this.deadline.expired) throw this.deadline.error(`run ${this.id}`);
       const mark = `${this.runId}:${this.lastSeq}`;
-      const scope = new Scope(this.controls.signal, this.deadline);
+      const opened = this.opened;
+      this.opened = undefined;
+      const scope = opened?.scope ?? new Scope(this.controls.signal, this.deadline);
       try {
-        yield* this.follow(scope);
+        yield* this.follow(scope, opened?.response);
       } catch (error) {
         if (error instanceof SectrError) throw error;
         if (scope.why === "cancelled") throw new RequestCancelledError(`run ${this.id}: the call was cancelled`);
@@ -825,7 +980,7 @@ export class Run implements AsyncIterable<RunEvent> {
   }
 
   /** One connection's events until the current server run is over. */
-  private async *follow(scope: Scope): AsyncGenerator<RunEvent> {
+  private async *follow(scope: Scope, opened?: Response): AsyncGenerator<RunEvent> {
     const headers = this.headers();
     if (this.lastSeq !== undefined) {
       // One envelope may give more than one event: resume from the one before the last
@@ -834,7 +989,7 @@ export class Run implements AsyncIterable<RunEvent> {
       headers["Last-Event-ID"] = String(Math.max(this.lastSeq - 1, 0));
     }
     scope.heard(STREAM_SILENCE_MS);
-    const response = await this.client.openStream(this.runId, headers, scope);
+    const response = opened ?? (await this.client.openStream(this.runId, headers, scope));
     const reader = response.body!.getReader();
     const decoder = new SSEDecoder();
     try {
@@ -843,15 +998,7 @@ export class Run implements AsyncIterable<RunEvent> {
         if (done) break;
         scope.heard(STREAM_SILENCE_MS);
         for (const sse of decoder.feed(value)) {
-          let data: unknown;
-          try {
-            data = JSON.parse(sse.data);
-          } catch {
-            throw new ProtocolError(`an SSE event's data is not JSON: ${sse.data.slice(0, 80)}`);
-          }
-          const event = runEventFromJson(data);
-          if (event.kind !== sse.event) throw new ProtocolError(`an SSE event named ${sse.event} carries a ${event.kind} event`);
-          const step = this.accept(event);
+          const step = this.accept(eventFromSse(sse));
           if (step.deliver) yield step.deliver;
           if (!step.done) continue;
           if (step.ask && step.held) {

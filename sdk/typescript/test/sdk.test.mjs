@@ -436,3 +436,94 @@ describe("resume", () => {
     }
   });
 });
+
+describe("streams that start with the run", () => {
+  const recording = () => {
+    const sent = [];
+    const recorder = new SectrClient({
+      baseUrl: live.baseUrl,
+      token: live.tokens.alice,
+      fetch: (url, init) => {
+        sent.push(`${init?.method ?? "GET"} ${new URL(url).pathname}`);
+        return fetch(url, init);
+      },
+    });
+    return { sent, recorder };
+  };
+
+  test("run(prompt, { stream: true }) reads the POST's answer: no second request", async () => {
+    const { sent, recorder } = recording();
+    const session = await recorder.sessions.create({});
+    const run = await session.run("!slow 4", { stream: true });
+    const events = [];
+    for await (const event of run) events.push(event);
+    assert.equal(events.at(-1).kind, "result");
+    assert.equal(events.at(-1).payload.text, "tick 1 tick 2 tick 3 tick 4 ");
+    assert.ok(events.every((event) => event.runId === run.id));
+    assert.deepEqual(
+      sent.filter((line) => line.includes("/runs")),
+      [`POST /api/v1/sessions/${session.id}/runs`],
+    );
+    const replay = [];
+    for await (const event of client.runs.attach(run.id)) replay.push(event);
+    assert.deepEqual(events, replay);
+    // A refusal is the typed error, as without stream.
+    const other = await client.sessions.create({});
+    await other.run("!slow 30");
+    await assert.rejects(client.session(other.id).run("again", { stream: true }), SessionBusyError);
+  });
+
+  test("a POST stream cut mid-run resumes from its last event", async () => {
+    const proxy = await cuttingProxy(live.baseUrl);
+    try {
+      const flaky = new SectrClient({ baseUrl: proxy.url, token: live.tokens.alice });
+      const session = await flaky.sessions.create({});
+      const run = await session.run("!slow 12", { stream: true });
+      let ticks = "";
+      const seqs = [];
+      for await (const event of run) {
+        if (event.seq !== null) seqs.push(`${event.seq}:${event.kind}`);
+        if (event.kind === "message.delta") {
+          ticks += event.text;
+          if (event.text === "tick 4 ") proxy.cut();
+        }
+      }
+      assert.ok(ticks.includes(Array.from({ length: 12 }, (_, i) => `tick ${i + 1} `).join("")), ticks);
+      assert.equal(new Set(seqs).size, seqs.length, "an event came twice");
+      assert.ok(proxy.accepted >= 2);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  test("session.events() follows every run of the session and resumes after a seq", async () => {
+    const session = await client.sessions.create({});
+    const first = await (await session.run("!slow 3", { stream: true })).result();
+    const events = [];
+    const stream = session.events();
+    let second;
+    for await (const event of stream) {
+      events.push(event);
+      if (event.kind === "result" && !second) second = await session.run("!slow 2");
+      else if (event.kind === "result") break;
+    }
+    const perRun = [];
+    for (const runId of [first.runId, second.id]) {
+      for await (const event of client.runs.attach(runId)) perRun.push(event);
+    }
+    assert.deepEqual(events, perRun);
+    const middle = events[3].seq;
+    const tail = [];
+    for await (const event of session.events({ after: middle })) {
+      tail.push(event);
+      if (event.kind === "result" && event.runId === second.id) break;
+    }
+    assert.deepEqual(tail, events.filter((event) => event.seq > middle));
+    await assert.rejects(
+      (async () => {
+        for await (const _event of client.session("ses_nope").events()) break;
+      })(),
+      NotFoundError,
+    );
+  });
+});

@@ -38,6 +38,7 @@ const CALLS = {
   "Session.delete": [session, []],
   "Session.run": [session, ["hi"]],
   "Session.retry": [session, []],
+  "Session.events": [session, []],
   "Run.result": [run, []],
   "Run.cancel": [run, []],
   "Run.steer": [run, ["t"]],
