@@ -7,14 +7,17 @@ follows every run of a session with the run stream's events and resume rules.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from sectr.client import AsyncClient, Client, NotFoundError, RunEvent, SessionBusyError
 from tests.server.api.test_api import assert_error, events, new_session, read_stream, start_run, wait_for_state
 from tests.server.api.test_api_support import LiveApi, live_api, sse_events
+from tests.server.api.test_sdk_stream import CuttingProxy
 
 pytestmark = pytest.mark.slow
 
@@ -147,3 +150,81 @@ def test_the_session_stream_is_for_those_who_read_the_session(api: LiveApi) -> N
     anonymous = httpx.get(api.base_url + f"/api/v1/sessions/{session_id}/events")
     assert anonymous.status_code == 401
     assert_error(api.http().get(f"/sessions/{session_id}/events", params={"after": "x"}), 400, "invalid_after")
+
+
+# ---- the Python SDK: run(stream=True) and session.events() ----
+
+
+class Recording(httpx.HTTPTransport):
+    """The SDK's transport, noting each request's method and path."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[str] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.sent.append(f"{request.method} {request.url.path}")
+        return super().handle_request(request)
+
+
+def test_the_sdk_reads_the_posts_answer_as_the_runs_stream(api: LiveApi) -> None:
+    transport = Recording()
+    with Client(api.base_url, token=api.tokens["alice"], transport=transport) as client:
+        session = client.sessions.create(title="post stream")
+        run = session.run("!slow 4", stream=True)
+        events = list(run)
+        assert events[-1].kind == "result" and events[-1].payload["text"] == "tick 1 tick 2 tick 3 tick 4 "
+        assert [line for line in transport.sent if "/runs" in line] == [f"POST /api/v1/sessions/{session.id}/runs"]
+        assert list(client.runs.attach(run.id)) == events
+        other = client.sessions.create(title="busy")
+        other.run("!slow 30")
+        with pytest.raises(SessionBusyError):
+            client.session(other.id).run("again", stream=True)
+
+
+def test_the_async_sdk_streams_the_post_and_the_session(api: LiveApi) -> None:
+    async def scenario() -> tuple[list[RunEvent], list[RunEvent], list[RunEvent]]:
+        async with AsyncClient(api.base_url, token=api.tokens["alice"]) as client:
+            session = await client.sessions.create(title="async streams")
+            run = await session.run("!slow 3", stream=True)
+            streamed = [event async for event in run]
+            replay = [event async for event in client.runs.attach(run.id)]
+            found = []
+            async for event in session.events():
+                found.append(event)
+                if event.kind == "result":
+                    break
+            return streamed, replay, found
+
+    streamed, replay, found = asyncio.run(scenario())
+    assert streamed == replay == found and streamed[-1].payload["text"] == "tick 1 tick 2 tick 3 "
+
+
+def test_the_sdk_follows_a_session_across_runs_and_cuts(api: LiveApi) -> None:
+    with CuttingProxy(api.live.port) as proxy, Client(proxy.url, token=api.tokens["alice"]) as client:
+        session = client.sessions.create(title="session stream")
+        first = session.run("!slow 3").result()
+        second = None
+        found: list[RunEvent] = []
+        for event in session.events():
+            found.append(event)
+            if event.kind == "result" and second is None:
+                second = session.run("!slow 12")
+            elif event.kind == "message.delta" and event.text in ("tick 4 ", "tick 8 "):
+                proxy.cut()  # the SDK reconnects from its last event
+            elif event.kind == "result":
+                break
+        assert second is not None and proxy.cuts == 2
+    with Client(api.base_url, token=api.tokens["alice"]) as client:
+        expected = list(client.runs.attach(first.run_id)) + list(client.runs.attach(second.id))
+        assert found == expected, "every event of both runs, once, in order"
+        middle = expected[5].seq
+        assert middle is not None
+        tail = []
+        for event in client.session(session.id).events(after=middle):
+            tail.append(event)
+            if event.kind == "result" and event.run_id == second.id:
+                break
+        assert tail == [event for event in expected if event.seq is not None and event.seq > middle]
+        with pytest.raises(NotFoundError):
+            next(iter(client.session("ses_nope").events()))
