@@ -8,7 +8,7 @@ import signal
 from typing import Any
 
 from django.conf import settings
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from prometheus_client import start_http_server
 
 from sessions_app.worker import Worker
@@ -45,8 +45,13 @@ class Command(BaseCommand):
         asyncio.run(self._main(options))
 
     async def _main(self, options: dict[str, Any]) -> None:
+        concurrency = options["concurrency"]
+        if concurrency is None:
+            concurrency = settings.SECTR_WORKER_CONCURRENCY
+        elif concurrency < 1:
+            raise CommandError(f"--concurrency must be at least 1, not {concurrency}")
         worker = Worker(
-            concurrency=options["concurrency"] or settings.SECTR_WORKER_CONCURRENCY,
+            concurrency=concurrency,
             lease=options["lease"],
             poll_interval=options["poll"],
             worker_id=options["worker_id"],
