@@ -68,9 +68,8 @@ def live() -> Iterator[LiveSectr]:
 
 def test_a_worker_starts_256_runs_without_waiting_for_any(live: LiveSectr) -> None:
     # Not live.manage: posting and waiting for the runs takes longer than its timeout.
-    done = subprocess.run(  # noqa: S603 - our own manage.py
-        [PYTHON, "manage.py", "shell", "-c", SCRIPT], cwd=ROOT, env=live.env, capture_output=True, text=True, timeout=360
-    )  # fmt: skip
+    command = [PYTHON, "manage.py", "shell", "-c", SCRIPT]
+    done = subprocess.run(command, cwd=ROOT, env=live.env, capture_output=True, text=True, timeout=360)  # noqa: S603
     assert done.returncode == 0, done.stderr
     line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
     result = json.loads(line.removeprefix("RESULT "))
