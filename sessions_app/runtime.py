@@ -23,7 +23,7 @@ from sectr.rules import Policy
 from sectr.runtime import Runtime
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolArgumentError
-from sessions_app.approval_service.relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
+from sessions_app.approval_relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.mcp_servers import team_mcp_tools

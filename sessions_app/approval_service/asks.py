@@ -30,7 +30,7 @@ from sectr.journal import NewEvent, new_id
 from sectr.rules import RuleDecision
 from sectr.state import TITLE_MAX, SessionState
 from sessions_app.access import check_access
-from sessions_app.approval_service.relay import RELAY_AGENT, result_text
+from sessions_app.approval_relay import RELAY_AGENT, result_text
 from sessions_app.journal import get_journal
 from sessions_app.models import ApprovalRule, AskIndex, AuditEntry, McpApproval, Session, Team
 from sessions_app.provider_config import default_model

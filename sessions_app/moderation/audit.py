@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import math
 import re
 from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from sectr.errors import ValidationFailed
 from sessions_app import access
 from sessions_app.filter_forms import CutText, first_error
 from sessions_app.models import AuditEntry, Session
+from sessions_app.percentiles import percentile
 
 #: Kinds listed by default: every verdict, vote and withdrawal (asks themselves are not decisions).
 DEFAULT_KINDS = (
@@ -277,17 +277,6 @@ async def stream_in_thread(lines: Iterator[str], batch: int = 200) -> AsyncItera
 
     while chunk := await sync_to_async(take)():
         yield chunk
-
-
-def percentile(sorted_values: list[float], fraction: float) -> float | None:
-    """The `fraction` percentile of ascending values (linear interpolation), None if empty."""
-    if not sorted_values:
-        return None
-    position = (len(sorted_values) - 1) * fraction
-    low, high = math.floor(position), math.ceil(position)
-    if low == high:
-        return sorted_values[low]
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (position - low)
 
 
 @dataclass

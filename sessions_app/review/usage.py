@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from sessions_app import access
 from sessions_app.models import Agent, ApiToken, AuditEntry, ModelPrice, Run, Team, UsageDaily
-from sessions_app.moderation.audit import percentile
+from sessions_app.percentiles import percentile
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
