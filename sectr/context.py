@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 
 from sectr.agents import DEFAULT_AGENT, TOOL_NOT_AVAILABLE, AgentSpec
 from sectr.control import RunControl
-from sectr.errors import ApprovalDenied, ApprovalRequired, InvocationCancelled, JournalUnavailable, ProviderError
+from sectr.errors import (
+    ApprovalDenied,
+    ApprovalRequired,
+    InvocationCancelled,
+    JournalUnavailable,
+    ProviderError,
+    ReplayDiverged,
+)
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import copy_json, fold_messages
 from sectr.journal import new_id
@@ -33,6 +40,7 @@ from sectr.providers.base import (
     TextDelta,
     ToolCallDelta,
 )
+from sectr.replay import RecordedResult
 from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
 from sectr.telemetry import traced_model_step, traced_tool_call
@@ -391,12 +399,15 @@ class SessionContext:
             await self.writer.emit(EventType.TOOL_STARTED, {"tool_call_id": call_id, "name": name})
         try:
             value = await tool.invoke(kwargs)
-        except (asyncio.CancelledError, JournalUnavailable):
+        except (asyncio.CancelledError, JournalUnavailable, ReplayDiverged):
             # A tool that lost the platform's database (it read through it) stops the run
-            # for recovery like the journal does, rather than tell the model it failed.
+            # for recovery like the journal does, rather than tell the model it failed; a
+            # replay's divergence ends the invocation (sectr.replay).
             raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             return await self._tool_failed(call_id, name, exc, prefix)
+        if type(value) is RecordedResult:  # a replay's recorded answer, journaled verbatim
+            return await self._tool_result(call_id, name, value.content, is_error=value.is_error)
         self.consecutive_failures = 0
         return await self._tool_result(call_id, name, prefix + format_result(value), is_error=False, value=value)
 
@@ -426,6 +437,8 @@ class SessionContext:
         self.tool_call_count += 1
         try:
             value = tool.fn(**tool.bind(arguments, self._tool_context(call_id)))
+        except ReplayDiverged:
+            raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             self.consecutive_failures += 1
             content = f"{prefix}Error: {type(exc).__name__}: {exc}"
@@ -434,6 +447,8 @@ class SessionContext:
             if inspect.iscoroutine(value):
                 value.close()  # never awaited, on purpose
             raise TypeError(f"{name} returned an awaitable: in an async handler, `await ctx.aexecute({name!r}, ...)`")
+        if type(value) is RecordedResult:
+            return self._tool_result_soon(call_id, name, value.content, is_error=value.is_error)
         self.consecutive_failures = 0
         return self._tool_result_soon(call_id, name, prefix + format_result(value), is_error=False, value=value)
 

@@ -143,3 +143,25 @@ class NotAtTurnBoundary(SectrError):
 class TooLarge(SectrError):
     code = "too_large"
     status = 413
+
+
+class ReplayDiverged(Exception):  # noqa: N818
+    """A replayed session's agent made a call the source session never made at that point
+    (sectr.replay): the replay stops there, the call unrun, and the divergence is journaled
+    in the invocation's end (`stop_reason: "diverged"`)."""
+
+    def __init__(self, name: str, arguments: dict[str, Any], turn: int) -> None:
+        super().__init__(f"would call {name} {_short_json(arguments)} (turn {turn}), which the source session did not")
+        self.name = name
+        self.arguments = arguments
+        self.turn = turn
+
+    def payload(self) -> dict[str, Any]:
+        return {"name": self.name, "arguments": self.arguments, "turn": self.turn}
+
+
+def _short_json(value: Any, limit: int = 200) -> str:
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

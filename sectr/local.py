@@ -23,6 +23,7 @@ from sectr.events import Envelope, EventType, utcnow
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.providers import default_model_from_env
 from sectr.providers.base import Provider
+from sectr.replay import DIVERGED, recorded_turns
 from sectr.rules import Policy, Rule
 from sectr.runtime import BudgetSource, Handler, Runtime, ToolSource
 from sectr.state import SessionState
@@ -87,6 +88,31 @@ class LocalRuntime:
         session_id = self.journal.create()
         await self.journal.append(session_id, events)
         return session_id
+
+    async def replay(
+        self, source_id: str, *, live_reads: bool = False, model: str | None = None, title: str | None = None
+    ) -> str:
+        """Replay a session's user turns on this runtime's agent (sectr.replay): a new
+        session that gets the source's user messages in order, its tool calls answered
+        with the source's recorded results. Stops at the first divergence. Returns the
+        replay session's id."""
+        source = await self.journal.load(source_id)
+        if not source:
+            raise LookupError(f"no session {source_id}")
+        events = operations.create_events(
+            title=title,
+            model=model,
+            default_model=default_model_from_env(),
+            agent=self.agent,
+            replay={"source": source_id, "live_reads": live_reads},
+        )
+        replay_id = self.journal.create()
+        await self.journal.append(replay_id, events)
+        for turn in recorded_turns(source):
+            terminal = await self.send(replay_id, turn.content)
+            if terminal.payload.get("stop_reason") == DIVERGED:
+                break
+        return replay_id
 
     async def _start_and_run(self, session_id: str, build: Any) -> Envelope:
         # Check and write under the session's lock: two callers cannot both start a run.

@@ -150,8 +150,11 @@ def created_event(
     forked_from: dict[str, Any] | None = None,
     agent: dict[str, Any] | None = None,
     worktree_selector: str | dict[str, Any] | None = None,
+    replay: dict[str, Any] | None = None,
 ) -> NewEvent:
     payload: dict[str, Any] = {"mode": mode, "model": model, "limits": limits}
+    if replay:
+        payload["replay"] = dict(replay)
     if agent:
         payload["agent"] = dict(agent)
     if title:
@@ -174,6 +177,7 @@ def create_events(
     reasoning_effort: Any = None,
     default_model: str = "demo",
     agent: AgentSpec | None = None,
+    replay: dict[str, Any] | None = None,
 ) -> list[NewEvent]:
     """Validate a new session's settings (None = default) and build its SESSION_CREATED.
 
@@ -193,6 +197,7 @@ def create_events(
             limits=check_limits(limits),
             reasoning_effort=check_reasoning_effort(reasoning_effort),
             agent=agent.pin if agent is not None and agent.id is not None else None,
+            replay=replay,
         )
     ]
 

@@ -209,6 +209,13 @@ def _session_created(p: dict[str, Any], w: str) -> None:
             raise InvalidEvent(f"{w}.forked_from must be an object")
         _string(forked, "session_id", f"{w}.forked_from", empty=False)
         _count(forked, "seq", f"{w}.forked_from")
+    replay = p.get("replay")
+    if replay is not None:
+        if not isinstance(replay, dict):
+            raise InvalidEvent(f"{w}.replay must be an object")
+        _string(replay, "source", f"{w}.replay", empty=False)
+        if not isinstance(replay.get("live_reads", False), bool):
+            raise InvalidEvent(f"{w}.replay.live_reads must be a boolean")
 
 
 def _message_start(p: dict[str, Any], w: str) -> None:

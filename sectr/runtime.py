@@ -27,6 +27,7 @@ from sectr.errors import (
     JournalUnavailable,
     LeaseLost,
     ProviderError,
+    ReplayDiverged,
     SteerArrived,
 )
 from sectr.events import Envelope, EventType, add_usage, usage_dict
@@ -34,6 +35,7 @@ from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import Journal, NewEvent, new_id
 from sectr.providers import provider_from_env
 from sectr.providers.base import Provider
+from sectr.replay import DIVERGED, REPLAY_STOPPED, ReplayPlan, replay_registry
 from sectr.rules import Policy, Rule, as_policy
 from sectr.state import SessionState
 from sectr.telemetry import traced_invocation
@@ -129,6 +131,8 @@ class Runtime:
         state = journal_state.copy()
         agent = await self.agent_for(state)
         tools = await self.tools_for(state)
+        if state.replay is not None:
+            tools = await self._replay_tools(state, transcript, tools)
         ctx: SessionContext | None = None
 
         def on_append(envelopes: list[Envelope]) -> None:
@@ -151,6 +155,15 @@ class Runtime:
             agent=agent,
         )
         return ctx
+
+    async def _replay_tools(self, state: SessionState, transcript: list[Envelope], tools: ToolRegistry) -> ToolRegistry:
+        """A replay session's tools answer from its source's journal (sectr.replay)."""
+        replay = state.replay or {}
+        source = await self.journal.load(str(replay.get("source")))
+        plan = ReplayPlan.for_invocation(
+            source, transcript, int(replay.get("turns") or 0), live_reads=bool(replay.get("live_reads"))
+        )
+        return replay_registry(tools, plan)
 
     async def policy_for(self, session_id: str) -> Policy:
         """The approval rules an invocation of this session obeys, read as it starts."""
@@ -206,6 +219,10 @@ class Runtime:
             # Fail the invocation rather than leave the session `running` for ever.
             return await self._fail_unbuildable(session_id, invocation_id, fence, exc)
         ctx.loop = asyncio.get_running_loop()
+        if ctx.state.replay is not None and ctx.state.replay.get("diverged"):
+            # A replay stops at its first divergence: later turns end at once.
+            ctx.stop_reason = REPLAY_STOPPED
+            return await self._finish(ctx, EventType.INVOCATION_COMPLETED, {"stop_reason": REPLAY_STOPPED})
         if self._budget_source is not None:
             source = self._budget_source
             ctx.budget_check = lambda: source(session_id)
@@ -259,6 +276,10 @@ class Runtime:
             raise
         except ApprovalRequired as ask:
             return await self._finish_suspended(ctx, ask)
+        except ReplayDiverged as diverged:
+            ctx.stop_reason = DIVERGED
+            payload = {"stop_reason": DIVERGED, "divergence": diverged.payload()}
+            return await self._finish(ctx, EventType.INVOCATION_COMPLETED, payload)
         except (InvocationCancelled, asyncio.CancelledError):
             return await self._finish_cancelled(ctx)
         except ApprovalDenied as exc:
@@ -366,4 +387,3 @@ class Runtime:
         )
         envelopes = await ctx.writer.append(*events)
         return envelopes[-1]
-

@@ -40,6 +40,9 @@ class SessionState:
     #: None: the built-in default agent.
     agent: dict[str, Any] | None = None
     worktree_selector: str | dict[str, Any] | None = None  # stored and returned, never interpreted
+    #: A replay of another session (sectr.replay): {"source", "live_reads", "turns" (user
+    #: turns given so far), "diverged" (the divergence, once it happened)}; None otherwise.
+    replay: dict[str, Any] | None = None
     current_invocation_id: str | None = None  # the active invocation, while running
     last_invocation_id: str | None = None
     last_reason: dict[str, Any] | None = None
@@ -147,6 +150,14 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
             state.forked_from = p["forked_from"]
         if p.get("worktree_selector") is not None:
             state.worktree_selector = p["worktree_selector"]
+        if p.get("replay"):
+            replay = p["replay"]
+            state.replay = {
+                "source": replay.get("source"),
+                "live_reads": bool(replay.get("live_reads")),
+                "turns": 0,
+                "diverged": None,
+            }
     elif t is EventType.SESSION_UPDATED:
         _apply_settings(state, p)
     elif t is EventType.INVOCATION_STARTED:
@@ -157,6 +168,8 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         state.last_reason = reason
         state.last_error = None
         state.last_stop_reason = None
+        if state.replay is not None and reason.get("kind") == "user_message":
+            state.replay["turns"] = int(state.replay.get("turns") or 0) + 1
         if reason.get("kind") == "approval_decision":
             ask = state.asks.get(reason.get("ask_id", ""))
             decision = reason.get("decision", {})
@@ -236,6 +249,8 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
         state.open_message_id = None  # an invocation's end closes its message (as the fold does)
         state.current_invocation_id = None
         state.last_stop_reason = p.get("stop_reason", "end_turn")
+        if state.replay is not None and state.last_stop_reason == "diverged" and not state.replay.get("diverged"):
+            state.replay["diverged"] = p.get("divergence") or {}
     elif t is EventType.INVOCATION_FAILED:
         state.status = "failed"
         state.open_message_id = None  # an invocation's end closes its message (as the fold does)
