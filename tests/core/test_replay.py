@@ -169,7 +169,9 @@ async def test_each_recorded_call_answers_once_in_any_order_within_its_turn(tmp_
         tools=tools,
         journal=journal,
         provider=scripted(
-            call("write_file", two, call_id="b2"), call("write_file", one, call_id="a2"), call("write_file", one, call_id="a3")
+            call("write_file", two, call_id="b2"),
+            call("write_file", one, call_id="a2"),
+            call("write_file", one, call_id="a3"),
         ),
     )
     replay = await candidate.replay(source)
