@@ -213,8 +213,9 @@ def visible_asks(user: Any) -> QuerySet[AskIndex]:
 
 def visible_sessions(user: Any) -> QuerySet[Session]:
     """The sessions `user` sees in their own lists (home page, GET /sessions): their own.
-    Their teams' sessions are listed by readable_sessions (team review, the queue)."""
-    return Session.objects.filter(owner=user)
+    Their teams' sessions are listed by readable_sessions (team review, the queue).
+    Replays (an experiment's) are listed by their experiment only."""
+    return Session.objects.filter(owner=user, is_replay=False)
 
 
 def has_any_role(user: Any, at_least: Role) -> bool:

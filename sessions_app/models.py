@@ -384,6 +384,9 @@ class Session(models.Model):
         Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="sessions", db_constraint=False
     )
     agent_version = models.PositiveIntegerField(null=True, blank=True)
+    # A replay of another session for an experiment (SESSION_CREATED.replay): kept out of
+    # people's lists, searches and usage; read through its experiment.
+    is_replay = models.BooleanField(default=False)
 
     class Meta:
         indexes = [
@@ -430,6 +433,7 @@ class Session(models.Model):
             "agent_id": (state.agent or {}).get("id"),
             "agent_version": (state.agent or {}).get("version"),
             "token_total": total.get("input_tokens", 0) + total.get("output_tokens", 0),
+            "is_replay": state.replay is not None,
         }
 
     def rebuild_projection(self) -> SessionState:
@@ -1176,3 +1180,76 @@ class McpApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.ask_id} ({self.client or 'MCP client'})"
+
+
+def new_experiment_id() -> str:
+    return f"exp_{uuid.uuid4().hex[:16]}"
+
+
+class Experiment(models.Model):
+    """A set of a team's sessions replayed on one or more candidates (agent versions,
+    or a model change) to compare with what was recorded (sessions_app.experiments)."""
+
+    id = models.CharField(primary_key=True, max_length=40, default=new_experiment_id, editable=False)
+    team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="experiments")
+    name = models.CharField(max_length=120)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    live_reads = models.BooleanField(default=False)
+    # [{"label", "agent" (id or None), "slug", "version", "model"}], in the order shown.
+    candidates = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Replay(models.Model):
+    """One source session replayed for one candidate of an experiment: the replay
+    session, its turns (the source's user messages) and where it stands."""
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="replays")
+    source = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    candidate = models.PositiveSmallIntegerField()
+    session = models.OneToOneField(Session, on_delete=models.CASCADE, related_name="replay_entry")
+    turns = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "source", "candidate"], name="replay_unique_pair"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_id} on candidate {self.candidate}"
+
+
+class PairVerdict(models.Model):
+    """A reviewer's blind judgment of one source session: the recorded baseline against
+    one candidate's replay. Stored as what won (baseline, candidate or tie), whichever
+    side the reviewer saw it on."""
+
+    BASELINE, CANDIDATE, TIE = "baseline", "candidate", "tie"
+    CHOICES = [(BASELINE, "Baseline"), (CANDIDATE, "Candidate"), (TIE, "Tie")]
+
+    experiment = models.ForeignKey(Experiment, on_delete=models.CASCADE, related_name="verdicts")
+    source = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="+")
+    candidate = models.PositiveSmallIntegerField()
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    winner = models.CharField(max_length=16, choices=CHOICES)
+    note = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["experiment", "source", "candidate", "reviewer"], name="pair_verdict_once_per_reviewer"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.winner} by {self.reviewer_id}"

@@ -4,6 +4,7 @@ from django.urls import path
 
 from sessions_app.accounts import views as accounts
 from sessions_app.chat import views as chat
+from sessions_app.experiments import views as experiments
 from sessions_app.moderation import views as moderation
 from sessions_app.ops import views as ops
 from sessions_app.review import views as review
@@ -72,6 +73,15 @@ urlpatterns = [
     path("review/", review.review, name="review"),
     path("review/export.jsonl", review.export_results, name="review_export_results"),
     path("review/usage/", review.usage_page, name="review_usage"),
+    path("review/experiments/", experiments.experiment_list, name="experiments"),
+    path("review/experiments/new", experiments.new_experiment, name="experiment_new"),
+    path("review/experiments/<str:experiment_id>/", experiments.experiment_page, name="experiment"),
+    path("review/experiments/<str:experiment_id>/judge", experiments.judge_page, name="experiment_judge"),
+    path(
+        "review/experiments/<str:experiment_id>/sessions/<str:source_id>/",
+        experiments.comparison_page,
+        name="experiment_compare",
+    ),
     path("review/queues/", review.queues, name="review_queues"),
     path("review/queues/add", review.add_to_queue, name="review_add_to_queue"),
     path("review/queues/<int:queue_id>/", review.review_queue, name="review_queue"),

@@ -596,6 +596,90 @@ SCHEMAS: dict[str, Any] = {
         ("id", "slug", "team", "name", "latest_version", "current"),
     ),
     "AgentList": _object({"agents": {"type": "array", "items": ref("Agent")}}, ("agents",)),
+    "ExperimentCandidate": _object(
+        {"label": STRING, "agent": nullable(STRING), "slug": STRING, "version": INTEGER, "model": STRING},
+        ("label", "agent", "slug", "version", "model"),
+    ),
+    "Experiment": _object(
+        {
+            "id": STRING,
+            "team": STRING,
+            "name": STRING,
+            "created_by": nullable(STRING),
+            "created_at": DATETIME,
+            "live_reads": BOOLEAN,
+            "candidates": {"type": "array", "items": ref("ExperimentCandidate")},
+            "replays": {
+                "type": "array",
+                "items": _object(
+                    {
+                        "source": STRING,
+                        "candidate": INTEGER,
+                        "session": STRING,
+                        "state": {"type": "string", "enum": ["running", "done", "diverged", "failed"]},
+                        "turns": INTEGER,
+                        "turns_done": INTEGER,
+                        "tokens": INTEGER,
+                        "cost": nullable(DECIMAL),
+                        "divergence": nullable({"type": "object"}),
+                    },
+                    ("source", "candidate", "session", "state", "turns", "turns_done", "tokens", "cost", "divergence"),
+                ),
+            },
+            "summary": {
+                "type": "array",
+                "items": _object(
+                    {
+                        key: INTEGER
+                        for key in (
+                            "candidate",
+                            "replays",
+                            "done",
+                            "diverged",
+                            "failed",
+                            "running",
+                            "tokens",
+                            "wins",
+                            "losses",
+                            "ties",
+                        )
+                    }
+                    | {"cost": nullable(DECIMAL)},
+                ),
+            },
+        },
+        ("id", "team", "name", "created_at", "live_reads", "candidates"),
+    ),
+    "ExperimentList": _object({"experiments": {"type": "array", "items": ref("Experiment")}}, ("experiments",)),
+    "CreateExperiment": _request(
+        {
+            "name": {"type": "string", "minLength": 1, "maxLength": 120},
+            "candidates": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 4,
+                "items": _object({"agent": nullable(STRING), "version": nullable(INTEGER), "model": nullable(STRING)}),
+            },
+            "sessions": {"type": "array", "items": STRING, "maxItems": 100},
+            "queue": INTEGER,
+            "last": {"type": "integer", "minimum": 1, "maximum": 100},
+            "live_reads": BOOLEAN,
+        },
+        ("name", "candidates"),
+    ),
+    "PairVerdictInput": _request(
+        {
+            "source": STRING,
+            "candidate": INTEGER,
+            "winner": {"type": "string", "enum": ["baseline", "candidate", "tie"]},
+            "note": {"type": "string", "maxLength": 2000},
+        },
+        ("source", "candidate", "winner"),
+    ),
+    "PairVerdict": _object(
+        {"source": STRING, "candidate": INTEGER, "winner": STRING, "note": STRING, "reviewer": STRING},
+        ("source", "candidate", "winner", "note", "reviewer"),
+    ),
     "CreateAgent": _request({"slug": AGENT_SLUG, "note": AGENT_NOTE, **AGENT_INPUT}, ("slug", "name")),
     "SaveAgent": _request({"note": AGENT_NOTE, **AGENT_INPUT}),
     "Budget": _object(

@@ -17,6 +17,7 @@ from django.urls import URLPattern, path, re_path
 
 from sessions_app.api import agents as agents_api
 from sessions_app.api import audit as audit_api
+from sessions_app.api import experiments as experiments_api
 from sessions_app.api import export as session_export
 from sessions_app.api import mcp_servers as mcp_api
 from sessions_app.api import scores as scores_api
@@ -413,6 +414,52 @@ ROUTES: tuple[Route, ...] = (
                 response="Rating",
                 errors=(400, 403, 404),
             ),
+        },
+    ),
+    Route(
+        "teams/<str:name>/experiments",
+        "team-experiments",
+        {
+            "GET": op(
+                experiments_api.list_experiments,
+                "A team's experiments, newest first",
+                response="ExperimentList",
+                errors=(404,),
+            ),
+            "POST": op(
+                experiments_api.create_experiment,
+                "Replay sessions of the team on candidate agent versions (moderators of the team)",
+                status=201,
+                request="CreateExperiment",
+                response="Experiment",
+                errors=(400, 403, 404),
+            ),
+        },
+    ),
+    Route(
+        "experiments/<str:experiment_id>",
+        "experiment",
+        {
+            "GET": op(
+                experiments_api.get_experiment,
+                "An experiment, its replays and summary",
+                response="Experiment",
+                errors=(404,),
+            )
+        },
+    ),
+    Route(
+        "experiments/<str:experiment_id>/verdicts",
+        "experiment-verdicts",
+        {
+            "POST": op(
+                experiments_api.judge_pair,
+                "A reviewer's verdict on one pair (the recording against a candidate's replay)",
+                status=201,
+                request="PairVerdictInput",
+                response="PairVerdict",
+                errors=(400, 404),
+            )
         },
     ),
     Route(

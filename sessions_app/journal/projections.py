@@ -195,11 +195,17 @@ class ReviewProjection:
                 )
 
 
+#: The usage rollup's agent key of an experiment's replay starts with this.
+REPLAY_USAGE_PREFIX = "replay:"
+
+
 def agent_key(state: SessionState) -> str:
     """The usage rollup's key of the agent version a session runs with ("" for the
     built-in agent)."""
     pin = state.agent or {}
-    return f"{pin['id']}:{pin.get('version') or 1}" if pin.get("id") else ""
+    key = f"{pin['id']}:{pin.get('version') or 1}" if pin.get("id") else ""
+    # A replay's tokens count against the team's budget like any, but are shown apart.
+    return REPLAY_USAGE_PREFIX + key if state.replay is not None else key
 
 
 def rebuild_review_projections(

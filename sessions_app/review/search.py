@@ -217,7 +217,9 @@ def matching_session_ids(q: str) -> Any:
 
 def search_sessions(user: Any, filters: Filters) -> QuerySet[Session]:
     """The sessions `user` may review that match `filters`, newest activity first."""
-    sessions = access.reviewable_sessions(user, teams_first=True).select_related("owner", "agent")
+    sessions = (
+        access.reviewable_sessions(user, teams_first=True).filter(is_replay=False).select_related("owner", "agent")
+    )
     if filters.q:
         if not _query_param(filters.q, text_match_sql()[1]):
             return sessions.none()

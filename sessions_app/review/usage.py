@@ -28,6 +28,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.utils import timezone
 
 from sessions_app import access
+from sessions_app.journal.projections import REPLAY_USAGE_PREFIX
 from sessions_app.models import Agent, ApiToken, AuditEntry, ModelPrice, Run, Team, UsageDaily
 from sessions_app.percentiles import percentile
 
@@ -241,7 +242,10 @@ def _scaled(rows: list[UsageRow]) -> list[UsageRow]:
 
 
 def _agent_label(key: str) -> str:
-    """ "team/slug v2" for a rollup's agent key ("<agent id>:<version>")."""
+    """ "team/slug v2" for a rollup's agent key ("<agent id>:<version>"; an experiment's
+    replays: "replay:" before it)."""
+    if key.startswith(REPLAY_USAGE_PREFIX):
+        return "replays: " + _agent_label(key.removeprefix(REPLAY_USAGE_PREFIX))
     if not key:
         return "default (built-in)"
     agent_id, _, version = key.partition(":")

@@ -82,6 +82,7 @@ def review(request: HtmxHttpRequest) -> HttpResponse:
         "score_names": scores.score_names_for(request.user),
         "queues": queues,
         "is_reviewer": True,
+        "can_experiment": access.has_any_role(request.user, "moderator"),
         "sectr_can_review": True,  # the menu's own lookup (sessions_app.web.team_roles), known here
     }
     return render(request, "review/review.html", context)

@@ -1,0 +1,279 @@
+"""What an experiment's pages and API show: each replay's progress, the turn-by-turn
+comparison of a source with its replays, and the summary per candidate.
+
+Everything is read from the journals (the turns, texts, calls, tokens and latencies) and
+the replays' runs (progress); nothing is stored twice.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import Count
+
+from sectr.events import Envelope, EventType
+from sectr.fold import fold_messages
+from sectr.replay import DIVERGED, is_user_turn
+from sectr.state import prompt_text
+from sessions_app.journal import get_journal
+from sessions_app.models import Experiment, ModelPrice, PairVerdict, Replay, Run
+
+DONE, RUNNING, DIVERGED_STATE, FAILED = "done", "running", "diverged", "failed"
+
+
+@dataclass
+class TurnSide:
+    """One side of one turn: what the agent answered and called, and what it cost."""
+
+    text: str = ""
+    calls: list[tuple[str, str]] = field(default_factory=list)  # (name, arguments as JSON text)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    seconds: float | None = None
+    divergence: dict[str, Any] | None = None
+    stopped: bool = False  # a turn after the divergence, or never given
+    label: str = ""  # the column's name on the comparison page
+    diff_pieces: list[tuple[str, str]] = field(default_factory=list)  # against the recording's text
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass
+class Turn:
+    user: str
+    sides: list[TurnSide]  # the baseline first, then each candidate
+
+
+def _canonical(arguments: Any) -> str:
+    try:
+        value = json.loads(arguments) if isinstance(arguments, str) else arguments
+    except ValueError:
+        return str(arguments)
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def journal_turns(envelopes: list[Envelope]) -> list[TurnSide]:
+    """A journal split at its user messages: one TurnSide per user turn."""
+    sides: list[TurnSide] = []
+    chunk: list[Envelope] = []
+    started_at = None
+
+    def close() -> None:
+        if not sides:
+            return
+        side = sides[-1]
+        messages = fold_messages(chunk)
+        texts = [m.get("content") for m in messages if m.get("role") == "assistant" and m.get("content")]
+        side.text = "\n\n".join(str(t) for t in texts)
+        for message in messages:
+            for call in message.get("tool_calls") or ():
+                function = call.get("function") or {}
+                side.calls.append((str(function.get("name", "")), _canonical(function.get("arguments", "{}"))))
+
+    for envelope in envelopes:
+        if is_user_turn(envelope):
+            close()
+            sides.append(TurnSide())
+            chunk = [envelope]
+            started_at = envelope.created_at
+            continue
+        if not sides:
+            continue
+        chunk.append(envelope)
+        side = sides[-1]
+        if envelope.type is EventType.MESSAGE_END:
+            usage = envelope.payload.get("usage") or {}
+            side.input_tokens += int(usage.get("input_tokens") or 0)
+            side.output_tokens += int(usage.get("output_tokens") or 0)
+        elif envelope.type in (EventType.INVOCATION_COMPLETED, EventType.INVOCATION_FAILED) and started_at:
+            side.seconds = (envelope.created_at - started_at).total_seconds()
+            if envelope.payload.get("stop_reason") == DIVERGED:
+                side.divergence = envelope.payload.get("divergence") or {}
+            elif envelope.payload.get("stop_reason") == "replay_stopped":
+                side.stopped = True
+    close()
+    return sides
+
+
+_WORDS = re.compile(r"\S+|\s+")
+
+
+def word_diff(before: str, after: str) -> list[tuple[str, str]]:
+    """(op, text) pieces turning `before` into `after`: "=" kept, "-" removed, "+" added."""
+    a, b = _WORDS.findall(before), _WORDS.findall(after)
+    pieces: list[tuple[str, str]] = []
+    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+        if op == "equal":
+            pieces.append(("=", "".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            pieces.append(("-", "".join(a[i1:i2])))
+        if j2 > j1:
+            pieces.append(("+", "".join(b[j1:j2])))
+    return pieces
+
+
+def _user_texts(envelopes: list[Envelope]) -> list[str]:
+    return [
+        prompt_text((e.payload.get("reason") or {}).get("input", {}).get("content"))
+        for e in envelopes
+        if is_user_turn(e)
+    ]
+
+
+@dataclass
+class Comparison:
+    source_id: str
+    title: str
+    turns: list[Turn]
+    replays: list[Replay]
+
+
+def candidate_name(experiment: Experiment, index: int) -> str:
+    candidate = experiment.candidates[index] if index < len(experiment.candidates) else {}
+    name = f"{candidate.get('label', '?')}: {candidate.get('slug', '?')} v{candidate.get('version', '?')}"
+    return name + (f" ({candidate['model']})" if candidate.get("model") else "")
+
+
+def compare_source(experiment: Experiment, source_id: str) -> Comparison:
+    """The source's turns beside each candidate's, with word differences."""
+    replays = list(
+        Replay.objects.filter(experiment=experiment, source_id=source_id).select_related("source", "session")
+    )
+    if not replays:
+        raise LookupError(source_id)
+    journal = get_journal()
+    ranges = [(source_id, 0, 2**31 - 1)] + [(r.session_id, 0, 2**31 - 1) for r in replays]
+    loaded = journal.load_ranges_sync(ranges)
+    source_envelopes = loaded.get(source_id, [])
+    baseline = journal_turns(source_envelopes)
+    candidates = [journal_turns(loaded.get(r.session_id, [])) for r in replays]
+    users = _user_texts(source_envelopes)
+    turns: list[Turn] = []
+    for index, user in enumerate(users):
+        base = baseline[index] if index < len(baseline) else TurnSide()
+        base.label = "A: as recorded"
+        sides = [base]
+        for replay, replayed in zip(replays, candidates, strict=True):
+            side = replayed[index] if index < len(replayed) else TurnSide(stopped=True)
+            side.label = candidate_name(experiment, replay.candidate)
+            if not side.stopped:
+                side.diff_pieces = word_diff(base.text, side.text)
+            sides.append(side)
+        turns.append(Turn(user=user, sides=sides))
+    return Comparison(source_id, replays[0].source.title or source_id, turns, replays)
+
+
+# ---- progress and summary ----
+
+
+@dataclass
+class ReplayStatus:
+    replay: Replay
+    state: str
+    turns_done: int
+    tokens: int
+    cost: Decimal | None
+    divergence: dict[str, Any] | None
+    label: str = ""
+
+
+def replay_statuses(experiment: Experiment) -> list[ReplayStatus]:
+    replays = list(experiment.replays.select_related("session", "source"))
+    run_counts: dict[str, Counter[str]] = {}
+    for session_id, status in Run.objects.filter(session__replay_entry__experiment=experiment).values_list(
+        "session_id", "status"
+    ):
+        run_counts.setdefault(session_id, Counter())[status] += 1
+    prices = {p.model: p for p in ModelPrice.objects.all()}
+    statuses = []
+    for replay in replays:
+        state = replay.session.projection()
+        counts = run_counts.get(replay.session_id, Counter())
+        finished = sum(counts[s] for s in (Run.COMPLETED, Run.FAILED, Run.CANCELLED))
+        diverged = (state.replay or {}).get("diverged")
+        if diverged:
+            label = DIVERGED_STATE
+        elif counts[Run.FAILED] or counts[Run.CANCELLED]:
+            label = FAILED
+        elif finished >= replay.turns:
+            label = DONE
+        else:
+            label = RUNNING
+        usage = state.usage
+        tokens = sum(int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0)) for u in usage.values())
+        cost: Decimal | None = Decimal(0)
+        for model, u in usage.items():
+            price = prices.get(model)
+            if price is None:
+                cost = None
+                break
+            assert cost is not None
+            cost += (
+                Decimal(int(u.get("input_tokens", 0))) * price.input_per_million
+                + Decimal(int(u.get("output_tokens", 0))) * price.output_per_million
+            ) / Decimal(1_000_000)
+        name = candidate_name(experiment, replay.candidate)
+        statuses.append(ReplayStatus(replay, label, min(finished, replay.turns), tokens, cost, diverged, name))
+    return statuses
+
+
+@dataclass
+class CandidateSummary:
+    candidate: dict[str, Any]
+    replays: int = 0
+    done: int = 0
+    diverged: int = 0
+    failed: int = 0
+    running: int = 0
+    tokens: int = 0
+    cost: Decimal | None = Decimal(0)
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+
+    @property
+    def average_tokens(self) -> float:
+        return self.tokens / self.replays if self.replays else 0.0
+
+    @property
+    def average_cost(self) -> Decimal | None:
+        return self.cost / self.replays if self.cost is not None and self.replays else None
+
+    @property
+    def finished(self) -> bool:
+        return self.running == 0
+
+
+def summarize(experiment: Experiment, statuses: list[ReplayStatus] | None = None) -> list[CandidateSummary]:
+    statuses = replay_statuses(experiment) if statuses is None else statuses
+    summaries = [CandidateSummary(candidate) for candidate in experiment.candidates]
+    for status in statuses:
+        summary = summaries[status.replay.candidate]
+        summary.replays += 1
+        setattr(summary, status.state, getattr(summary, status.state) + 1)
+        summary.tokens += status.tokens
+        if status.cost is None or summary.cost is None:
+            summary.cost = None
+        else:
+            summary.cost += status.cost
+    for candidate, winner, count in (
+        PairVerdict.objects.filter(experiment=experiment).values_list("candidate", "winner").annotate(n=Count("pk"))
+    ):
+        if candidate >= len(summaries):
+            continue
+        if winner == PairVerdict.CANDIDATE:
+            summaries[candidate].wins += count
+        elif winner == PairVerdict.BASELINE:
+            summaries[candidate].losses += count
+        else:
+            summaries[candidate].ties += count
+    return summaries

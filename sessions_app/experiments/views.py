@@ -1,0 +1,233 @@
+"""The experiment pages under /review/experiments/: the list, the form that creates one
+(`Replay with…` on /review/ opens it with the search's sessions), an experiment's
+progress and summary, the side-by-side comparison of one source, and blind judging.
+
+Lookups that 404 strangers come first; every change goes through
+sessions_app.experiments.actions.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods
+
+from sectr.errors import NotFound, SectrError
+from sessions_app import access
+from sessions_app.experiments import actions, compare
+from sessions_app.models import AgentVersion, Replay, ReviewQueue
+from sessions_app.review import search
+from sessions_app.web import HtmxHttpRequest, page_refusals
+
+refusals = page_refusals(back=lambda request, _kwargs: reverse("experiments"), htmx_flash=False)
+_IDS = re.compile(r"[A-Za-z0-9_-]+")
+DEFAULT_LAST = 20
+
+
+def _version_choices(user: Any) -> list[tuple[str, str]]:
+    teams = access.teams_for(user, "moderator")
+    versions = (
+        AgentVersion.objects.select_related("agent__team")
+        .filter(agent__team__in=teams)
+        .order_by("agent__team__name", "agent__slug", "-number")
+    )
+    choices = [("default", "default (built-in agent)")]
+    choices += [(f"{v.agent_id}:{v.number}", f"{v.agent} v{v.number}: {v.name}") for v in versions]
+    return choices
+
+
+class ExperimentForm(forms.Form):
+    team = forms.ChoiceField()
+    name = forms.CharField(max_length=actions.NAME_MAX)
+    source = forms.ChoiceField(
+        choices=[("last", "The team's last sessions"), ("queue", "A review queue"), ("sessions", "These sessions")],
+        widget=forms.RadioSelect,
+        initial="last",
+    )
+    last = forms.IntegerField(min_value=1, max_value=actions.MAX_SOURCES, initial=DEFAULT_LAST, required=False)
+    queue = forms.ChoiceField(required=False)
+    sessions = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}), required=False, help_text="Session ids, one a line."
+    )
+    candidate = forms.ChoiceField(label="Candidate B")
+    model = forms.CharField(label="Model for B", max_length=200, required=False, help_text="Empty: the agent's.")
+    candidate2 = forms.ChoiceField(label="Candidate C (optional)", required=False)
+    model2 = forms.CharField(label="Model for C", max_length=200, required=False)
+    live_reads = forms.BooleanField(
+        required=False,
+        label="Let read-only tools run for real",
+        help_text="Otherwise every call the recording cannot answer stops that replay.",
+    )
+
+    def __init__(self, user: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        teams = list(access.teams_for(user, "moderator").order_by("name"))
+        self._choices("team", [(t.name, t.name) for t in teams])
+        queues = ReviewQueue.objects.filter(team__in=teams).select_related("team").order_by("team__name", "name")
+        self._choices("queue", [("", "—")] + [(str(q.pk), f"{q.team}: {q.name}") for q in queues])
+        versions = _version_choices(user)
+        self._choices("candidate", versions)
+        self._choices("candidate2", [("", "—"), *versions])
+
+    def _choices(self, name: str, choices: list[tuple[str, str]]) -> None:
+        field = self.fields[name]
+        assert isinstance(field, forms.ChoiceField)
+        field.choices = choices
+
+    def candidates(self) -> list[dict[str, Any]]:
+        chosen = []
+        for field, model_field in (("candidate", "model"), ("candidate2", "model2")):
+            value = self.cleaned_data.get(field) or ""
+            if not value:
+                continue
+            model = self.cleaned_data.get(model_field) or None
+            if value == "default":
+                chosen.append({"agent": "default", "model": model} if model else {"agent": "default"})
+                continue
+            agent, _, number = value.partition(":")
+            candidate: dict[str, Any] = {"agent": agent, "version": int(number)}
+            if model:
+                candidate["model"] = model
+            chosen.append(candidate)
+        return chosen
+
+    def sources(self) -> dict[str, Any]:
+        kind = self.cleaned_data["source"]
+        if kind == "last":
+            return {"last": self.cleaned_data.get("last") or DEFAULT_LAST}
+        if kind == "queue":
+            return {"queue": self.cleaned_data.get("queue") or None}
+        return {"sessions": _IDS.findall(self.cleaned_data.get("sessions") or "")}
+
+
+def _require_moderator(request: HtmxHttpRequest) -> None:
+    if not access.has_any_role(request.user, "moderator"):
+        raise Http404("experiments are created by a team's moderators")
+
+
+@login_required
+@require_GET
+def experiment_list(request: HtmxHttpRequest) -> HttpResponse:
+    if not access.has_any_role(request.user, "reviewer"):
+        raise Http404("experiments are for a team's reviewers and moderators")
+    experiments = list(actions.experiments_for(request.user)[:100])
+    can_create = access.has_any_role(request.user, "moderator")
+    return render(request, "review/experiments.html", {"experiments": experiments, "can_create": can_create})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@refusals
+def new_experiment(request: HtmxHttpRequest) -> HttpResponse:
+    _require_moderator(request)
+    if request.method == "POST":
+        form = ExperimentForm(request.user, request.POST)
+        if form.is_valid():
+            try:
+                experiment = actions.do_create_experiment(
+                    request.user,
+                    form.cleaned_data["team"],
+                    name=form.cleaned_data["name"],
+                    candidates=form.candidates(),
+                    live_reads=form.cleaned_data["live_reads"],
+                    **form.sources(),
+                )
+            except SectrError as exc:
+                form.add_error(None, exc.message)
+            else:
+                messages.success(request, f"Replaying {experiment.replays.count()} sessions in the background.")
+                return redirect("experiment", experiment.pk)
+        return render(request, "review/experiment_new.html", {"form": form}, status=400)
+    initial: dict[str, Any] = {}
+    if request.GET:
+        # `Replay with…` from /review/: the search's sessions (the first page of them).
+        filters = search.Filters.from_query(request.GET)
+        found = list(search.search_sessions(request.user, filters).values_list("pk", flat=True)[: actions.MAX_SOURCES])
+        if found:
+            initial = {"source": "sessions", "sessions": "\n".join(found)}
+    return render(request, "review/experiment_new.html", {"form": ExperimentForm(request.user, initial=initial)})
+
+
+@login_required
+@require_GET
+@refusals
+def experiment_page(request: HtmxHttpRequest, experiment_id: str) -> HttpResponse:
+    experiment = actions.get_experiment_for_user(request.user, experiment_id)
+    statuses = compare.replay_statuses(experiment)
+    summaries = compare.summarize(experiment, statuses)
+    sources: dict[str, list[compare.ReplayStatus]] = {}
+    for status in statuses:
+        sources.setdefault(status.replay.source_id, []).append(status)
+    context = {
+        "experiment": experiment,
+        "summaries": summaries,
+        "sources": [(rows[0].replay.source, rows) for rows in sources.values()],
+        "running": any(s.state == compare.RUNNING for s in statuses),
+        "judged": actions.PairVerdict.objects.filter(experiment=experiment, reviewer_id=request.user.pk).count(),
+        "pairs": len(statuses),
+    }
+    template = "review/_experiment_progress.html" if request.htmx else "review/experiment.html"
+    return render(request, template, context)
+
+
+@login_required
+@require_GET
+@refusals
+def comparison_page(request: HtmxHttpRequest, experiment_id: str, source_id: str) -> HttpResponse:
+    experiment = actions.get_experiment_for_user(request.user, experiment_id)
+    try:
+        comparison = compare.compare_source(experiment, source_id)
+    except LookupError:
+        raise NotFound("no such session in this experiment") from None
+    return render(request, "review/experiment_compare.html", {"experiment": experiment, "comparison": comparison})
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@refusals
+def judge_page(request: HtmxHttpRequest, experiment_id: str) -> HttpResponse:
+    """One pair at a time, blind: the recording and a replay as A and B in an order fixed
+    per reviewer and pair; the next pair this reviewer has not judged."""
+    experiment = actions.get_experiment_for_user(request.user, experiment_id)
+    if request.method == "POST":
+        actions.do_judge_pair(
+            request.user,
+            experiment.pk,
+            request.POST.get("source"),
+            request.POST.get("candidate"),
+            request.POST.get("choice"),
+            request.POST.get("note", ""),
+        )
+        return redirect("experiment_judge", experiment.pk)
+    judged = set(
+        actions.PairVerdict.objects.filter(experiment=experiment, reviewer_id=request.user.pk).values_list(
+            "source_id", "candidate"
+        )
+    )
+    statuses = [s for s in compare.replay_statuses(experiment) if s.state != compare.RUNNING]
+    pending = [s for s in statuses if (s.replay.source_id, s.replay.candidate) not in judged]
+    if not pending:
+        return render(request, "review/experiment_judge.html", {"experiment": experiment, "done": True})
+    replay: Replay = pending[0].replay
+    comparison = compare.compare_source(experiment, replay.source_id)
+    column = next(i for i, r in enumerate(comparison.replays) if r.candidate == replay.candidate) + 1
+    flipped = actions.blind_flip(experiment, replay.source_id, replay.candidate, request.user)
+    turns = []
+    for turn in comparison.turns:
+        baseline, candidate = turn.sides[0], turn.sides[column]
+        turns.append((turn.user, (candidate, baseline) if flipped else (baseline, candidate)))
+    context = {
+        "experiment": experiment,
+        "replay": replay,
+        "turns": turns,
+        "left": len(pending),
+        "done": False,
+    }
+    return render(request, "review/experiment_judge.html", context)
