@@ -188,7 +188,10 @@ def resolve_new_session_agent(
             f"the agent {agent} belongs to the team {agent.team_name}: create the session in that team",
             code="invalid_agent",
         )
-    return get_version(agent, version)
+    try:
+        return get_version(agent, version)
+    except NotFound as exc:  # the agent exists: a version it lacks is bad input, not a missing page
+        raise ValidationFailed(exc.message, code="invalid_agent") from None
 
 
 def agent_spec_of(version: AgentVersion | None) -> AgentSpec | None:

@@ -94,8 +94,13 @@ def _candidates(actor: Any, team: Team, candidates: Any) -> list[dict[str, Any]]
     for index, candidate in enumerate(candidates):
         if not isinstance(candidate, dict) or not set(candidate) <= {"agent", "version", "model"}:
             raise ValidationFailed("a candidate is {agent, version?, model?}", code="invalid_candidates")
-        version = resolve_new_session_agent(actor, team, candidate.get("agent") or None, candidate.get("version"))
-        model = candidate.get("model") or None
+        agent, number, model = candidate.get("agent"), candidate.get("version"), candidate.get("model")
+        if not isinstance(agent, str | None) or not isinstance(model, str | None):
+            raise ValidationFailed("a candidate's agent and model are text", code="invalid_candidates")
+        if number is not None and (not isinstance(number, int) or isinstance(number, bool)):
+            raise ValidationFailed("a candidate's version is a whole number", code="invalid_candidates")
+        version = resolve_new_session_agent(actor, team, agent or None, number)
+        model = model or None
         if model is not None:
             model = operations.check_model_value(model)
         spec = version.spec() if version is not None else None

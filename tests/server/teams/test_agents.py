@@ -218,7 +218,7 @@ def test_a_session_pins_an_earlier_version_when_asked(people: dict[str, Any]) ->
     session = actions.do_create_session(people["owner"], agent=agent.pk, agent_version=1)
     created = DatabaseJournal().load_sync(session.pk)[0]
     assert created.payload["agent"] == {"id": agent.pk, "slug": "release", "team": "crew", "version": 1}
-    with pytest.raises(NotFound):
+    with pytest.raises(ValidationFailed, match="has no version 9"):  # 400: the field is wrong, not the route
         actions.do_create_session(people["owner"], agent=agent.pk, agent_version=9)
 
 
