@@ -29,6 +29,8 @@ def check_budget(data: Any) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     if "monthly_tokens" in data:
         tokens = data["monthly_tokens"]
+        if isinstance(tokens, float) and tokens.is_integer():
+            tokens = int(tokens)  # JSON's 1e15 is a whole number, as JSON Schema's "integer" says
         if tokens is not None and (
             isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= 10**15
         ):
