@@ -23,7 +23,7 @@ from sectr import tool
 from sectr.errors import Forbidden, NotFound, ValidationFailed
 from sectr.events import EventType
 from sectr.journal import NewEvent
-from sectr.providers import DemoProvider
+from sectr.providers import DemoProvider, OpenAIProvider
 from sectr.runtime import Runtime
 from sessions_app import access, actions
 from sessions_app.actions.tokens import do_issue_token
@@ -36,6 +36,7 @@ from sessions_app.review import search
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
 from sessions_app.worker import Worker
+from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, text_stream, tool_call_stream
 
 E = EventType
 WRITTEN: dict[str, Path] = {}
@@ -81,7 +82,7 @@ def people(db: None, tmp_path: Path) -> dict[str, Any]:
     return users
 
 
-def run_worker(timeout: float = 60.0) -> None:
+def run_worker(timeout: float = 60.0, runtime: Runtime = RUNTIME) -> None:
     def busy() -> bool:
         return (
             Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING, Run.PENDING])
@@ -90,7 +91,7 @@ def run_worker(timeout: float = 60.0) -> None:
         )
 
     async def main() -> None:
-        worker = Worker(concurrency=4, poll_interval=0.05, lease=5.0, runtime=RUNTIME, listen=False)
+        worker = Worker(concurrency=4, poll_interval=0.05, lease=5.0, runtime=runtime, listen=False)
         task = asyncio.ensure_future(worker.run(drain_timeout=5))
         deadline = time.monotonic() + timeout
         try:
@@ -333,3 +334,52 @@ def test_the_api_creates_reads_and_judges(people: dict[str, Any]) -> None:
     outsider = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['outsider'], 't')[1]}")
     assert outsider.get(f"/api/v1/experiments/{experiment_id}").status_code == 404
     assert outsider.get("/api/v1/teams/crew/experiments").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_real_providers_candidate_gets_the_recorded_result_or_diverges(people: dict[str, Any]) -> None:
+    """The candidate talks to a local OpenAI-compatible server through the `openai`
+    package: its model sees the recorded result of the call it repeats; the call it makes
+    differently on purpose stops its replay, and nothing is written."""
+    source = recorded_session(people)
+    (WRITTEN["folder"] / "out.txt").unlink()
+    same = json.dumps({"text": "hello", "path": "out.txt"})  # other key order: the same call
+    other = json.dumps({"path": "elsewhere.txt", "text": "hello"})
+    with OpenAIStubServer() as stub:
+        stub.script(
+            [
+                tool_call_stream([("call_1", "write_file", same)]),
+                text_stream("Done, as before."),
+                text_stream("You are welcome."),
+                tool_call_stream([("call_2", "write_file", other)]),
+            ]
+        )
+        provider = OpenAIProvider(base_url=stub.base_url, api_key="sk-test", default_model=STUB_MODEL)
+        runtime = Runtime(
+            DatabaseJournal(), provider=provider, tools=[write_file], rules=session_policy, agent=session_agent
+        )
+        candidates = [{"agent": "crew/helper", "version": 2, "model": STUB_MODEL}]
+        kept = experiments.do_create_experiment(
+            people["moderator"], "crew", name="same", candidates=candidates, sessions=[source.pk]
+        )
+        run_worker(runtime=runtime)
+        diverged = experiments.do_create_experiment(
+            people["moderator"], "crew", name="other", candidates=candidates, sessions=[source.pk]
+        )
+        run_worker(runtime=runtime)
+        requests = list(stub.requests)
+    assert not list(WRITTEN["folder"].iterdir())
+    (status,) = compare.replay_statuses(kept)
+    assert status.state == compare.DONE
+    recorded = next(e.payload["content"] for e in journal_of(source.pk) if e.type is E.TOOL_RESULT)
+    tool_messages = [m for m in requests[1]["messages"] if m["role"] == "tool"]
+    assert [m["content"] for m in tool_messages] == [recorded]  # what the model was told happened
+    assert requests[0]["model"] == STUB_MODEL and "v2: be brief" in json.dumps(requests[0]["messages"][0])
+    (status,) = compare.replay_statuses(diverged)
+    assert status.state == compare.DIVERGED_STATE
+    assert status.divergence == {
+        "name": "write_file",
+        "arguments": {"path": "elsewhere.txt", "text": "hello"},
+        "turn": 1,
+    }
+    assert len(requests) == 4  # the diverged replay's second turn never reached the model
