@@ -10,7 +10,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0005_decisions'),
+        ('sessions_app', '0008_review_scores'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
