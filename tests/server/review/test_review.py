@@ -269,8 +269,9 @@ def test_review_search_runs_a_fixed_number_of_queries(reviewer_client: Client, m
         reviewer_client.get("/review/", {"q": "common"})
     # django_session, user, is a reviewer?, their teams, the page, its snippets, its
     # reviewed marks, the queues, the Score filter's names; the approvals badge:
-    # moderates?, the count; the filter bar's Team and User choices.
-    assert len(more) == len(few) == 13, [q["sql"][:90] for q in more.captured_queries]
+    # moderates?, the count; the filter bar's Team and User choices; may they run
+    # experiments (Replay with…)?
+    assert len(more) == len(few) == 14, [q["sql"][:90] for q in more.captured_queries]
 
 
 # ---- read ----
