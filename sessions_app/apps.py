@@ -27,5 +27,11 @@ class SessionsAppConfig(AppConfig):
 
         connect_access_signals()  # open sockets re-check at once when access may be gone
 
+        from django.core import checks
+
+        from sectr_web.middleware import check_security_middleware
+
+        checks.register(check_security_middleware, checks.Tags.security, deploy=True)
+
         # Signal receivers register on import.
         from sessions_app.accounts import signals  # noqa: F401

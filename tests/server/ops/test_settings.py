@@ -186,3 +186,15 @@ def test_only_the_settings_module_reads_the_environment() -> None:
         text = (ROOT / "sectr_web" / entry).read_text()
         assert len(ANY_ENV_READ_RE.findall(text)) == 1
         assert 'os.environ.setdefault("DJANGO_SETTINGS_MODULE"' in text
+
+
+def test_the_deploy_check_warns_when_the_security_middleware_is_missing() -> None:
+    from django.conf import settings
+    from django.test import override_settings
+
+    from sectr_web.middleware import check_security_middleware
+
+    assert check_security_middleware() == []
+    kept = [m for m in settings.MIDDLEWARE if not m.endswith((".SecurityMiddleware", ".XFrameOptionsMiddleware"))]
+    with override_settings(MIDDLEWARE=kept):
+        assert [w.id for w in check_security_middleware()] == ["sectr.W001", "sectr.W002"]
