@@ -9,9 +9,7 @@ Standing users: owner (member of crew), reviewer, moderator of crew; outsider
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,16 +25,15 @@ from sectr.providers import DemoProvider, OpenAIProvider
 from sectr.runtime import Runtime
 from sessions_app import access, actions
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.dbthread import run_in_db_thread
 from sessions_app.experiments import actions as experiments
 from sessions_app.experiments import compare
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import AskIndex, Experiment, PairVerdict, Run, Session
+from sessions_app.models import AskIndex, Experiment, PairVerdict, Session
 from sessions_app.review import search
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
-from sessions_app.worker import Worker
 from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, text_stream, tool_call_stream
+from tests.server.conftest import work_until_idle
 
 E = EventType
 WRITTEN: dict[str, Path] = {}
@@ -83,29 +80,8 @@ def people(db: None, tmp_path: Path) -> dict[str, Any]:
 
 
 def run_worker(timeout: float = 60.0, runtime: Runtime = RUNTIME) -> None:
-    def busy() -> bool:
-        return (
-            Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING, Run.PENDING])
-            .exclude(status=Run.PENDING, session__status="awaiting")
-            .exists()
-        )
-
-    async def main() -> None:
-        worker = Worker(concurrency=4, poll_interval=0.05, lease=5.0, runtime=runtime, listen=False)
-        task = asyncio.ensure_future(worker.run(drain_timeout=5))
-        deadline = time.monotonic() + timeout
-        try:
-            quiet = 0
-            while quiet < 5:
-                idle = not await run_in_db_thread(busy) and not worker.tasks
-                quiet = quiet + 1 if idle else 0
-                assert time.monotonic() < deadline, "runs did not finish in time"
-                await asyncio.sleep(0.05)
-        finally:
-            worker.stop()
-            await task
-
-    asyncio.run(main())
+    """Until every replay's queued turns (pending runs) have run too."""
+    work_until_idle(runtime, timeout=timeout, pending=True)
 
 
 def recorded_session(people: dict[str, Any], *, approve: bool = True) -> Session:

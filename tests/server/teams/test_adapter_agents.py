@@ -5,9 +5,7 @@ after a restart) from the journal. The model is the local OpenAI-compatible serv
 
 from __future__ import annotations
 
-import asyncio
 import importlib
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,13 +18,12 @@ from sectr.fold import fold_messages, last_assistant_text
 from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Run, Session
 from sessions_app.plugins import plugin_registry
 from sessions_app.runtime import _AGENT_VERSIONS, get_runtime
-from sessions_app.worker import Worker
 from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, text_stream, tool_call_stream
+from tests.server.conftest import work_until_idle
 
 E = EventType
 EXAMPLES = {
@@ -74,25 +71,7 @@ def people(db: None) -> dict[str, Any]:
 
 
 def run_worker(runtime: Runtime, timeout: float = 30.0) -> None:
-    def busy() -> bool:
-        return Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists()
-
-    async def main() -> None:
-        worker = Worker(concurrency=2, poll_interval=0.05, lease=5.0, runtime=runtime, listen=False)
-        task = asyncio.ensure_future(worker.run(drain_timeout=5))
-        deadline = time.monotonic() + timeout
-        try:
-            quiet = 0
-            while quiet < 5:
-                idle = not await run_in_db_thread(busy) and not worker.tasks
-                quiet = quiet + 1 if idle else 0
-                assert time.monotonic() < deadline, "runs did not finish in time"
-                await asyncio.sleep(0.05)
-        finally:
-            worker.stop()
-            await task
-
-    asyncio.run(main())
+    work_until_idle(runtime, timeout=timeout, concurrency=2)
 
 
 @pytest.mark.parametrize("handler", sorted(EXAMPLES))

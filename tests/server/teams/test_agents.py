@@ -8,8 +8,6 @@ Standing users: owner (member of crew), member, reviewer, moderator of crew; out
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import pytest
@@ -24,12 +22,11 @@ from sectr.providers import DemoProvider
 from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import Agent, AgentVersion, Run, Session
+from sessions_app.models import Agent, AgentVersion, Session
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
-from sessions_app.worker import Worker
+from tests.server.conftest import work_until_idle
 
 E = EventType
 RUNTIME = Runtime(
@@ -67,26 +64,7 @@ def release_agent(people: dict[str, Any], **fields: Any) -> Agent:
 
 def run_worker(timeout: float = 30.0) -> None:
     """Run a worker (with the agents' source, as the server's runtime has) until idle."""
-
-    def busy() -> bool:
-        return Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists()
-
-    async def main() -> None:
-        worker = Worker(concurrency=4, poll_interval=0.05, lease=5.0, runtime=RUNTIME, listen=False)
-        task = asyncio.ensure_future(worker.run(drain_timeout=5))
-        deadline = time.monotonic() + timeout
-        try:
-            quiet = 0
-            while quiet < 5:
-                idle = not await run_in_db_thread(busy) and not worker.tasks
-                quiet = quiet + 1 if idle else 0
-                assert time.monotonic() < deadline, "runs did not finish in time"
-                await asyncio.sleep(0.05)
-        finally:
-            worker.stop()
-            await task
-
-    asyncio.run(main())
+    work_until_idle(RUNTIME, timeout=timeout)
 
 
 def reply_to(session: Session, owner: Any, text: str) -> str:
