@@ -25,7 +25,7 @@ from sessions_app import access, runs
 from sessions_app.actions.agents import resolve_new_session_agent
 from sessions_app.actions.teams import get_team_for_user
 from sessions_app.journal import get_journal
-from sessions_app.models import Experiment, PairVerdict, Replay, ReviewQueue, Session, Team
+from sessions_app.models import AgentVersion, Experiment, PairVerdict, Replay, ReviewQueue, Session, Team
 from sessions_app.provider_config import default_model
 
 MAX_SOURCES = 100
@@ -87,10 +87,10 @@ def _sources(actor: Any, team: Team, sessions: Any, queue: Any, last: Any) -> li
     return list(team_sessions.order_by("-updated_at", "-pk")[:last])
 
 
-def _candidates(actor: Any, team: Team, candidates: Any) -> list[dict[str, Any]]:
+def _candidates(actor: Any, team: Team, candidates: Any) -> list[tuple[dict[str, Any], AgentVersion | None]]:
     if not isinstance(candidates, list) or not 1 <= len(candidates) <= MAX_CANDIDATES:
         raise ValidationFailed(f"give 1 to {MAX_CANDIDATES} candidates", code="invalid_candidates")
-    chosen: list[dict[str, Any]] = []
+    chosen: list[tuple[dict[str, Any], AgentVersion | None]] = []
     for index, candidate in enumerate(candidates):
         if not isinstance(candidate, dict) or not set(candidate) <= {"agent", "version", "model"}:
             raise ValidationFailed("a candidate is {agent, version?, model?}", code="invalid_candidates")
@@ -104,15 +104,14 @@ def _candidates(actor: Any, team: Team, candidates: Any) -> list[dict[str, Any]]
         if model is not None:
             model = operations.check_model_value(model)
         spec = version.spec() if version is not None else None
-        chosen.append(
-            {
-                "label": LABELS[index],
-                "agent": spec.id if spec is not None else None,
-                "slug": f"{version.agent}" if version is not None else "default",
-                "version": version.number if version is not None else 1,
-                "model": model or (spec.model if spec is not None and spec.model else "") or "",
-            }
-        )
+        shown = {
+            "label": LABELS[index],
+            "agent": spec.id if spec is not None else None,
+            "slug": f"{version.agent}" if version is not None else "default",
+            "version": version.number if version is not None else 1,
+            "model": model or (spec.model if spec is not None and spec.model else "") or "",
+        }
+        chosen.append((shown, version))
     return chosen
 
 
@@ -132,7 +131,8 @@ def do_create_experiment(
     name = _check_name(name)
     if not isinstance(live_reads, bool):
         raise ValidationFailed("live_reads must be true or false", code="invalid_live_reads")
-    chosen = _candidates(actor, team, candidates)
+    resolved = _candidates(actor, team, candidates)
+    chosen = [shown for shown, _ in resolved]
     sources = _sources(actor, team, sessions, queue, last)
     journal = get_journal()
     recorded = {source.pk: recorded_turns(journal.load_sync(source.pk)) for source in sources}
@@ -144,17 +144,20 @@ def do_create_experiment(
             team=team, name=name, created_by=actor, live_reads=live_reads, candidates=chosen
         )
         for source in sources:
-            for index, candidate in enumerate(chosen):
-                _start_replay(actor, experiment, source, index, candidate, recorded[source.pk])
+            for index, (candidate, version) in enumerate(resolved):
+                _start_replay(actor, experiment, source, index, candidate, version, recorded[source.pk])
     return experiment
 
 
 def _start_replay(
-    actor: Any, experiment: Experiment, source: Session, index: int, candidate: dict[str, Any], turns: list[Any]
+    actor: Any,
+    experiment: Experiment,
+    source: Session,
+    index: int,
+    candidate: dict[str, Any],
+    version: AgentVersion | None,
+    turns: list[Any],
 ) -> Replay:
-    version = None
-    if candidate["agent"]:
-        version = resolve_new_session_agent(actor, experiment.team, candidate["agent"], candidate["version"])
     events = operations.create_events(
         title=clamp_title(f"Replay of {source.title or source.pk} ({candidate['label']})"),
         model=candidate["model"] or None,
