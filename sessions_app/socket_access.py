@@ -20,6 +20,11 @@ process) or to the session's group. Polling every socket every 3 s instead cost 
 process one check per socket per 3 s whatever happened: at 5,000 idle sockets on one
 Daphne that is 1,700 checks a second and the process could no longer open sockets.
 
+A logout's message also names the login that ended (`ended_login`, a digest of its
+Django session key, never the key): Django sends `user_logged_out` before it deletes the
+session, so a re-check that ran at once could still find the login alive and keep the
+socket open. A socket opened with that login closes without re-checking.
+
 When to re-check is AccessWatch's one job, for every kind of stream: a websocket consumer
 (RecheckedConsumer) and an API event stream (sessions_app.api.sse, whose check is the
 bearer token and the session's read access) each give it their check and what to do when
@@ -30,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable
@@ -128,6 +134,18 @@ def is_access_changed(message: dict[str, Any]) -> bool:
     return message.get("type") == ACCESS_CHANGED_MESSAGE_TYPE
 
 
+def login_digest(session_key: str) -> str:
+    """What names a login on the channel layer: a digest of its Django session key."""
+    return hashlib.sha256(f"sectr-login:{session_key}".encode()).hexdigest()
+
+
+def ends_scope_login(message: dict[str, Any], scope: dict[str, Any]) -> bool:
+    """True when `message` is the logout of the login this socket was opened with."""
+    ended = message.get("ended_login")
+    session_key = getattr(scope.get("session"), "session_key", None)
+    return bool(ended and session_key and ended == login_digest(session_key))
+
+
 def current_login(scope: dict[str, Any]) -> Any | None:
     """The socket's user as the database has them now, while the Django session the
     socket was opened with still logs them in; else None."""
@@ -189,7 +207,12 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
         return await self._access_watch().recheck_now()
 
     async def access_changed(self, message: dict[str, Any]) -> None:
-        """Something that may revoke this socket's access happened: re-check now."""
+        """Something that may revoke this socket's access happened: re-check now (or
+        close at once when it is the logout of this socket's own login)."""
+        if ends_scope_login(message, self.scope):
+            if not self.access_revoked:
+                await self.revoke(CLOSE_LOGGED_OUT)
+            return
         self._access_watch().changed()
 
     async def recheck(self) -> int | None:
@@ -218,8 +241,11 @@ class RecheckedConsumer(AsyncWebsocketConsumer):
 # ---- the events that re-check sockets at once ----
 
 
-def _notify(group: str) -> None:
-    publish_on_commit_messages([(group, {"type": ACCESS_CHANGED_MESSAGE_TYPE})])
+def _notify(group: str, ended_login: str | None = None) -> None:
+    message: dict[str, Any] = {"type": ACCESS_CHANGED_MESSAGE_TYPE}
+    if ended_login:
+        message["ended_login"] = ended_login
+    publish_on_commit_messages([(group, message)])
 
 
 def notify_user_access_changed(user_ids: Iterable[Any]) -> None:
@@ -233,6 +259,13 @@ def _user_changed(sender: Any, instance: Any = None, user: Any = None, **_kwargs
     who = user if user is not None else instance
     if who is not None and getattr(who, "pk", None) is not None:
         _notify(user_access_group(who.pk))
+
+
+def _logged_out(sender: Any, request: Any = None, user: Any = None, **_kwargs: Any) -> None:
+    if user is None or getattr(user, "pk", None) is None:
+        return
+    session_key = getattr(getattr(request, "session", None), "session_key", None)
+    _notify(user_access_group(user.pk), ended_login=login_digest(session_key) if session_key else None)
 
 
 def _membership_changed(sender: Any, instance: Any, **_kwargs: Any) -> None:
@@ -258,7 +291,7 @@ def connect_access_signals() -> None:
     from sessions_app.models import ApiToken, Membership, Session
 
     user_model = get_user_model()
-    user_logged_out.connect(_user_changed, dispatch_uid="sectr-access-logout")
+    user_logged_out.connect(_logged_out, dispatch_uid="sectr-access-logout")
     post_save.connect(_user_changed, sender=user_model, dispatch_uid="sectr-access-user-saved")
     post_delete.connect(_user_changed, sender=user_model, dispatch_uid="sectr-access-user-deleted")
     post_save.connect(_membership_changed, sender=Membership, dispatch_uid="sectr-access-membership-saved")

@@ -8,11 +8,13 @@ periodic re-check alone (the events switched off, a 0.3 s period)."""
 from __future__ import annotations
 
 import time
+from importlib import import_module
 from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.conf import settings
 from django.test import Client
 
 from sessions_app.models import Session
@@ -33,7 +35,7 @@ def _rechecks(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, s
         settings.SECTR_WS_ACCESS_SECONDS = 600.0
     else:
         settings.SECTR_WS_ACCESS_SECONDS = RECHECK
-        monkeypatch.setattr("sessions_app.socket_access._notify", lambda group: None)
+        monkeypatch.setattr("sessions_app.socket_access._notify", lambda group, ended_login=None: None)
 
 
 def login(user: Any) -> Client:
@@ -66,12 +68,12 @@ async def nothing_after_close(communicator: WebsocketCommunicator, session: Sess
     assert await communicator.receive_nothing(timeout=QUIET)
 
 
-
 def leave_teams(user: Any) -> None:
     """The user loses every team role (as `sectr_team remove` would do)."""
     from sessions_app.models import Membership
 
     Membership.objects.filter(user=user).delete()
+
 
 async def test_logging_out_closes_the_chat_socket(owner: Any, session: Session) -> None:
     client = await database_sync_to_async(login)(owner)
@@ -80,6 +82,40 @@ async def test_logging_out_closes_the_chat_socket(owner: Any, session: Session) 
     await database_sync_to_async(client.logout)()  # the Django session is deleted
     assert await closed_within(communicator, 3) == 4401
     await nothing_after_close(communicator, session)
+
+
+async def test_a_logout_closes_its_sockets_before_the_login_is_deleted(
+    owner: Any, session: Session, request: pytest.FixtureRequest
+) -> None:
+    # Django sends user_logged_out before it deletes the Django session: a re-check made
+    # at that moment still finds the login alive. The logout names its login, so the
+    # socket opened with it closes anyway (a race the browser's queue test met). With the
+    # events off, the periodic re-check keeps it open until the login is really gone.
+    events = request.node.callspec.params["_rechecks"] == "events"
+    from django.contrib.auth.signals import user_logged_out
+    from django.http import HttpRequest
+
+    client = await database_sync_to_async(login)(owner)
+    other_client = await database_sync_to_async(login)(owner)  # the same user, another login
+    communicator = await open_socket(client, chat_path(session))
+    other = await open_socket(other_client, chat_path(session))
+    await frames_until_ready(communicator)
+    await frames_until_ready(other)
+    store = import_module(settings.SESSION_ENGINE).SessionStore(client.cookies["sessionid"].value)
+    logging_out = HttpRequest()
+    logging_out.session = store
+
+    def signal_only() -> None:  # the signal, with the Django session still in place
+        user_logged_out.send(sender=type(owner), request=logging_out, user=owner)
+
+    await database_sync_to_async(signal_only)()
+    assert await database_sync_to_async(store.exists)(store.session_key)
+    if not events:
+        assert await communicator.receive_nothing(timeout=QUIET)
+        await database_sync_to_async(store.delete)()
+    assert await closed_within(communicator, 3) == 4401
+    assert await other.receive_nothing(timeout=QUIET)  # the other login's socket stays open
+    await other.disconnect()
 
 
 async def test_deactivation_closes_the_chat_socket(owner: Any, session: Session) -> None:
