@@ -1,4 +1,6 @@
-"""What Sectr adds to an MCP tool call. Run: .venv/bin/python bench/mcp_overhead.py [N]
+"""What Sectr adds to an MCP tool call.
+
+Run: .venv/bin/python bench/mcp_overhead.py [N] [--server]
 
 `mcp-server-time` (stdio) answers `get_current_time` N times (default 300) three ways:
 (a) directly with the `mcp` package's own client (the server's time plus the protocol),
@@ -12,6 +14,12 @@
     message that asked for it (MESSAGE_END) to its journaled TOOL_RESULT (the agent's
     tool lookup, the gate, the call through `McpServer`, the result's text and its
     envelope).
+(e) with --server, the same step on the server's path: a real Sectr (Daphne with its
+    embedded worker on a scratch database: SQLite, or PostgreSQL when DATABASE_URL says
+    so) runs N sessions of a team agent whose tools are the operator's `time` server
+    (the SECTR_MCP_SERVERS file), each posted through the API; the step is read from the
+    journal's timestamps (MESSAGE_END to TOOL_RESULT: the worker's connection pool, the
+    agent's tool lookup, the rules, the journaled TOOL_STARTED, the call, the result).
 Prints p50/p99 of each and the overhead Sectr adds to a call: (d) - (a) at p50 and at
 p99 (the quantiles of the two distributions, subtracted), and the p50 differences of
 (b) and (c). Run it on an idle machine: under load the differences drown in the noise.
@@ -103,7 +111,55 @@ async def through_runs(n: int) -> tuple[list[float], list[float], list[float]]:
     return mcp_times, builtin_times, steps
 
 
-async def main(n: int) -> None:
+def through_server(n: int) -> list[float]:
+    """(e): N runs through a live Sectr's API, each one MCP call; the journal's step."""
+    import json
+    import tempfile
+
+    import httpx
+
+    from tests.liveserver import LiveSectr
+    from tests.server.runs.test_worker_processes import LiveDriver
+
+    servers = Path(tempfile.mkdtemp(prefix="sectr-bench-mcp-")) / "mcp-servers.json"
+    servers.write_text(json.dumps({"time": {"command": SERVER}}))
+    steps: list[float] = []
+    with LiveSectr(env={"SECTR_MCP_SERVERS": str(servers), "SECTR_DEMO_DELAY_MS": "0"}) as live:
+        driver = LiveDriver(live)
+        try:
+            session_ids = driver.act(
+                f"""
+                from sessions_app.actions import mcp_servers
+                alice = User.objects.create_user("alice")
+                actions.do_create_team("crew")
+                actions.do_set_membership("crew", "alice", "moderator")
+                server = mcp_servers.do_add_server(alice, "crew", {{"name": "time"}})
+                assert server.health == "ok", server.last_error
+                actions.do_create_agent(alice, "crew", "clock", {{"name": "Clock", "tools": ["time__*"]}})
+                result = [actions.do_create_session(alice, team="crew", agent="crew/clock").pk for _ in range({n + 1})]
+                """
+            )
+            token = live.token_for("alice")
+            text = "!tool time__get_current_time " + json.dumps(ARGS)
+            with httpx.Client(base_url=live.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
+                for i, session_id in enumerate(session_ids):
+                    posted = http.post(f"/api/v1/sessions/{session_id}/runs", json={"content": text})
+                    posted.raise_for_status()
+                    with http.stream("GET", posted.json()["events_url"]) as events:
+                        for _line in events.iter_lines():
+                            pass  # the stream ends with the run
+                    journal = driver.envelopes(session_id)
+                    end = next(e for e in journal if e["type"] == "MESSAGE_END")
+                    result = next(e for e in journal if e["type"] == "TOOL_RESULT")
+                    assert not result["payload"].get("is_error"), result["payload"]
+                    if i:  # the first warms the worker's connection up
+                        steps.append((result["created_at"] - end["created_at"]).total_seconds())
+        finally:
+            driver.close()
+    return steps
+
+
+async def main(n: int, server: bool = False) -> None:
     a = await direct(n)
     b = await through_client(n)
     runs, builtin, steps = await through_runs(n)
@@ -118,7 +174,14 @@ async def main(n: int) -> None:
     print(f"a run's MCP call, p50 ((c) - built-in run) - (a): {(run_cost - base) * 1000:+.3f} ms")
     for label, q in (("p50", 0.5), ("p99", 0.99)):
         print(f"Sectr's overhead on a call in a run, {label} (d) - (a): {pct(steps, q) - pct(a, q):+.3f} ms")
+    if server:
+        served = await asyncio.to_thread(through_server, n)
+        show("(e) the MCP call's step on the server's path", served)
+        for label, q in (("p50", 0.5), ("p99", 0.99)):
+            added = pct(served, q) - pct(a, q)
+            print(f"Sectr's overhead on a call through the server, {label} (e) - (a): {added:+.3f} ms")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else 300))
+    numbers = [arg for arg in sys.argv[1:] if arg.isdigit()]
+    asyncio.run(main(int(numbers[0]) if numbers else 300, server="--server" in sys.argv[1:]))
