@@ -9,7 +9,9 @@
 // leave the queue. The socket is the chat's (static/live-socket.js, loaded by base.html):
 // the same backoff and prompt reconnects. After a reconnect the queue is reloaded
 // (decisions may have happened meanwhile: the channel layer is at-most-once, the page's
-// GET reads the journal).
+// GET reads the journal). The first connect names the moment the page was read
+// (`since`, from data-as-of): when an ask was made or decided between that read and the
+// socket's start, the socket says `stale` and the queue is reloaded the same way.
 (function () {
   "use strict";
 
@@ -68,25 +70,38 @@
     });
   }
 
+  function reloadQueue(page) {
+    const query = (page.dataset.wsQuery ? page.dataset.wsQuery + "&" : "") + "partial=queue";
+    htmx.ajax("GET", location.pathname + "?" + query, { target: "#approval-queue", swap: "innerHTML" });
+  }
+
   function connect(page) {
     // static/live-socket.js: the chat's socket, with its backoff, its prompt reconnect
     // when the tab shows again and its stop once the page is no longer ours to see.
+    let since = page.dataset.asOf || "";
     return window.sectrLive.liveSocket(
       page.dataset.wsPath,
       function () {
-        return page.dataset.wsQuery || "";
+        const query = page.dataset.wsQuery || "";
+        if (!since) return query;
+        const first = (query ? query + "&" : "") + "since=" + encodeURIComponent(since);
+        since = ""; // later connects reload the queue anyway
+        return first;
       },
       function (frame) {
         if (frame.ready) {
           setLive("live", "live");
           return;
         }
+        if (frame.stale) {
+          reloadQueue(page); // asked or decided between the page's read and this socket
+          return;
+        }
         if (frame.html) htmx.swap(document.body, frame.html, { swapStyle: "none" });
       },
       function () {
         // Back after a break: decisions made meanwhile never reached this page.
-        const query = (page.dataset.wsQuery ? page.dataset.wsQuery + "&" : "") + "partial=queue";
-        htmx.ajax("GET", location.pathname + "?" + query, { target: "#approval-queue", swap: "innerHTML" });
+        reloadQueue(page);
       },
     );
   }

@@ -12,6 +12,12 @@ one, or one asked just before the page loaded) is held back on a timer and pushe
 its age reaches the filter, if it is still pending and the user may still decide it;
 until then its votes and decisions are not sent (it is not on the page).
 
+Catching up at connect: the page names the moment it read the queue (`since`). An ask
+made or decided after that moment but before the socket joined the group would never
+reach the page, so the socket answers `{"stale": true}` after `ready` when one exists
+(one query) and the page reloads its queue. A vote alone in that moment is not caught
+(the ask index keeps no time of votes); the next change of the card brings it.
+
 The user's right is checked at connect and again for every ask (access can change while
 the socket is open). The socket also re-checks its viewer every SECTR_WS_ACCESS_SECONDS
 (sessions_app.socket_access): logging out closes it (4401), and so does losing a
@@ -32,6 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
+from django.db.models import Q
 from django.template.loader import render_to_string
 from django.utils import timezone
 
@@ -39,7 +46,7 @@ from sectr.asks import ask_changes
 from sectr.events import Envelope
 from sessions_app import access
 from sessions_app.journal.publish import MODERATION_GROUP
-from sessions_app.models import Session
+from sessions_app.models import AskIndex, Session
 from sessions_app.moderation.queue import AGE_CHOICES, QueueCard, QueueFilters, build_card, pending_asks
 from sessions_app.socket_access import CLOSE_FORBIDDEN, RecheckedConsumer
 from sessions_app.telemetry.metrics import WEBSOCKET_CLIENTS
@@ -115,6 +122,32 @@ def young_asks(user: Any, filters: QueueFilters) -> list[tuple[str, str, datetim
     return list(matching.filter(requested_at__gt=since).values_list("ask_id", "session_id", "requested_at").order_by())
 
 
+def parse_since(values: list[str] | None) -> datetime | None:
+    """The page's `since` (an ISO time with its offset), or None when absent or malformed."""
+    if not values:
+        return None
+    try:
+        since = datetime.fromisoformat(values[-1])
+    except ValueError:
+        return None
+    return since if since.tzinfo is not None else None
+
+
+@database_sync_to_async
+def changed_since(user: Any, filters: QueueFilters, since: datetime) -> bool:
+    """Whether an ask the user may decide, under the page's `Team` and `Tool` filters, was
+    made or decided at or after `since` (one query)."""
+    scope = QueueFilters(team=filters.team, tool=filters.tool)
+    asks = AskIndex.objects.all()
+    if not access.is_staff(user):
+        asks = asks.filter(session_id__in=access.session_ids_with_role(user, "moderator"))
+    if scope.team:
+        asks = asks.filter(session__team__name=scope.team)
+    if scope.tool:
+        asks = asks.filter(tool=scope.tool)
+    return asks.filter(Q(requested_at__gte=since) | Q(decided_at__gte=since)).exists()
+
+
 @database_sync_to_async
 def viewer_may_connect(user: Any) -> bool:
     return bool(user is not None and user.is_authenticated and user.is_active)
@@ -144,6 +177,9 @@ class ApprovalsConsumer(RecheckedConsumer):
         self.counted = True
         await self.send(text_data=json.dumps({"ready": True}))
         await self.start_rechecking()
+        since = parse_since(query.get("since"))
+        if since is not None and await changed_since(self.user, self.filters, since):
+            await self.send(text_data=json.dumps({"stale": True}))
         for ask_id, session_id, asked_at in await young_asks(self.user, self.filters):
             self.hold_back(ask_id, session_id, asked_at)
 

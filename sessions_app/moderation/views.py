@@ -24,6 +24,7 @@ from django.http.response import HttpResponseBase
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
@@ -43,7 +44,9 @@ from sessions_app.web import HtmxHttpRequest, flash, page_refusals, refusals_as_
 @require_GET
 def approvals(request: HtmxHttpRequest) -> HttpResponse:
     filters = queue.QueueFilters.from_query(request.GET)
+    as_of = timezone.now()  # before the read: what changes after it, the socket catches up
     context = {
+        "as_of": as_of.isoformat(),
         "cards": queue.pending_cards(request.user, filters),
         "filters": filters,
         "filter_query": urlencode(filters.as_query()),

@@ -195,6 +195,64 @@ async def test_without_an_age_filter_new_asks_still_come_at_once_and_by_team(
         await communicator.disconnect()
 
 
+# ---- catching up at connect: what changed between the page's read and the socket ----
+
+
+def page_as_of(user: Any) -> str:
+    client = Client()
+    client.force_login(user)
+    match = re.search(r'data-as-of="([^"]+)"', client.get("/approvals/").content.decode())
+    assert match
+    return match.group(1)
+
+
+async def frame_after_ready(communicator: Any, timeout: float = 5) -> dict[str, Any]:
+    return json.loads(await communicator.receive_from(timeout=timeout))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_ask_made_between_the_page_and_its_socket_makes_the_page_reload(
+    teammate: Any, make_session: SessionFactory, stranger: Any
+) -> None:
+    team = await ops_team(teammate)
+    as_of = await database_sync_to_async(page_as_of)(teammate)
+    strangers_as_of = await database_sync_to_async(page_as_of)(stranger)
+    await pending_in_new_session(make_session, team, "ask_between")  # before either socket
+    since = "since=" + as_of.replace("+", "%2B")
+    communicator, connected, _ = await connect(teammate, "/ws/approvals/?" + since)
+    assert connected and await frames_until_ready(communicator) == []
+    assert await frame_after_ready(communicator) == {"stale": True}
+    await communicator.disconnect()
+    # Not in the stranger's reach, another team's filter, another tool, a later page,
+    # a malformed time: nothing to catch up.
+    later = await database_sync_to_async(page_as_of)(teammate)
+    for user, query in (
+        (stranger, "since=" + strangers_as_of.replace("+", "%2B")),
+        (teammate, "team=other&" + since),
+        (teammate, "tool=delete_note&" + since),
+        (teammate, "since=" + later.replace("+", "%2B")),
+        (teammate, "since=yesterday"),
+    ):
+        communicator, connected, _ = await connect(user, "/ws/approvals/?" + query)
+        assert connected and await frames_until_ready(communicator) == [], query
+        assert await communicator.receive_nothing(timeout=0.5), query
+        await communicator.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_ask_decided_between_the_page_and_its_socket_makes_the_page_reload(
+    teammate: Any, make_session: SessionFactory
+) -> None:
+    team = await ops_team(teammate)
+    await pending_in_new_session(make_session, team, "ask_on_the_page")
+    as_of = await database_sync_to_async(page_as_of)(teammate)
+    await database_sync_to_async(actions.do_decide)(teammate, "ask_on_the_page", "deny")
+    communicator, connected, _ = await connect(teammate, "/ws/approvals/?since=" + as_of.replace("+", "%2B"))
+    assert connected and await frames_until_ready(communicator) == []
+    assert await frame_after_ready(communicator) == {"stale": True}
+    await communicator.disconnect()
+
+
 # ---- the queue's queries ----
 
 
