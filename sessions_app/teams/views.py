@@ -1,7 +1,8 @@
-"""The team settings pages: /teams/ (the user's teams; staff: every team and New team)
-and /teams/<name>/ with its sections Members, Agents, Tools, Rules, Scores, Notifications,
-Budget and Retention; an agent's own page (edit, History with the difference between
-two versions).
+"""The team settings pages: /teams/ (the user's teams; staff: every team and New team;
+everyone: the installation-wide agents) and /teams/<name>/ with its sections Members,
+Agents, Tools, Rules, Scores, Notifications, Budget and Retention; an agent's own page
+(edit, History with the difference between two versions), a team's under
+/teams/<name>/agents/<slug>/, an installation-wide one's under /agents/<slug>/.
 
 Every check is the actions' (sessions_app.actions): anyone without a role in the team
 gets 404, members and reviewers read, moderators (and staff) change. A refused POST
@@ -122,11 +123,30 @@ def teams(request: HtmxHttpRequest) -> HttpResponse:
     roles = dict(Membership.objects.filter(user_id=user.pk).values_list("team_id", "role"))
     listed = access.teams_for(user).order_by("name") if access.is_staff(user) else access.member_teams(user)
     rows = [{"team": team, "role": roles.get(team.pk) or ("staff" if access.is_staff(user) else "")} for team in listed]
+    installation_agents = [
+        {"agent": agent, "name": version.name if version else agent.slug, "version": agent.latest_version}
+        for agent, version in _with_latest(Agent.objects.filter(team__isnull=True).order_by("slug"))
+    ]
     return render(
         request,
         "teams/teams.html",
-        {"rows": rows, "is_staff": access.is_staff(user), "new_team_form": NewTeamForm()},
+        {
+            "rows": rows,
+            "is_staff": access.is_staff(user),
+            "new_team_form": NewTeamForm(),
+            "installation_agents": installation_agents,
+        },
     )
+
+
+def _with_latest(agents: Any) -> list[tuple[Agent, AgentVersion | None]]:
+    """Each agent with its latest version (two queries)."""
+    listed = list(agents)
+    latest = {
+        (version.agent_id, version.number): version
+        for version in AgentVersion.objects.filter(agent__in=listed).order_by()
+    }
+    return [(agent, latest.get((agent.pk, agent.latest_version))) for agent in listed]
 
 
 @login_required
@@ -381,14 +401,21 @@ def set_retention(request: HtmxHttpRequest, name: str) -> str:
     return "Retention saved."
 
 
-# ---- agents ----
+# ---- agents (a team's, and installation-wide ones: team None) ----
+#
+# An installation-wide agent (every user may pick it) has the same pages under /agents/:
+# everyone logged in reads them, staff create and edit (can_edit_agent).
 
 
-def _agent_of(request: HtmxHttpRequest, team: Team, slug: str) -> Agent:
+def _agent_of(request: HtmxHttpRequest, team: Team | None, slug: str) -> Agent:
     try:
-        return actions.get_agent_for_user(request.user, f"{team.name}/{slug}")
+        return actions.get_agent_for_user(request.user, f"{team.name}/{slug}" if team else slug)
     except NotFound:
         raise Http404("no such agent") from None
+
+
+def _agent_url(team: Team | None, slug: str) -> str:
+    return reverse("team_agent", args=[team.name, slug]) if team else reverse("agent", args=[slug])
 
 
 def _form_errors(form: forms.Form) -> str:
@@ -397,18 +424,28 @@ def _form_errors(form: forms.Form) -> str:
     )
 
 
-@login_required
-def new_agent(request: HtmxHttpRequest, name: str) -> HttpResponse:
-    found = _team_or_404(request, name)
-    if not access.can_moderate_team(request.user, found):
+def _picker(team: Team | None) -> list[Tool]:
+    """The tool picker's choices: the installation's tools and, for a team's agent, its
+    enabled MCP servers' tools (an installation-wide agent names MCP tools by glob)."""
+    return known_tools() + (picker_tools(team.pk) if team else [])
+
+
+def _new_agent(request: HtmxHttpRequest, team: Team | None) -> HttpResponse:
+    if team is None and not access.is_staff(request.user):
+        raise PermissionDenied("only staff create installation-wide agents")
+    if team is not None and not access.can_moderate_team(request.user, team):
         raise PermissionDenied("only the team's moderators can create its agents")
-    tools = known_tools() + picker_tools(found.pk)
+    tools = _picker(team)
     if request.method == "POST":
         form = AgentForm(request.POST, tools=tools, creating=True)
         if form.is_valid():
             try:
                 agent = actions.do_create_agent(
-                    request.user, found.name, form.cleaned_data["slug"], form.definition(), form.cleaned_data["note"]
+                    request.user,
+                    team.name if team else None,
+                    form.cleaned_data["slug"],
+                    form.definition(),
+                    form.cleaned_data["note"],
                 )
             except NotFound:
                 raise Http404("no such team") from None
@@ -418,14 +455,24 @@ def new_agent(request: HtmxHttpRequest, name: str) -> HttpResponse:
                 messages.error(request, exc.message)
             else:
                 messages.info(request, f"Agent {agent.slug} created (version 1).")
-                return redirect("team_agent", found.name, agent.slug)
+                return redirect(_agent_url(team, agent.slug))
         else:
             messages.error(request, _form_errors(form))
     elif request.method == "GET":
         form = AgentForm(tools=tools, creating=True, initial={"handler": "default"})
     else:
         return HttpResponse(status=405)
-    return render(request, "teams/agent_form.html", {"team": found, "form": form, "agent": None})
+    return render(request, "teams/agent_form.html", {"team": team, "form": form, "agent": None})
+
+
+@login_required
+def new_agent(request: HtmxHttpRequest, name: str) -> HttpResponse:
+    return _new_agent(request, _team_or_404(request, name))
+
+
+@login_required
+def new_installation_agent(request: HtmxHttpRequest) -> HttpResponse:
+    return _new_agent(request, None)
 
 
 def _field_text(value: Any) -> str:
@@ -466,18 +513,18 @@ def version_diff(older: AgentVersion, newer: AgentVersion) -> list[dict[str, Any
     return changed
 
 
-@login_required
-def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
-    """An agent: its latest version, the edit form (moderators), its History and the
+def _agent_page(request: HtmxHttpRequest, team: Team | None, slug: str) -> HttpResponse:
+    """An agent: its latest version, the edit form (who may edit it), its History and the
     difference between two chosen versions (?a=1&b=2)."""
-    found = _team_or_404(request, name)
-    agent = _agent_of(request, found, slug)
+    agent = _agent_of(request, team, slug)
     editable = can_edit_agent(request.user, agent)
-    tools = known_tools() + picker_tools(found.pk)
+    tools = _picker(team)
     latest = actions.get_version(agent)
     if request.method == "POST":
         if not editable:
-            raise PermissionDenied("only the team's moderators can change its agents")
+            raise PermissionDenied(
+                "only the team's moderators can change its agents" if team else "only staff change this agent"
+            )
         form = AgentForm(request.POST, tools=tools, creating=False)
         if form.is_valid():
             try:
@@ -492,7 +539,7 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
                 messages.error(request, exc.message)
             else:
                 messages.info(request, f"Saved as version {version.number}.")
-                return redirect("team_agent", found.name, agent.slug)
+                return redirect(_agent_url(team, agent.slug))
         else:
             messages.error(request, _form_errors(form))
     elif request.method == "GET":
@@ -516,7 +563,7 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
         request,
         "teams/agent_form.html",
         {
-            "team": found,
+            "team": team,
             "agent": agent,
             "latest": latest,
             "spec": latest.spec(),
@@ -528,6 +575,16 @@ def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
             "chosen_b": int(chosen[1]) if chosen[1] and chosen[1].isdigit() else latest.number,
         },
     )
+
+
+@login_required
+def agent_page(request: HtmxHttpRequest, name: str, slug: str) -> HttpResponse:
+    return _agent_page(request, _team_or_404(request, name), slug)
+
+
+@login_required
+def installation_agent_page(request: HtmxHttpRequest, slug: str) -> HttpResponse:
+    return _agent_page(request, None, slug)
 
 
 # ---- notifications: webhooks and action links ----

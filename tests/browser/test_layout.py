@@ -63,6 +63,10 @@ U = get_user_model()
 team, _ = Team.objects.get_or_create(name=%(team)r)
 for name, role in ((%(member)r, "member"), (%(reviewer)r, "reviewer"), (%(moderator)r, "moderator")):
     Membership.objects.update_or_create(team=team, user=U.objects.get(username=name), defaults={"role": role})
+from sessions_app import actions
+actions.do_create_agent(U.objects.get(username=%(staff)r), None, "layout-helper", {
+    "name": "Layout helper", "instructions": "Answer with " + "a_very_long_unbroken_instruction_word_" * 4,
+    "tools": ["get_time", "write_note"]})
 """
 
 DATA = """
@@ -102,7 +106,7 @@ def team(live: LiveSectr, browser: Browser) -> Team:
     for name in (MEMBER, REVIEWER, MODERATOR, OUTSIDER):
         live.create_user(name, password=PASSWORD)
     live.create_user(STAFF, password=PASSWORD, is_staff=True, is_superuser=True)
-    names = {"team": TEAM, "member": MEMBER, "reviewer": REVIEWER, "moderator": MODERATOR}
+    names = {"team": TEAM, "member": MEMBER, "reviewer": REVIEWER, "moderator": MODERATOR, "staff": STAFF}
     live.manage("shell", "-c", SETUP % names)
     context = browser.new_context(base_url=live.base_url, viewport=DESKTOP)
     page = context.new_page()
@@ -127,6 +131,7 @@ def pages_for(role: str, team: Team) -> list[str]:
         "/approvals/audit/",
         "/approvals/rules/",
         "/teams/",
+        "/agents/layout-helper/",
         "/settings/shares/",
         "/settings/tokens/",
         "/accounts/password_change/",
@@ -152,7 +157,7 @@ def pages_for(role: str, team: Team) -> list[str]:
         # Pages of the team they may not see: the refusal page must fit too.
         return [*common, f"/sessions/{first}/", f"/review/{first}/", "/review/"]
     if role == "staff":
-        return common + member + review + moderate + ["/admin/"]
+        return common + member + review + moderate + ["/agents/new", "/admin/"]
     # Not logged in: the login page and share links (live and revoked).
     return [
         "/accounts/login/",

@@ -262,6 +262,44 @@ def test_moderator_creates_an_agent_with_two_tools_and_saves_a_second_version(pe
     assert "<b>now</b>" not in diff
 
 
+@pytest.mark.parametrize("role", ROLES)
+def test_installation_wide_agents_are_read_by_everyone_and_changed_by_staff(people: dict[str, Any], role: str) -> None:
+    definition = {"name": "Helper", "instructions": "Answer in one line.", "tools": ["get_time"]}
+    agent = actions.do_create_agent(people["staff"], None, "helper", definition)
+    client = client_for(people[role])
+    listing = client.get("/teams/").content.decode()
+    assert 'href="/agents/helper/"' in listing and "Installation-wide agents" in listing
+    assert ('href="/agents/new"' in listing) is (role == "staff")
+    page = client.get("/agents/helper/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "Answer in one line." in html and "every user may pick it" in html
+    assert ("Save version 2" in html) is (role == "staff")
+    assert client.get("/agents/new").status_code == (200 if role == "staff" else 403)
+    saved = client.post("/agents/helper/", {**AGENT_FORM, "name": "Helper", "instructions": "Two lines."})
+    created = client.post("/agents/new", {**AGENT_FORM, "slug": "second"})
+    agent.refresh_from_db()
+    if role == "staff":
+        assert saved.status_code == 302 and saved["Location"] == "/agents/helper/"
+        assert created.status_code == 302 and created["Location"] == "/agents/second/"
+        assert agent.latest_version == 2 and actions.get_version(agent).spec().instructions == "Two lines."
+        assert Agent.objects.get(slug="second").team is None
+        diff = client.get("/agents/helper/", {"a": "1", "b": "2"}).content.decode()
+        assert "+Two lines." in diff
+    else:
+        assert saved.status_code == 403 and created.status_code == 403
+        assert agent.latest_version == 1 and not Agent.objects.filter(slug="second").exists()
+    assert client.get("/agents/nobody/").status_code == 404
+    assert client.get("/agents/release/").status_code == 404  # a team's agent is not installation-wide
+
+
+def test_installation_wide_agent_pages_need_a_login(people: dict[str, Any]) -> None:
+    actions.do_create_agent(people["staff"], None, "helper", {"name": "Helper"})
+    for url in ("/agents/helper/", "/agents/new"):
+        response = Client().get(url)
+        assert response.status_code == 302 and response["Location"].startswith("/accounts/login/"), url
+
+
 def test_an_invalid_agent_form_creates_nothing(people: dict[str, Any]) -> None:
     client = client_for(people["moderator"])
     response = client.post("/teams/crew/agents/new", {**AGENT_FORM, "slug": "Bad Slug!"})
