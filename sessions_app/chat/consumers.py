@@ -47,7 +47,7 @@ from sectr.errors import Forbidden, NotFound
 from sectr.events import Envelope
 from sectr.loops import PerLoop
 from sessions_app import access
-from sessions_app.chat.render import chat_context, render_changes
+from sessions_app.chat.render import chat_context, render_changes, session_agent_label
 from sessions_app.chat.view_model import ChatViewModel
 from sessions_app.input_checks import is_whole_number, unstorable_text
 from sessions_app.journal import get_journal
@@ -234,7 +234,12 @@ class ChatConsumer(RecheckedConsumer):
             self.vm.apply(envelope)
         changes = self.vm.take_changes()
         first, self.last_seq = envelopes[0].seq, envelopes[-1].seq
-        html = render_changes(changes, chat_context(self.vm, **self.permissions))
+        extra = {}
+        if changes.agent:  # moved to another agent version: the header's label, read now
+            extra["agent"] = await database_sync_to_async(session_agent_label)(
+                self.scope.get("user"), self.vm.state.agent
+            )
+        html = render_changes(changes, chat_context(self.vm, **self.permissions, **extra))
         await self.send(text_data=json.dumps({"first": first, "seq": self.last_seq, "html": html}))
 
     async def journal_envelopes(self, message: dict[str, Any]) -> None:

@@ -10,7 +10,8 @@ same partials for what changed, each wrapped or marked as an out-of-band swap:
   a decided approval card): the item's partial with ``hx-swap-oob="true"`` replaces it;
 * streamed text: ``_delta.html`` appends escaped text to the open message;
 * the state word, the token meter, the run controls, the title, the mode and model options, the
-  notes: their partials, replaced.
+  header's agent (when the session moves to another version), the notes: their partials,
+  replaced.
 
 Everything goes through Django's auto-escaping templates; nothing is built with string
 formatting, so text from users and models cannot become markup.
@@ -22,11 +23,15 @@ import functools
 from typing import Any
 
 from django.template.loader import render_to_string
+from django.urls import reverse
 
 from sectr.events import MODES
 from sectr.providers import known_models
+from sessions_app import access
 from sessions_app.chat.view_model import Changes, ChatViewModel, ToolCallView
 from sessions_app.display.content import dom_id
+from sessions_app.display.snapshots import agent_summary
+from sessions_app.models import Team
 from sessions_app.provider_config import default_model
 
 MODE_LABELS = {"default": "Default (gated tools ask)", "plan": "Plan (read-only tools)", "accept_edits": "Accept edits"}
@@ -64,6 +69,21 @@ def chat_context(
     }
 
 
+def session_agent_label(user: Any, pin: dict[str, Any] | None) -> dict[str, Any]:
+    """What the chat header says about the session's agent: its name and version, and a
+    link to its page on its team's settings for those with a role in that team."""
+    summary = agent_summary(pin)
+    name = summary.get("name") or summary.get("slug") or "default"
+    label = f"{name} v{summary.get('version') or 1}" if summary.get("id") else name
+    url = None
+    team = summary.get("team")
+    if team and summary.get("slug"):
+        team_id = Team.objects.filter(name=team).values_list("pk", flat=True).first()
+        if access.team_role(user, team_id) is not None:
+            url = reverse("team_agent", args=[team, summary["slug"]])
+    return {"label": label, "url": url}
+
+
 def render_changes(changes: Changes, context: dict[str, Any]) -> str:
     """One batch of changes as a string of OOB swaps (empty when nothing shows)."""
     parts: list[str] = []
@@ -92,6 +112,8 @@ def render_changes(changes: Changes, context: dict[str, Any]) -> str:
     if changes.settings:
         for name in ("_title.html", "_settings_oob.html"):
             parts.append(render_to_string(f"chat/{name}", oob))
+    if changes.agent and "agent" in context:  # its label is read from the database by the caller
+        parts.append(render_to_string("chat/_agent.html", oob))
     if changes.notes:
         parts.append(render_to_string("chat/_notes.html", oob))
     return "".join(parts)

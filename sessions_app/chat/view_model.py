@@ -207,6 +207,7 @@ class Changes:
     reasoning: dict[str, list[str]] = field(default_factory=dict)
     status: bool = False  # state word, token meter, run controls
     settings: bool = False  # title, mode, model
+    agent: bool = False  # the pinned agent or version (the header's agent)
     notes: bool = False
 
     @property
@@ -219,6 +220,7 @@ class Changes:
             or self.reasoning
             or self.status
             or self.settings
+            or self.agent
             or self.notes
         )
 
@@ -293,6 +295,7 @@ class ChatViewModel:
 
     def apply(self, envelope: Envelope) -> None:
         before = (self.state.status, self.state.mode, self.state.model, self.state.title, len(self.state.notes))
+        agent_before = self.state.agent
         notes_before = dict(self.state.notes) if envelope.type is EventType.TOOL_RESULT else None
         apply_envelope(self.state, envelope)
         self._at = envelope.created_at
@@ -304,6 +307,8 @@ class ChatViewModel:
             self.changes.status = True
         if before[:4] != after[:4]:
             self.changes.settings = True
+        if self.state.agent != agent_before:
+            self.changes.agent = True
         if notes_before is not None and notes_before != self.state.notes:
             self.changes.notes = True
 

@@ -35,9 +35,8 @@ import sectr
 from sectr.errors import ValidationFailed
 from sectr.events import EventType
 from sessions_app import access, actions
-from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices
+from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, model_choices, session_agent_label
 from sessions_app.chat.view_model import ChatViewModel, UserView
-from sessions_app.display.snapshots import agent_summary
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
 from sessions_app.media import PART_MAX_BYTES
@@ -105,21 +104,6 @@ def agent_choices(user: Any, teams: list[Team]) -> list[dict[str, Any]]:
         name = names.get((agent.pk, agent.latest_version), agent.slug)
         group["agents"].append({"ref": f"{team}/{agent.slug}" if team else agent.slug, "label": name})
     return list(groups.values())
-
-
-def session_agent_label(user: Any, pin: dict[str, Any] | None) -> dict[str, Any]:
-    """What the chat header says about the session's agent: its name and version, and a
-    link to its page on its team's settings for those with a role in that team."""
-    summary = agent_summary(pin)
-    name = summary.get("name") or summary.get("slug") or "default"
-    label = f"{name} v{summary.get('version') or 1}" if summary.get("id") else name
-    url = None
-    team = summary.get("team")
-    if team and summary.get("slug"):
-        team_id = Team.objects.filter(name=team).values_list("pk", flat=True).first()
-        if access.team_role(user, team_id) is not None:
-            url = reverse("team_agent", args=[team, summary["slug"]])
-    return {"label": label, "url": url}
 
 
 def my_thumbs(user: Any, session: Session) -> dict[str, int]:

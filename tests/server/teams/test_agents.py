@@ -189,6 +189,34 @@ def test_a_new_version_serves_new_sessions_while_old_ones_stay_until_moved(peopl
     assert (old.agent_id, old.agent_version) == (agent.pk, 2)
 
 
+@pytest.mark.django_db(transaction=True)
+async def test_the_open_chat_shows_a_move_to_another_version_live(people: dict[str, Any]) -> None:
+    from channels.db import database_sync_to_async
+
+    from tests.server.chat.test_consumers import chat_path, connect, frames_until_ready, next_frame
+
+    def prepare() -> Session:
+        agent = release_agent(people)
+        actions.do_save_agent_version(people["moderator"], agent.pk, {"name": "Release v2 <b>bold</b>"})
+        return actions.do_create_session(people["owner"], agent=agent.pk, agent_version=1)
+
+    session = await database_sync_to_async(prepare)()
+    owner = Client()
+    await database_sync_to_async(owner.force_login)(people["owner"])
+    html = (await database_sync_to_async(owner.get)(f"/sessions/{session.pk}/")).content.decode()
+    assert 'id="chat-agent"' in html and "Release assistant v1" in html
+    communicator, connected, _ = await connect(people["owner"], chat_path(session))
+    assert connected
+    await frames_until_ready(communicator)
+    await database_sync_to_async(actions.do_move_agent)(people["owner"], session.pk, 2)
+    frame = await next_frame(communicator)
+    header = frame["html"][frame["html"].index('id="chat-agent"') :]
+    assert 'hx-swap-oob="true"' in header.split(">", 1)[0]
+    assert "Release v2 &lt;b&gt;bold&lt;/b&gt; v2" in header  # escaped, the new version
+    assert 'href="/teams/crew/agents/release/"' in header  # the owner has a role in crew
+    await communicator.disconnect()
+
+
 @pytest.mark.django_db
 def test_a_session_pins_an_earlier_version_when_asked(people: dict[str, Any]) -> None:
     agent = release_agent(people)
