@@ -44,7 +44,7 @@ from sectr.replay import RecordedResult
 from sectr.rules import Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
 from sectr.telemetry import traced_model_step, traced_tool_call
-from sectr.tools import Tool, ToolContext, ToolRegistry, format_result
+from sectr.tools import Tool, ToolContext, ToolOutput, ToolRegistry, format_result
 from sectr.writer import InvocationWriter
 
 log = logging.getLogger("sectr.context")
@@ -647,6 +647,8 @@ class SessionContext:
             payload: dict[str, Any] = {"tool_call_id": call_id, "name": name, "content": content}
             if is_error:
                 payload["is_error"] = True
+            if isinstance(value, ToolOutput) and value.media:
+                payload["media"] = [dict(item) for item in value.media]
             await self.writer.emit(EventType.TOOL_RESULT, payload)
         return ToolResult(content, is_error, value)
 
@@ -658,6 +660,8 @@ class SessionContext:
             payload: dict[str, Any] = {"tool_call_id": call_id, "name": name, "content": content}
             if is_error:
                 payload["is_error"] = True
+            if isinstance(value, ToolOutput) and value.media:
+                payload["media"] = [dict(item) for item in value.media]
             self.writer.append_soon(self.writer.event(EventType.TOOL_RESULT, payload))
         return ToolResult(content, is_error, value)
 

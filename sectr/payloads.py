@@ -18,6 +18,7 @@ holds it).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from sectr.events import DECISION_SCOPES, MODES, REASON_KINDS, VERDICTS, VOTE_VERDICTS, EventType
@@ -40,6 +41,12 @@ SETTING_MAX = 16
 EXPIRY_MAX = 2**31 - 1
 USAGE_KEYS = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens")
 DELTA_KEYS = frozenset({"message_id", "text", "reasoning"})
+#: How a TOOL_RESULT's `media` name stored bytes: content-addressed, never the bytes.
+MEDIA_SCHEME = "sectr-media://"
+MEDIA_REF = re.compile(r"sectr-media://[0-9a-f]{64}")
+MEDIA_KINDS = ("image", "audio")
+#: The most media one tool result may carry (more are named in its text, not kept).
+RESULT_MEDIA_MAX = 16
 
 
 class InvalidEvent(ValueError):
@@ -256,6 +263,26 @@ def _tool_result(p: dict[str, Any], w: str) -> None:
     _string(p, "name", w)
     _string(p, "content", w)
     _boolean(p, "is_error", w, required=False)
+    if p.get("media") is not None:
+        check_result_media(p["media"], f"{w}.media")
+
+
+def check_result_media(media: Any, where: str = "media") -> None:
+    """A TOOL_RESULT's `media`: at most RESULT_MEDIA_MAX references to stored bytes,
+    each ``{"ref": "sectr-media://<sha256>", "kind", "mime_type", "bytes"}`` (no data)."""
+    if not isinstance(media, list) or len(media) > RESULT_MEDIA_MAX:
+        raise InvalidEvent(f"{where} must be a list of at most {RESULT_MEDIA_MAX} media references")
+    for index, item in enumerate(media):
+        at = f"{where}[{index}]"
+        if not isinstance(item, dict):
+            raise InvalidEvent(f"{at} must be an object")
+        if not isinstance(item.get("ref"), str) or not MEDIA_REF.fullmatch(item["ref"]):
+            raise InvalidEvent(f"{at}.ref must be a {MEDIA_SCHEME}<sha256> reference")
+        _one_of(item, "kind", at, MEDIA_KINDS)
+        _string(item, "mime_type", at, empty=False, max_length=MODEL_MAX)
+        _count(item, "bytes", at)
+        if "data" in item:
+            raise InvalidEvent(f"{at} holds data: the journal keeps references, never the bytes")
 
 
 def _tool_started(p: dict[str, Any], w: str) -> None:

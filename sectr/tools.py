@@ -32,7 +32,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Union, get_args, get_origin, get_type_hints, overload
 
-__all__ = ["SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolRegistry", "format_result", "tool"]
+__all__ = [
+    "SchemaTool",
+    "Tool",
+    "ToolArgumentError",
+    "ToolContext",
+    "ToolOutput",
+    "ToolRegistry",
+    "format_result",
+    "tool",
+]
 
 #: What the OpenAI API accepts as a function name.
 _NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -646,6 +655,21 @@ def tool(
     if fn is None:
         return decorate
     return decorate(fn)
+
+
+class ToolOutput(str):
+    """A tool's text with the media it produced, already stored elsewhere: `media` are
+    references (``{"ref", "kind", "mime_type", "bytes"}``) that the TOOL_RESULT journals
+    under its ``media`` key, beside the text (docs/journal.md). It is a `str`, so code
+    that reads a tool's result as text keeps working; the bytes never reach the journal.
+    """
+
+    media: tuple[dict[str, Any], ...]
+
+    def __new__(cls, text: str, media: Iterable[Mapping[str, Any]] = ()) -> ToolOutput:
+        made = super().__new__(cls, text)
+        made.media = tuple(dict(item) for item in media)
+        return made
 
 
 def format_result(value: Any) -> str:

@@ -18,12 +18,21 @@ its idempotency key in `_meta` (``sectr/idempotency_key``). Whatever goes wrong 
 `McpToolError`, which the runtime turns into an error result for the model: never a failed
 run. A server that died is started again on the next call, after a backoff when it keeps
 dying.
+
+Images and audio in a result are not text: each one is decoded and handed to the
+server's `store_media` hook (``async (session_id, McpMedia) -> reference``), and the
+call returns a `ToolOutput`: the text, naming each one (``[image image/png, 2.5 KB]``),
+with the references the TOOL_RESULT journals as its ``media``. The Sectr server stores
+them as a session's media; `MemoryMediaStore` keeps them in this process (for
+`LocalRuntime`); without a hook they are named and not kept. The bytes never reach the
+journal or the model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import contextlib
 import fnmatch
 import hashlib
@@ -32,24 +41,31 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from sectr.tools import SchemaTool, ToolContext
+from sectr.payloads import MEDIA_SCHEME, RESULT_MEDIA_MAX
+from sectr.tools import SchemaTool, ToolContext, ToolOutput
 
 if TYPE_CHECKING:
     from mcp import Client
 
 __all__ = [
+    "DEFAULT_MAX_MEDIA_BYTES",
     "DEFAULT_MAX_RESULT_BYTES",
+    "McpMedia",
+    "MediaStore",
+    "MemoryMediaStore",
     "IDEMPOTENCY_META_KEY",
     "McpPool",
     "McpServer",
     "McpToolError",
     "CallObserver",
     "cap",
+    "result_output",
     "result_text",
+    "size_words",
     "server_configs_from_json",
     "ServerConfig",
     "discover_tools",
@@ -60,6 +76,8 @@ __all__ = [
 logger = logging.getLogger("sectr.mcp")
 
 DEFAULT_MAX_RESULT_BYTES = 262144
+#: The largest image or audio of a result that is kept (a prompt's upload limit).
+DEFAULT_MAX_MEDIA_BYTES = 10 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 60.0
 #: The `_meta` key a call's idempotency key travels under.
 IDEMPOTENCY_META_KEY = "sectr/idempotency_key"
@@ -77,6 +95,38 @@ class McpToolError(RuntimeError):
 #: Told of every call a server made: (server name, tool, seconds, error or None). A
 #: worker counts calls, errors and latency per server with it; it must not raise or block.
 CallObserver = Callable[[str, str, float, "McpToolError | None"], None]
+
+
+@dataclass(frozen=True)
+class McpMedia:
+    """An image or audio block of a tool result, decoded: what a `MediaStore` keeps."""
+
+    kind: str  # "image" or "audio"
+    mime_type: str
+    data: bytes = field(repr=False)
+
+
+#: Keeps one image or audio of a call's result for a session (its id; None for a call
+#: made outside a session) and returns its reference, ``sectr-media://<sha256>``.
+#: ValueError (its message says why) refuses it: the result names it as not kept.
+MediaStore = Callable[["str | None", McpMedia], "Awaitable[str]"]
+
+
+class MemoryMediaStore:
+    """Media kept in this process's memory by sha256, for `LocalRuntime` (a script or a
+    test): ``McpServer(config, store_media=store)``, then ``store.get(ref)``. Nothing is
+    ever removed; the Sectr server stores media as a session's instead."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, McpMedia] = {}
+
+    async def __call__(self, session_id: str | None, media: McpMedia) -> str:
+        digest = hashlib.sha256(media.data).hexdigest()
+        self.items[digest] = media
+        return MEDIA_SCHEME + digest
+
+    def get(self, ref: str) -> McpMedia | None:
+        return self.items.get(ref.removeprefix(MEDIA_SCHEME))
 
 
 @dataclass(frozen=True)
@@ -98,6 +148,8 @@ class ServerConfig:
     connect_timeout_s: float = 30.0
     tools: Sequence[str] | None = None
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    #: An image or audio of a result larger than this is named, not kept.
+    max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES
     mode: str = "auto"
 
     def __post_init__(self) -> None:
@@ -105,8 +157,10 @@ class ServerConfig:
             raise ValueError(f"invalid MCP server name {self.name!r}: use 1-32 lowercase letters, digits or '-'")
         if (self.command is None) == (self.url is None):
             raise ValueError(f"MCP server {self.name}: give either a command (stdio) or a url (HTTP)")
-        if self.timeout_s <= 0 or self.max_result_bytes <= 0:
-            raise ValueError(f"MCP server {self.name}: timeout_s and max_result_bytes must be positive")
+        if self.timeout_s <= 0 or self.max_result_bytes <= 0 or self.max_media_bytes <= 0:
+            raise ValueError(
+                f"MCP server {self.name}: timeout_s, max_result_bytes and max_media_bytes must be positive"
+            )
         object.__setattr__(self, "args", tuple(self.args))
         if self.tools is not None:
             object.__setattr__(self, "tools", tuple(self.tools))
@@ -142,16 +196,28 @@ def gates_from_annotations(annotations: Any) -> dict[str, bool]:
     }
 
 
+def size_words(size: int) -> str:
+    """A byte count as people read it: "512 bytes", "2.5 KB", "12 KB", "3.1 MB"."""
+    if size < 1024:
+        return f"{size} bytes"
+    for unit, scale in (("KB", 1024), ("MB", 1024**2), ("GB", 1024**3)):
+        value = size / scale
+        if value < 1024 or unit == "GB":
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _base64_size(data: str) -> int:
+    """The decoded size of base64 text, without decoding it."""
+    return len(data) * 3 // 4 - data[-2:].count("=") if data else 0
+
+
 def _describe_block(block: Any) -> str:
     kind = getattr(block, "type", None)
     if kind == "text":
         return str(block.text)
     if kind in ("image", "audio"):
-        try:
-            size = len(base64.b64decode(block.data, validate=False))
-        except (ValueError, TypeError):
-            size = len(block.data or "")
-        return f"[{kind}: {block.mime_type}, {size} bytes]"
+        return f"[{kind} {block.mime_type}, {size_words(_base64_size(block.data or ''))}]"
     if kind == "resource_link":
         title = getattr(block, "title", None) or block.name
         return f"[resource: {title} <{block.uri}>]"
@@ -160,7 +226,9 @@ def _describe_block(block: Any) -> str:
         text = getattr(resource, "text", None)
         if text is not None:
             return str(text)
-        return f"[resource: <{resource.uri}> ({getattr(resource, 'mime_type', None) or 'binary'})]"
+        blob = getattr(resource, "blob", None) or ""
+        mime = getattr(resource, "mime_type", None) or "binary"
+        return f"[resource: <{resource.uri}> ({mime}, {size_words(_base64_size(blob))}; not kept)]"
     return f"[{kind or 'unknown'} content]"
 
 
@@ -170,6 +238,50 @@ def result_text(result: Any) -> str:
     if not parts and getattr(result, "structured_content", None) is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
     return "\n".join(parts)
+
+
+async def result_output(
+    result: Any, config: ServerConfig, store: MediaStore | None, session_id: str | None
+) -> ToolOutput:
+    """A `CallToolResult` as a `ToolOutput`: its text (capped at the config's
+    `max_result_bytes`), each image and audio stored through `store` and named, with
+    their references. An item over `max_media_bytes`, past RESULT_MEDIA_MAX, with bad
+    base64, refused by the store, or without a store, is named and not kept."""
+    parts: list[str] = []
+    media: list[dict[str, Any]] = []
+    for block in result.content or ():
+        kind = getattr(block, "type", None)
+        if kind not in ("image", "audio"):
+            parts.append(_describe_block(block))
+            continue
+        mime_type = str(block.mime_type or "application/octet-stream")[:100]
+        encoded = block.data or ""
+        size = _base64_size(encoded)
+        name = f"{kind} {mime_type}, {size_words(size)}"
+        why = None
+        if store is None:
+            why = "no media store"
+        elif size > config.max_media_bytes:
+            why = f"over the {size_words(config.max_media_bytes)} limit"
+        elif len(media) >= RESULT_MEDIA_MAX:
+            why = f"a result keeps at most {RESULT_MEDIA_MAX}"
+        else:
+            try:
+                data = base64.b64decode(encoded, validate=True)
+                if not data:
+                    raise ValueError("it is empty")
+                ref = await store(session_id, McpMedia(kind, mime_type, data))
+            except binascii.Error:
+                why = "not valid base64"
+            except ValueError as exc:
+                why = str(exc) or "refused"
+            else:
+                name = f"{kind} {mime_type}, {size_words(len(data))}"
+                media.append({"ref": ref, "kind": kind, "mime_type": mime_type, "bytes": len(data)})
+        parts.append(f"[{name}]" if why is None else f"[{name}: not kept, {why}]")
+    if not parts and getattr(result, "structured_content", None) is not None:
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False, default=str))
+    return ToolOutput(cap("\n".join(parts), config.max_result_bytes), media)
 
 
 def cap(text: str, max_bytes: int) -> str:
@@ -223,9 +335,13 @@ class McpServer:
     before; a call that would wait longer than its timeout fails at once instead.
     """
 
-    def __init__(self, config: ServerConfig, *, on_call: CallObserver | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig, *, on_call: CallObserver | None = None, store_media: MediaStore | None = None
+    ) -> None:
         self.config = config
         self._on_call = on_call
+        #: Where the images and audio of results go (module docstring); None: not kept.
+        self.store_media = store_media
         self._client: Client | None = None
         self._runner: asyncio.Task[None] | None = None
         self._closing: asyncio.Event | None = None
@@ -398,7 +514,8 @@ class McpServer:
             key = None
             if context is not None and context.tool_call_id is not None:
                 key = f"{context.session_id}:{context.tool_call_id}"
-            return await server.call(remote, arguments, idempotency_key=key)
+            session_id = context.session_id if context is not None else None
+            return await server.call(remote, arguments, idempotency_key=key, session_id=session_id)
 
         description = mcp_tool.description or getattr(mcp_tool, "title", None) or remote
         tool = SchemaTool(
@@ -411,20 +528,31 @@ class McpServer:
         tool.mcp_server = self.config.name
         return tool
 
-    async def call(self, tool: str, arguments: Mapping[str, Any], *, idempotency_key: str | None = None) -> str:
-        """Call one of the server's tools; its text, capped. McpToolError for anything else."""
+    async def call(
+        self,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str | None = None,
+        session_id: str | None = None,
+    ) -> ToolOutput:
+        """Call one of the server's tools: its text, capped, with its stored media
+        (`result_output`; `session_id` is whose media they become). McpToolError for
+        anything else."""
         if self._on_call is None:
-            return await self._call(tool, arguments, idempotency_key)
+            return await self._call(tool, arguments, idempotency_key, session_id)
         started = time.monotonic()
         try:
-            text = await self._call(tool, arguments, idempotency_key)
+            text = await self._call(tool, arguments, idempotency_key, session_id)
         except McpToolError as exc:
             self._on_call(self.config.name, tool, time.monotonic() - started, exc)
             raise
         self._on_call(self.config.name, tool, time.monotonic() - started, None)
         return text
 
-    async def _call(self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None) -> str:
+    async def _call(
+        self, tool: str, arguments: Mapping[str, Any], idempotency_key: str | None, session_id: str | None
+    ) -> ToolOutput:
         name = self.config.name
         client = await self._connected()
         meta: dict[str, Any] = {IDEMPOTENCY_META_KEY: idempotency_key} if idempotency_key else {}
@@ -439,10 +567,10 @@ class McpServer:
         except Exception as exc:
             await self._after_error(exc)
             raise McpToolError(f"MCP server {name}: {tool} failed: {_reason(exc)}") from None
-        text = cap(result_text(result), self.config.max_result_bytes)
         if result.is_error:
+            text = cap(result_text(result), self.config.max_result_bytes)
             raise McpToolError(f"MCP server {name}: {tool} reported an error: {text or '(no message)'}")
-        return text
+        return await result_output(result, self.config, self.store_media, session_id)
 
     async def _after_error(self, exc: BaseException) -> None:
         """Keep the connection after an error the server answered; drop it otherwise."""
@@ -476,15 +604,17 @@ class McpPool:
     server, an installation's stdio server), reused across runs, its tools discovered once
     and kept until `refresh`, all closed by `close` (when the worker drains).
 
-    `on_call` hears every call of every server, with the server's key as its name.
+    `on_call` hears every call of every server, with the server's key as its name;
+    `store_media` keeps the images and audio of every server's results.
 
     A server that cannot be reached while its tools were never discovered offers no tools
     (its `last_error` says why); once discovered, its tools stay, and a call to a server
     that died meanwhile is an error result while the connection is started again.
     """
 
-    def __init__(self, *, on_call: CallObserver | None = None) -> None:
+    def __init__(self, *, on_call: CallObserver | None = None, store_media: MediaStore | None = None) -> None:
         self._on_call = on_call
+        self._store_media = store_media
         self._servers: dict[str, McpServer] = {}
         self._tools: dict[str, list[SchemaTool]] = {}
         self._discovering: dict[str, asyncio.Task[list[SchemaTool]]] = {}
@@ -503,7 +633,9 @@ class McpPool:
             def on_call(_name: str, tool: str, seconds: float, error: McpToolError | None) -> None:
                 observer(key, tool, seconds, error)
 
-        server = self._servers[key] = McpServer(config, on_call=on_call if observer is not None else None)
+        server = self._servers[key] = McpServer(
+            config, on_call=on_call if observer is not None else None, store_media=self._store_media
+        )
         return server
 
     async def tools(self, key: str, config: ServerConfig) -> list[SchemaTool]:
@@ -544,7 +676,9 @@ class McpPool:
         await asyncio.gather(*(s.close() for s in servers), return_exceptions=True)
 
 
-def server_configs_from_json(data: Any, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES) -> dict[str, ServerConfig]:
+def server_configs_from_json(
+    data: Any, *, max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES, max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES
+) -> dict[str, ServerConfig]:
     """Stdio servers from an operator's file: ``{name: {command, args?, env?, cwd?}}``.
     ValueError naming the first entry that is not one."""
     if not isinstance(data, dict):
@@ -578,6 +712,7 @@ def server_configs_from_json(data: Any, *, max_result_bytes: int = DEFAULT_MAX_R
             timeout_s=float(timeout),
             tools=tools,
             max_result_bytes=max_result_bytes,
+            max_media_bytes=max_media_bytes,
         )
     return configs
 

@@ -22,7 +22,17 @@ import pytest
 from sectr import LocalRuntime
 from sectr.agents import DEFAULT_AGENT, AgentSpec
 from sectr.events import EventType
-from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, cap, server_configs_from_json, tool_name
+from sectr.mcp import (
+    McpPool,
+    McpServer,
+    McpToolError,
+    MemoryMediaStore,
+    ServerConfig,
+    cap,
+    server_configs_from_json,
+    tool_name,
+)
+from sectr.payloads import InvalidEvent, check_event
 from sectr.tools import SchemaTool, ToolRegistry
 
 from .conftest import ScriptedProvider, call, of_type, say
@@ -281,6 +291,56 @@ def test_a_server_config_is_either_a_command_or_a_url_and_hides_its_headers() ->
     assert "s3cret" not in repr(ServerConfig(name="x", url="https://h/mcp", headers={"Authorization": "s3cret"}))
 
 
+# ---- images and audio in results ----
+
+
+async def test_an_image_result_is_kept_by_the_media_store_and_journaled_as_a_reference() -> None:
+    store = MemoryMediaStore()
+    async with McpServer(ServerConfig(name="every", command=_everything()), store_media=store) as server:
+        tools = await server.discover()
+        rt = LocalRuntime(
+            tools=tools, provider=one_call("every__get-tiny-image", "{}"), agent=AgentSpec(tools=("every__*",))
+        )
+        sid = await rt.create_session()
+        await rt.send(sid, "show me")
+    result = result_of(rt, sid)
+    (media,) = result["media"]
+    assert media["kind"] == "image" and media["mime_type"] == "image/png"
+    kept = store.get(media["ref"])
+    assert kept is not None and kept.data.startswith(b"\x89PNG") and media["bytes"] == len(kept.data)
+    assert re.fullmatch(r"sectr-media://[0-9a-f]{64}", media["ref"])
+    # The model reads the image named in the text; the bytes are nowhere in the journal.
+    assert re.search(r"\[image image/png, \d+\.\d KB\]", result["content"])
+    assert "The image above is the MCP logo." in result["content"]
+    journal_text = json.dumps([e.payload for e in rt.journal.read(sid)])
+    assert "iVBORw0KGgo" not in journal_text and "data" not in media
+
+
+async def test_an_image_over_the_media_limit_is_named_and_not_kept() -> None:
+    store = MemoryMediaStore()
+    config = ServerConfig(name="every", command=_everything(), max_media_bytes=100)
+    async with McpServer(config, store_media=store) as server:
+        output = await server.call("get-tiny-image", {})
+    assert output.media == () and store.items == {}
+    assert re.search(r"\[image image/png, \d+\.\d KB: not kept, over the 100 bytes limit\]", output)
+
+
+def test_the_journal_refuses_media_that_are_not_references() -> None:
+    base = {"tool_call_id": "c1", "name": "t", "content": "x"}
+    good = {"ref": "sectr-media://" + "a" * 64, "kind": "image", "mime_type": "image/png", "bytes": 3}
+    check_event(EventType.TOOL_RESULT, {**base, "media": [good]})
+    for bad in (
+        "nope",
+        [{**good, "ref": "https://example.org/x.png"}],
+        [{**good, "data": "iVBORw0KGgo="}],
+        [{**good, "kind": "video"}],
+        [{**good, "bytes": -1}],
+        [good] * 17,
+    ):
+        with pytest.raises(InvalidEvent):
+            check_event(EventType.TOOL_RESULT, {**base, "media": bad})
+
+
 # ---- the session-based revision (TypeScript SDK 1.x), over stdio and Streamable HTTP ----
 
 
@@ -291,8 +351,9 @@ async def test_the_session_based_revision_over_stdio_with_images_named_and_timeo
         assert server.protocol_version == "2025-11-25"
         assert {"every__echo", "every__get-tiny-image", "every__trigger-long-running-operation"} <= set(tools)
         assert await server.call("echo", {"message": "hi"}) == "Echo: hi"
-        image = await server.call("get-tiny-image", {})
-        assert re.search(r"\[image: image/png, \d+ bytes\]", image)
+        image = await server.call("get-tiny-image", {})  # no media store: named, not kept
+        assert re.search(r"\[image image/png, \d+\.\d KB: not kept, no media store\]", image)
+        assert image.media == ()
 
         rt = LocalRuntime(
             tools=tools.values(),
