@@ -321,6 +321,8 @@ SECTR_MCP_APPROVAL_WAIT_S = env_float("SECTR_MCP_APPROVAL_WAIT_S", 600.0, above_
 SECTR_MCP_SERVERS = env_str("SECTR_MCP_SERVERS", "")
 SECTR_MCP_ALLOWED_HOSTS = env_list("SECTR_MCP_ALLOWED_HOSTS", [])
 SECTR_MCP_MAX_RESULT_BYTES = env_int("SECTR_MCP_MAX_RESULT_BYTES", 262144, minimum=1)
+# An image or audio in an MCP tool's result over this many bytes is named, not stored.
+SECTR_MCP_MAX_MEDIA_BYTES = env_int("SECTR_MCP_MAX_MEDIA_BYTES", 10 * 1024 * 1024, minimum=1)
 
 # Budget counters (sessions_app.budgets) live in Redis under this prefix when there is one.
 SECTR_COUNTER_PREFIX = SECTR_CHANNEL_PREFIX or "sectr"

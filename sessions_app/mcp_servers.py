@@ -11,7 +11,8 @@
   session's team's enabled servers that its agent's `tools` select, bound to this
   process's `McpPool` (one connection per server, reused across runs, restarted with
   backoff, closed when the worker drains: `close_worker_pool`). Calls are counted per
-  server on /metrics; a server found down marks the row's health.
+  server on /metrics; a server found down marks the row's health. The images and audio
+  of results are stored as the session's media (sessions_app.media.store_tool_media).
 
 Header values are secrets: they are unsealed only to build a connection's config, whose
 `repr` leaves them out, and never logged.
@@ -41,6 +42,7 @@ from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, gates_from
 from sectr.tools import SchemaTool, Tool
 from sessions_app.addresses import AddressRefused, check_public_host
 from sessions_app.dbthread import run_in_db_thread
+from sessions_app.media import store_tool_media
 from sessions_app.models import InstallationMcpServer, TeamMcpServer
 from sessions_app.sealed import SealBroken, unseal
 from sessions_app.telemetry.metrics import MCP_CALL_SECONDS, MCP_CALLS, MCP_ERRORS
@@ -75,7 +77,11 @@ def installation_file_servers() -> dict[str, ServerConfig]:
         from sectr.mcp import server_configs_from_json
 
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-        servers = server_configs_from_json(data, max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES)
+        servers = server_configs_from_json(
+            data,
+            max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
+            max_media_bytes=settings.SECTR_MCP_MAX_MEDIA_BYTES,
+        )
     except (OSError, ValueError) as exc:
         log.error("SECTR_MCP_SERVERS: %s is not a valid MCP servers file: %s", path, exc)
         servers = {}
@@ -96,6 +102,7 @@ def installation_servers() -> dict[str, ServerConfig]:
                 cwd=row.cwd or None,
                 timeout_s=row.timeout_s,
                 max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
+                max_media_bytes=settings.SECTR_MCP_MAX_MEDIA_BYTES,
             )
         except ValueError as exc:
             log.error("installation MCP server %s is not usable: %s", row.name, exc)
@@ -139,6 +146,7 @@ def server_config(row: TeamMcpServer, installation: Mapping[str, ServerConfig] |
             headers=unseal(row.headers_sealed),
             timeout_s=row.timeout_s,
             max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
+            max_media_bytes=settings.SECTR_MCP_MAX_MEDIA_BYTES,
         )
     servers = installation_servers() if installation is None else installation
     config = servers.get(row.name)
@@ -360,7 +368,7 @@ def worker_pool() -> McpPool:
     loop = asyncio.get_running_loop()
     pool = _pools.get(loop)
     if pool is None:
-        pool = _pools[loop] = McpPool(on_call=_count_call)
+        pool = _pools[loop] = McpPool(on_call=_count_call, store_media=store_tool_media)
     return pool
 
 

@@ -49,6 +49,7 @@ import binascii
 import dataclasses
 import hashlib
 import logging
+import re
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -56,6 +57,7 @@ from urllib.parse import urlsplit
 
 from django.core.files.base import ContentFile
 from django.core.files.storage import default_storage
+from django.db import transaction
 
 from sectr.errors import ValidationFailed
 from sectr.providers.base import CompletionRequest, ModelInfo, Provider, StreamEvent
@@ -326,6 +328,76 @@ def forget_files(names: list[str]) -> None:
                 default_storage.delete(name)
             except OSError:
                 log.warning("could not remove orphaned media file %s", name, exc_info=True)
+
+
+# ---- media of tool results ----
+
+#: Other names MCP servers give the accepted types.
+_MIME_ALIASES = {
+    "image/jpg": "image/jpeg",
+    "audio/x-wav": "audio/wav",
+    "audio/wave": "audio/wav",
+    "audio/mp3": "audio/mpeg",
+}
+
+
+def store_result_media(session_id: str, kind: str, mime_type: str, data: bytes) -> str:
+    """Store an image or audio of a tool's result as `session_id`'s media (once per
+    sha256, like an upload) and return its reference. ValueError, saying why, for bytes
+    that are not an accepted image/audio type, or not the type they are declared as
+    (what is stored is served with that type), or a session that is gone."""
+    declared = _MIME_ALIASES.get(mime_type.lower(), mime_type.lower())
+    sniffed = sniff_mime(data)
+    if sniffed is None or not sniffed.startswith(f"{kind}/"):
+        raise ValueError(f"its bytes are not an accepted {kind} format")
+    if sniffed != declared:
+        raise ValueError(f"its bytes are {sniffed}, not {mime_type}")
+    created: list[str] = []
+    try:
+        with transaction.atomic():
+            session = Session.objects.filter(pk=session_id).first()
+            if session is None:
+                raise ValueError("the session is gone")
+            blob = _store_blob(data, sniffed, kind, created)
+            SessionMedia.objects.get_or_create(session=session, blob=blob)
+    except BaseException:
+        forget_files(created)
+        raise
+    return media_reference(blob.sha256)
+
+
+async def store_tool_media(session_id: str | None, media: Any) -> str:
+    """The media-store hook of a worker's MCP connections (sectr.mcp.MediaStore): the
+    bytes become the session's media, in a database thread."""
+    if not session_id:
+        raise ValueError("the call belongs to no session")
+    return await run_in_db_thread(store_result_media, session_id, media.kind, media.mime_type, media.data)
+
+
+# ---- serving ----
+
+SHA256_TEXT = re.compile(r"[0-9a-f]{64}")
+
+
+def readable_blob(user: Any, session: Session, sha256: str) -> MediaBlob | None:
+    """The stored media `sha256` of `session`, for `user`, who may read the session: a
+    prompt's part or a tool result's image. A fork's inherited messages reference media
+    linked to the session it came from, so the fork chain is followed (while the user
+    may read each session on it). None: not this session's (or not the user's to read)."""
+    from sessions_app import access
+
+    if not SHA256_TEXT.fullmatch(sha256):
+        return None
+    for _ in range(20):
+        blob = MediaBlob.objects.filter(sha256=sha256, sessions__session=session).first()
+        if blob is not None:
+            return blob
+        origin = session.projection().forked_from
+        parent = Session.objects.filter(pk=origin.get("session_id")).first() if origin else None
+        if parent is None or parent.pk == session.pk or not access.can_read(user, parent):
+            return None
+        session = parent
+    return None
 
 
 # ---- references -> provider input ----

@@ -13,7 +13,8 @@ INVOCATION_STARTED     ``approval`` (reason approval_decision), ``recover_notice
                        nothing for user_message and retry
 MESSAGE_START / END    ``turn.start`` / ``turn.end`` (one model step)
 MESSAGE_DELTA          ``reasoning.delta`` and/or ``message.delta`` (``text``)
-TOOL_CALL / RESULT     ``tool.call`` / ``tool.result``
+TOOL_CALL / RESULT     ``tool.call`` / ``tool.result`` (with ``media``, each stored
+                       image or audio's reference and API ``url``, when it has any)
 TOOL_STARTED           nothing (it tells crash recovery a call may have taken effect)
 APPROVAL_REQUESTED     ``permission.ask``; ``approval`` when a rule decided it at once
                        (its ``decision``, approver ``rule:<id>``)
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sectr.events import Envelope, EventType, add_usage, usage_dict
+from sessions_app.display.content import api_result_media
 
 EVENT_KINDS = (
     "turn.start",
@@ -188,6 +190,8 @@ class RunEvents:
         if t is EventType.TOOL_RESULT:
             payload = {k: p.get(k) for k in ("tool_call_id", "name", "content")}
             payload["is_error"] = bool(p.get("is_error"))
+            if p.get("media"):  # stored images and audio: references, with where to fetch them
+                payload["media"] = api_result_media(p["media"], env.session_id)
             return [self._event("tool.result", env, payload)]
         if t is EventType.APPROVAL_REQUESTED:
             if isinstance(p.get("decision"), dict):

@@ -322,13 +322,28 @@ SCHEMAS: dict[str, Any] = {
         },
         ("entries", "count", "next_offset"),
     ),
+    "ResultMedia": {
+        "type": "array",
+        "items": _object(
+            {
+                "ref": STRING,
+                "kind": {"type": "string", "enum": ["image", "audio"]},
+                "mime_type": STRING,
+                "bytes": INTEGER,
+                "url": nullable(STRING),
+            },
+            ("ref", "kind", "mime_type", "bytes", "url"),
+        ),
+    },
     "TranscriptMessage": _object(
         {
             "role": {"type": "string", "enum": ["user", "assistant", "tool", "system"]},
             "text": nullable(STRING),
             "reasoning": nullable(STRING),
             "tool_calls": {"type": "array", "items": _object({"id": STRING, "name": STRING, "arguments": STRING})},
-            "tool_result": nullable(_object({"tool_call_id": STRING, "content": nullable(STRING)})),
+            "tool_result": nullable(
+                _object({"tool_call_id": STRING, "content": nullable(STRING), "media": ref("ResultMedia")})
+            ),
             "parts": nullable({"type": "array", "items": OBJECT}),
         },
         ("role", "text", "tool_calls", "tool_result", "parts"),
@@ -863,6 +878,8 @@ DATE_FILTER = {
 FORMATS: dict[str, dict[str, str]] = {
     "export_session": {"json": "application/json", "markdown": "text/markdown"},
 }
+#: Operations that answer with stored bytes (their stored image or audio type).
+BINARY = frozenset({"get_session_media"})
 TEXT_QUERY: dict[str, dict[str, Any]] = {
     "state": or_empty({"type": "string", "enum": ["pending", "decided"]}),
     # Filters: any text (one that matches nothing gives an empty page).
@@ -963,6 +980,9 @@ def _operation(route_path: str, method: str, operation: Any) -> dict[str, Any]:
         success: dict[str, Any] = _event_stream(operation.stream_end)
     elif operation.status == 204:
         success = {"description": "Done"}
+    elif operation.operation_id in BINARY:
+        binary = {"schema": {"type": "string", "format": "binary"}}
+        success = {"description": "The bytes", "content": {"image/*": binary, "audio/*": binary}}
     elif operation.response is None:
         success = {"description": "OK", "content": {"application/json": {"schema": OBJECT}}}
     else:

@@ -20,6 +20,7 @@ from sessions_app.api import audit as audit_api
 from sessions_app.api import experiments as experiments_api
 from sessions_app.api import export as session_export
 from sessions_app.api import mcp_servers as mcp_api
+from sessions_app.api import media as media_api
 from sessions_app.api import scores as scores_api
 from sessions_app.api import teams as teams_api
 from sessions_app.api import views
@@ -248,6 +249,18 @@ ROUTES: tuple[Route, ...] = (
                 response=None,
                 query=("format",),
                 errors=(400, 403, 404),
+            )
+        },
+    ),
+    Route(
+        f"{SESSION}/media/<str:sha256>",
+        "session-media",
+        {
+            "GET": op(
+                media_api.get_session_media,
+                "A stored image or audio of the session (a prompt's part or a tool result's), by its sha256",
+                response=None,
+                errors=(404,),
             )
         },
     ),

@@ -29,7 +29,13 @@ from django.utils.safestring import SafeString
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope
 from sessions_app.display.approvals import ApprovalView, TurnCall, votes_of
-from sessions_app.display.content import Attachment, content_text_and_attachments, dom_id, pretty_json
+from sessions_app.display.content import (
+    Attachment,
+    content_text_and_attachments,
+    dom_id,
+    pretty_json,
+    result_attachments,
+)
 from sessions_app.display.markdown import render_markdown
 from sessions_app.provider_config import model_info
 from sessions_app.runtime import is_gated_tool
@@ -49,6 +55,8 @@ class ToolCallView:
     result_seq: int | None = None
     awaiting_approval: bool = False
     kind: str = "tool-call"
+    #: The images and audio its result stored (shown through the session's media view).
+    media: list[Attachment] = field(default_factory=list)
 
     @property
     def dom_id(self) -> str:
@@ -453,6 +461,7 @@ class ChatViewModel:
         content = payload.get("content", "")
         call.result = content if isinstance(content, str) else pretty_json(content)
         call.is_error = bool(payload.get("is_error"))
+        call.media = result_attachments(payload.get("media"), self.session_id)
         call.result_seq = envelope.seq
         call.awaiting_approval = False
         self._replace(call)

@@ -39,8 +39,8 @@ from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, mo
 from sessions_app.chat.view_model import ChatViewModel, UserView
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
-from sessions_app.media import PART_MAX_BYTES
-from sessions_app.models import AgentVersion, Envelope, MediaBlob, Rating, Run, Session, Team
+from sessions_app.media import PART_MAX_BYTES, readable_blob
+from sessions_app.models import AgentVersion, Envelope, Rating, Run, Session, Team
 from sessions_app.provider_config import default_model
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
 
@@ -447,23 +447,14 @@ def delete(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
 @login_required
 @require_GET
 def session_media(request: HtmxHttpRequest, session_id: str, sha256: str) -> HttpResponseBase:
-    """An image or audio part of a session's prompts, for the page to show.
-
-    A fork's inherited messages reference media linked to the session it came from, so
-    the fork chain is followed (while the user may read each session on it).
-    """
+    """An image or audio of a session (a prompt's part, a tool result's), for the page
+    to show (sessions_app.media.readable_blob: the fork chain is followed)."""
     session = get_session_for_request(request, session_id, "read")
-    for _ in range(20):
-        blob = MediaBlob.objects.filter(sha256=sha256, sessions__session=session).first()
-        if blob is not None:
-            response = FileResponse(blob.file.open("rb"), content_type=blob.mime_type)
-            response["X-Content-Type-Options"] = "nosniff"
-            response["Content-Security-Policy"] = "default-src 'none'; sandbox"
-            response["Cache-Control"] = "private, max-age=86400"
-            return response
-        origin = session.projection().forked_from
-        parent = Session.objects.filter(pk=origin.get("session_id")).first() if origin else None
-        if parent is None or parent.pk == session.pk or not access.can_read(request.user, parent):
-            break
-        session = parent
-    raise Http404("no such media")
+    blob = readable_blob(request.user, session, sha256)
+    if blob is None:
+        raise Http404("no such media")
+    response = FileResponse(blob.file.open("rb"), content_type=blob.mime_type)
+    response["X-Content-Type-Options"] = "nosniff"
+    response["Content-Security-Policy"] = "default-src 'none'; sandbox"
+    response["Cache-Control"] = "private, max-age=86400"
+    return response

@@ -1,5 +1,5 @@
 """Journal content as people see it: HTML ids for journal ids, tool arguments as indented
-JSON, and a user message's text and media parts."""
+JSON, a user message's text and media parts, and the media of a tool result."""
 
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ class Attachment:
     kind: str  # "image" or "audio"
     label: str
     url: str | None = None  # a same-origin URL the page may show, when there is one
+    ref: str = ""  # its sectr-media:// reference, when Sectr stored it
 
 
 def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[str, list[Attachment]]:
@@ -63,6 +64,39 @@ def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[st
             url = str(audio.get("url", "")) if isinstance(audio, dict) else ""
             attachments.append(Attachment("audio", _media_label(part, url, "audio"), _local_media_url(url, session_id)))
     return "\n".join(t for t in texts if t), attachments
+
+
+def result_attachments(media: Any, session_id: str = "") -> list[Attachment]:
+    """A TOOL_RESULT's `media` (references to stored images and audio) as attachments:
+    labelled "image/png, 2.5 KB", shown through the session's media view when
+    `session_id` is given (a page that checks access), named only otherwise."""
+    from sectr.mcp import size_words
+
+    attachments: list[Attachment] = []
+    for item in media if isinstance(media, list) else []:
+        if not isinstance(item, dict) or item.get("kind") not in ("image", "audio"):
+            continue
+        size = item.get("bytes")
+        label = str(item.get("mime_type") or item["kind"])[:100]
+        if isinstance(size, int) and not isinstance(size, bool):
+            label += f", {size_words(size)}"
+        url = _local_media_url(str(item.get("ref", "")), session_id)
+        attachments.append(Attachment(str(item["kind"]), label, url, ref=str(item.get("ref", ""))))
+    return attachments
+
+
+def api_result_media(media: Any, session_id: str) -> list[dict[str, Any]]:
+    """A TOOL_RESULT's `media` as the API shows them: each reference with the URL an API
+    client fetches it from with its token (GET /api/v1/sessions/{id}/media/{sha256})."""
+    shown: list[dict[str, Any]] = []
+    for item in media if isinstance(media, list) else []:
+        if not isinstance(item, dict):
+            continue
+        ref = str(item.get("ref", ""))
+        sha256 = ref[len(MEDIA_SCHEME) :] if ref.startswith(MEDIA_SCHEME) else ""
+        url = f"/api/v1/sessions/{session_id}/media/{sha256}" if re.fullmatch(r"[0-9a-f]{64}", sha256) else None
+        shown.append({k: item.get(k) for k in ("ref", "kind", "mime_type", "bytes")} | {"url": url})
+    return shown
 
 
 def _media_label(part: dict[str, Any], url: str, kind: str) -> str:

@@ -8,12 +8,13 @@ as they are and the SDK wraps them in small classes.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages
 from sectr.state import SessionState, prompt_text
+from sessions_app.display.content import api_result_media
 from sessions_app.journal import get_journal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
@@ -147,23 +148,33 @@ def transcript(session: Session, view: str = "model") -> dict[str, Any]:
     """
     if view not in TRANSCRIPT_VIEWS:
         raise ValueError(f"unknown transcript view {view!r}")
+    media: dict[str, list[dict[str, Any]]] = {}  # tool call id -> its result's media
     if view == "model":
         envelopes = get_journal().load_since_compaction_sync(session.pk)
         starts_well = bool(envelopes) and (envelopes[0].seq == 1 or envelopes[0].type is EventType.TRANSCRIPT_COMPACTED)
         complete = starts_well and _gapless(envelopes)
-        messages = fold_messages(envelopes)
+        messages = fold_messages(_noting_media(envelopes, media))
         last_seq = envelopes[-1].seq if envelopes else 0
     else:
         reader = _HistoryReader(session.pk)
-        messages = fold_messages(reader.envelopes())
+        messages = fold_messages(_noting_media(reader.envelopes(), media))
         complete, last_seq = reader.complete, reader.last_seq
     return {
         "session_id": session.pk,
         "view": view,
-        "messages": [transcript_message(m) for m in messages],
+        "messages": [transcript_message(m, media, session.pk) for m in messages],
         "complete": complete,
         "last_seq": last_seq,
     }
+
+
+def _noting_media(envelopes: Iterable[Envelope], media: dict[str, list[dict[str, Any]]]) -> Iterator[Envelope]:
+    """The envelopes, passed through, noting each TOOL_RESULT's `media` by its call: the
+    fold keeps a tool message to what the model reads (its text), the transcript adds them."""
+    for envelope in envelopes:
+        if envelope.type is EventType.TOOL_RESULT and envelope.payload.get("media"):
+            media[str(envelope.payload.get("tool_call_id"))] = envelope.payload["media"]
+        yield envelope
 
 
 def _gapless(envelopes: list[Envelope]) -> bool:
@@ -198,8 +209,11 @@ class _HistoryReader:
         self.complete = gapless and self.last_seq > 0
 
 
-def transcript_message(message: dict[str, Any]) -> dict[str, Any]:
-    """One folded (OpenAI-style) message as a transcript entry."""
+def transcript_message(
+    message: dict[str, Any], media: Mapping[str, list[dict[str, Any]]] | None = None, session_id: str = ""
+) -> dict[str, Any]:
+    """One folded (OpenAI-style) message as a transcript entry. A tool result with stored
+    images or audio (`media`, by tool call id) lists them with their API URLs."""
     role = message.get("role", "")
     content = message.get("content")
     parts = content if isinstance(content, list) else None
@@ -215,6 +229,9 @@ def transcript_message(message: dict[str, Any]) -> dict[str, Any]:
     tool_result = None
     if role == "tool":
         tool_result = {"tool_call_id": message.get("tool_call_id"), "content": content}
+        found = (media or {}).get(str(message.get("tool_call_id")))
+        if found:
+            tool_result["media"] = api_result_media(found, session_id)
     return {
         "role": role,
         "text": text,

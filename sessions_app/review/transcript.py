@@ -18,7 +18,7 @@ from typing import Any
 from django.utils.safestring import SafeString
 
 from sectr.events import Envelope, EventType
-from sessions_app.display.content import content_text_and_attachments, pretty_json
+from sessions_app.display.content import Attachment, content_text_and_attachments, pretty_json, result_attachments
 from sessions_app.display.markdown import render_markdown
 
 
@@ -42,6 +42,8 @@ class ToolCallEntry:
     #: The seq of a result shown as its own entry further down (it came after an ask,
     #: a decision or anything else the timeline shows after the call).
     result_seq: int | None = None
+    #: The images and audio its result stored.
+    media: list[Attachment] = field(default_factory=list)
 
     @property
     def arguments_pretty(self) -> str:
@@ -88,7 +90,10 @@ def decision_source(approver: str | None) -> str:
     return ""
 
 
-def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
+def build_timeline(envelopes: Iterable[Envelope], media_session: str = "") -> list[TimelineEntry]:
+    """The timeline of `envelopes`. With `media_session` (the session's id, for a page
+    whose viewer may read it), stored media link to the session's media view; without,
+    they are named only (a shared link's visitor could not fetch them)."""
     entries: list[TimelineEntry] = []
     messages: dict[str, TimelineEntry] = {}
     calls: dict[str, ToolCallEntry] = {}
@@ -177,6 +182,7 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
             answered = calls.get(str(p.get("tool_call_id")))
             if answered is None:
                 continue
+            answered.media = result_attachments(p.get("media"), media_session)
             if entries and entries[-1] is holders.get(answered.tool_call_id):
                 answered.result = str(p.get("content", ""))
                 answered.is_error = bool(p.get("is_error"))
@@ -189,6 +195,7 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
                         env.created_at,
                         text=str(p.get("content", "")),
                         details={"tool": answered.name, "is_error": bool(p.get("is_error")), "call_seq": answered.seq},
+                        attachments=answered.media,
                     )
                 )
         elif t == "APPROVAL_REQUESTED":
@@ -250,6 +257,14 @@ def build_timeline(envelopes: Iterable[Envelope]) -> list[TimelineEntry]:
     return entries
 
 
+def _media_lines(media: list[Attachment]) -> list[str]:
+    """A tool result's stored media in Markdown: each named with its reference (the JSON
+    export holds the same references; the bytes are fetched from the session's media)."""
+    if not media:
+        return []
+    return [f"- {a.kind}: {a.label} <{a.ref}>" for a in media] + [""]
+
+
 def timeline_markdown(title: str, session_id: str, entries: list[TimelineEntry]) -> str:
     """The transcript as Markdown (`Export Markdown`)."""
     lines = [f"# {title or 'Untitled session'}", "", f"Session `{session_id}`", ""]
@@ -269,9 +284,11 @@ def timeline_markdown(title: str, session_id: str, entries: list[TimelineEntry])
                 if call.result is not None:
                     label = "Tool error" if call.is_error else "Tool result"
                     lines += [f"**{label}**", "", "```", call.result, "```", ""]
+                lines += _media_lines(call.media)
         elif e.kind == "result":
             label = "Tool error" if e.details["is_error"] else "Tool result"
             lines += [f"**{label}** `{e.details['tool']}` · {when}", "", "```", e.text, "```", ""]
+            lines += _media_lines(e.attachments)
         elif e.kind == "steer":
             lines += [f"## Steer{f' ({e.who})' if e.who else ''} · {when}", "", e.text, ""]
         elif e.kind == "ask":

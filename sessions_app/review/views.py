@@ -201,7 +201,7 @@ def _reviewer_ratings(session: Session, seq: int | None = None) -> list[Rating]:
 def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     _require_reviewer(request)
     session = get_session_for_request(request, session_id, "review")
-    timeline = build_timeline(export.load_envelopes(session))
+    timeline = build_timeline(export.load_envelopes(session), media_session=session.pk)
     here = request.get_full_path()
     definitions = scores.team_scores(session.team_id)
     ratings = list(Rating.objects.filter(session=session).select_related("author").order_by("seq", "created_at"))
