@@ -360,6 +360,10 @@ def store_result_media(session_id: str, kind: str, mime_type: str, data: bytes) 
                 raise ValueError("the session is gone")
             blob = _store_blob(data, sniffed, kind, created)
             SessionMedia.objects.get_or_create(session=session, blob=blob)
+    except OSError as exc:  # the media directory: the result names it as not kept
+        forget_files(created)
+        log.warning("could not store a tool result's %s for session %s", kind, session_id, exc_info=True)
+        raise ValueError("it could not be stored") from exc
     except BaseException:
         forget_files(created)
         raise

@@ -140,7 +140,7 @@ def test_a_moderator_connects_servers_and_a_members_commit_runs_after_approval(
     moe.get_by_role("link", name="New agent").click()
     moe.get_by_label("Slug").fill("gitbot")
     moe.get_by_label("Name", exact=True).fill("Git bot")
-    moe.get_by_label("More tools by name or glob").fill("git__* every__echo")
+    moe.get_by_label("More tools by name or glob").fill("git__* every__echo every__get-tiny-image")
     moe.get_by_role("button", name="Create agent").click()
     expect(moe.get_by_role("heading", level=1)).to_contain_text("Git bot v1")
 
@@ -164,6 +164,14 @@ def test_a_moderator_connects_servers_and_a_members_commit_runs_after_approval(
     expect(card).to_contain_text("Approved once by moe")
     expect(mel.locator("[data-role=assistant]").last).to_contain_text("Changes committed successfully")
     assert commits(repo) == ["from the browser", "first"]
+
+    # An image in a result (read-only: no ask) is stored and shown on the tool card.
+    send(mel, "!tool every__get-tiny-image {}")
+    image = mel.locator("[data-tool='every__get-tiny-image'] [data-role=result-media] img")
+    expect(image).to_have_attribute("src", re.compile(r"^/sessions/ses_[0-9a-f]+/media/[0-9a-f]{64}$"))
+    image.scroll_into_view_if_needed()
+    mel.wait_for_function("img => img.complete && img.naturalWidth > 0", arg=image.element_handle())
+    assert image.evaluate("img => [img.naturalWidth, img.naturalHeight]") == [20, 20]
 
     # The audit names the server, the tool, the arguments and the approver.
     moe.goto("/approvals/audit/?kind=decision")

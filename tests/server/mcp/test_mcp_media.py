@@ -22,6 +22,7 @@ from sessions_app.actions import mcp_servers as mcp_actions
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.api.events import RunEvents
 from sessions_app.journal import DatabaseJournal
+from sessions_app.media import store_result_media
 from sessions_app.models import Envelope, MediaBlob, Session, SessionMedia
 
 from .conftest import ROOT
@@ -138,3 +139,23 @@ def test_an_image_over_the_media_limit_is_named_and_not_stored(
     assert not MediaBlob.objects.exists()
     chat = logged_in(people["owner"]).get(f"/sessions/{session.pk}/").content.decode()
     assert "<img" not in chat.split('data-role="tool-call"', 1)[1]
+
+
+@pytest.mark.django_db
+def test_the_store_keeps_only_accepted_bytes_of_the_declared_type(people: dict[str, Any]) -> None:
+    _, png = tiny_image()
+    session = actions.do_create_session(people["owner"], team="crew")
+    for kind, mime_type, data, why in (
+        ("image", "image/jpeg", png, "its bytes are image/png, not image/jpeg"),
+        ("audio", "audio/wav", png, "its bytes are not an accepted audio format"),
+        ("image", "image/svg+xml", b"<svg onload='alert(1)'/>", "its bytes are not an accepted image format"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(why)):
+            store_result_media(session.pk, kind, mime_type, data)
+    with pytest.raises(ValueError, match="the session is gone"):
+        store_result_media("ses_" + "0" * 32, "image", "image/png", png)
+    assert not MediaBlob.objects.exists()
+    ref = store_result_media(session.pk, "image", "IMAGE/PNG", png)
+    assert ref == "sectr-media://" + hashlib.sha256(png).hexdigest()
+    assert store_result_media(session.pk, "image", "image/png", png) == ref  # once per sha256
+    assert MediaBlob.objects.count() == 1 and SessionMedia.objects.filter(session=session).count() == 1
