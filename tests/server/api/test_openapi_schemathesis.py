@@ -13,6 +13,8 @@ seed (the same cases every run; change the seed locally to explore).
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import subprocess
@@ -31,12 +33,16 @@ pytestmark = pytest.mark.slow
 SCHEMATHESIS = str(Path(sys.executable).with_name("schemathesis"))
 EXAMPLES = os.environ.get("SECTR_SCHEMATHESIS_EXAMPLES", "5")
 SEED = os.environ.get("SECTR_SCHEMATHESIS_SEED", "12")
+#: A 1x1 PNG, the image of the seeded session's prompt.
+PNG = base64.b64decode(
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg=="
+)
 
 
 def seed(live: LiveSectr, token: str) -> dict[str, str]:
     """Real objects for the path parameters, so the operations get past their 404s: a
-    team the prober moderates (`crew`), a session of it with a pending ask and the run
-    that asked, a rule, an agent, and a spare session and rule for the DELETEs to take."""
+    team the prober moderates (`crew`), a session of it with a pending ask, an image
+    in its prompt and the run that asked, a rule, an agent, and a spare session and rule for the DELETEs to take."""
     api = httpx.Client(base_url=live.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=20)
 
     def created(path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +52,10 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         return data
 
     session = created("/api/v1/sessions", {"title": "probed", "team": "crew"})["id"]
-    run = created(f"/api/v1/sessions/{session}/runs", {"content": '!tool write_note {"title": "a", "body": "b"}'})
+    # The prompt carries an image: the session's media route has one to serve.
+    image = {"type": "image_url", "image_url": {"url": f"data:image/png;base64,{base64.b64encode(PNG).decode()}"}}
+    prompt = [{"type": "text", "text": '!tool write_note {"title": "a", "body": "b"}'}, image]
+    run = created(f"/api/v1/sessions/{session}/runs", {"content": prompt})
     deadline = time.monotonic() + 60
     while not (ask := api.get(f"/api/v1/sessions/{session}").json()["pending_ask"]):
         assert time.monotonic() < deadline, "the run never asked"
@@ -73,6 +82,7 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         "spare_server": spare_server,
         "score": created("/api/v1/teams/crew/scores", {"name": "helpful", "kind": "boolean"})["name"],
         "spare_score": created("/api/v1/teams/crew/scores", {"name": "spare", "kind": "boolean"})["name"],
+        "sha256": hashlib.sha256(PNG).hexdigest(),
     }
 
 
