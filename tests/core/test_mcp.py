@@ -6,6 +6,7 @@ session-based revision, stdio and Streamable HTTP; scripts/ensure_mcp_test_serve
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
@@ -29,6 +30,7 @@ from sectr.mcp import (
     MemoryMediaStore,
     ServerConfig,
     cap,
+    result_output,
     server_configs_from_json,
     tool_name,
 )
@@ -323,6 +325,46 @@ async def test_an_image_over_the_media_limit_is_named_and_not_kept() -> None:
         output = await server.call("get-tiny-image", {})
     assert output.media == () and store.items == {}
     assert re.search(r"\[image image/png, \d+\.\d KB: not kept, over the 100 bytes limit\]", output)
+
+
+async def test_audio_is_kept_like_images_and_blob_resources_and_bad_data_are_only_named() -> None:
+    from mcp_types import (
+        AudioContent,
+        BlobResourceContents,
+        CallToolResult,
+        EmbeddedResource,
+        ImageContent,
+        TextResourceContents,
+    )
+
+    wav = b"RIFF\x24\x00\x00\x00WAVEfmt " + bytes(28)
+    result = CallToolResult(
+        content=[
+            AudioContent(type="audio", data=base64.b64encode(wav).decode(), mime_type="audio/wav"),
+            ImageContent(type="image", data="not base64!", mime_type="image/png"),
+            EmbeddedResource(
+                type="resource",
+                resource=BlobResourceContents(
+                    uri="file:///a.pdf", blob=base64.b64encode(b"%PDF" * 300).decode(), mime_type="application/pdf"
+                ),
+            ),
+            EmbeddedResource(type="resource", resource=TextResourceContents(uri="file:///a.txt", text="the text")),
+        ]
+    )
+    store = MemoryMediaStore()
+    output = await result_output(result, ServerConfig(name="x", command="x"), store, "ses_1")
+    (audio,) = output.media
+    assert audio == {"ref": audio["ref"], "kind": "audio", "mime_type": "audio/wav", "bytes": len(wav)}
+    assert store.get(audio["ref"]) is not None
+    assert output.splitlines() == [
+        f"[audio audio/wav, {len(wav)} bytes]",
+        "[image image/png, 8 bytes: not kept, not valid base64]",
+        "[resource: <file:///a.pdf> (application/pdf, 1.2 KB; not kept)]",
+        "the text",
+    ]
+    # The result cap counts the text the model reads; the references stay whole.
+    capped = await result_output(result, ServerConfig(name="x", command="x", max_result_bytes=10), store, None)
+    assert capped.startswith("[audio aud\n[cut: ") and len(capped.media) == 1
 
 
 def test_the_journal_refuses_media_that_are_not_references() -> None:

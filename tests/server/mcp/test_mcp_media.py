@@ -159,3 +159,34 @@ def test_the_store_keeps_only_accepted_bytes_of_the_declared_type(people: dict[s
     assert ref == "sectr-media://" + hashlib.sha256(png).hexdigest()
     assert store_result_media(session.pk, "image", "image/png", png) == ref  # once per sha256
     assert MediaBlob.objects.count() == 1 and SessionMedia.objects.filter(session=session).count() == 1
+
+
+def test_audio_in_a_result_is_a_player_and_a_shared_page_only_names_media() -> None:
+    from django.template.loader import render_to_string
+
+    from sectr.events import Envelope as Env
+    from sessions_app.chat.view_model import ChatViewModel
+    from sessions_app.review.transcript import build_timeline
+
+    sha = "ab" * 32
+    media = [{"ref": f"sectr-media://{sha}", "kind": "audio", "mime_type": "audio/wav", "bytes": 44}]
+    envelopes = [
+        Env("ses_1", 1, "inv", EventType.MESSAGE_START, {"message_id": "m1", "model": "demo"}),
+        Env("ses_1", 2, "inv", EventType.TOOL_CALL, {"message_id": "m1", "tool_call_id": "c1", "name": "s__t"}),
+        Env("ses_1", 3, "inv", EventType.MESSAGE_END, {"message_id": "m1"}),
+        Env(
+            "ses_1",
+            4,
+            "inv",
+            EventType.TOOL_RESULT,
+            {"tool_call_id": "c1", "name": "s__t", "content": "x"} | {"media": media},
+        ),
+    ]
+    call = ChatViewModel.from_envelopes("ses_1", envelopes).tool_calls["c1"]
+    html = render_to_string("chat/_tool_call.html", {"call": call})
+    assert f'<audio controls preload="none" src="/sessions/ses_1/media/{sha}"></audio>' in html
+    assert "audio: audio/wav, 44 bytes" in html
+    # Without a session to link to (a share link's page), the media are named, never fetched.
+    (entry,) = [e for e in build_timeline(envelopes) if e.tool_calls]
+    shared = render_to_string("review/_timeline.html", {"timeline": [entry]})
+    assert "audio: audio/wav, 44 bytes" in shared and "<audio" not in shared and "/media/" not in shared
