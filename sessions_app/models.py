@@ -948,7 +948,12 @@ class ReviewQueue(models.Model):
 
 
 class ReviewQueueItem(models.Model):
-    """One session in a queue; a session is in a queue at most once (duplicates refused)."""
+    """One session in a queue; a session is in a queue at most once (duplicates refused).
+
+    A pair item (`pair` set) asks for a blind A/B verdict on one experiment pair: its
+    session is that pair's replay session (one per source and candidate, so the "once
+    per queue" rule holds for pairs too), and its reviewer judges it on the pair page,
+    never on the session's own review page (sessions_app.experiments.queue)."""
 
     queue = models.ForeignKey(ReviewQueue, on_delete=models.CASCADE, related_name="items")
     session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="queue_items")
@@ -959,6 +964,7 @@ class ReviewQueueItem(models.Model):
     added_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     added_at = models.DateTimeField(default=timezone.now)
     done_at = models.DateTimeField(null=True, blank=True)
+    pair = models.ForeignKey("Replay", null=True, blank=True, on_delete=models.CASCADE, related_name="queue_items")
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["queue", "session"], name="queueitem_once_per_queue")]
@@ -1242,6 +1248,9 @@ class PairVerdict(models.Model):
     reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     winner = models.CharField(max_length=16, choices=CHOICES)
     note = models.TextField(blank=True, default="")
+    #: The reviewer's scores of each side, by the team's score names, stored by what the
+    #: side is (never by where it was shown): {"baseline": {...}, "candidate": {...}}.
+    scores = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

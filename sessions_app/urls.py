@@ -84,6 +84,8 @@ urlpatterns = [
         experiments.comparison_page,
         name="experiment_compare",
     ),
+    path("review/experiments/<str:experiment_id>/queue", experiments.send_to_queue, name="experiment_send_to_queue"),
+    path("review/pairs/<int:item_id>/", experiments.pair_page, name="review_pair"),
     path("review/queues/", review.queues, name="review_queues"),
     path("review/queues/add", review.add_to_queue, name="review_add_to_queue"),
     path("review/queues/<int:queue_id>/", review.review_queue, name="review_queue"),

@@ -1,5 +1,6 @@
 """The experiments API (docs/experiments.md): create a team's experiment, list them,
-read one's progress and summary, and record a reviewer's verdict on a pair. Thin:
+read one's progress and summary, record a reviewer's verdict on a pair, and send its
+pairs to a review queue. Thin:
 parse, call an action, shape the answer."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from django.http import HttpResponse
 from sectr.errors import ValidationFailed
 from sessions_app.api.views import ApiCall, check_fields, check_id, json_response
 from sessions_app.experiments import actions, compare
+from sessions_app.experiments import queue as pairs
 from sessions_app.models import Experiment, PairVerdict
 
 
@@ -55,6 +57,7 @@ def experiment_dict(experiment: Experiment, *, detail: bool = False) -> dict[str
             "wins": summary.wins,
             "losses": summary.losses,
             "ties": summary.ties,
+            "scores": {score.name: score.as_dict() for score in summary.scores},
         }
         for index, summary in enumerate(compare.summarize(experiment, statuses))
     ]
@@ -101,14 +104,20 @@ async def judge_pair(call: ApiCall, experiment_id: str) -> HttpResponse:
     """A verdict given openly (the API is not blind): `winner` baseline, candidate or tie."""
     check_id(experiment_id, "experiment")
     body = call.body
-    check_fields(body, "source", "candidate", "winner", "note")
+    check_fields(body, "source", "candidate", "winner", "note", "scores")
     winner = body.get("winner")
     if winner not in (PairVerdict.BASELINE, PairVerdict.CANDIDATE, PairVerdict.TIE):
         raise ValidationFailed("winner must be baseline, candidate or tie", code="invalid_winner")
 
     def judge() -> dict[str, Any]:
         verdict = actions.do_record_verdict(
-            call.user, experiment_id, body.get("source"), body.get("candidate"), winner, body.get("note") or ""
+            call.user,
+            experiment_id,
+            body.get("source"),
+            body.get("candidate"),
+            winner,
+            body.get("note") or "",
+            body.get("scores"),
         )
         return {
             "source": verdict.source_id,
@@ -116,6 +125,41 @@ async def judge_pair(call: ApiCall, experiment_id: str) -> HttpResponse:
             "winner": verdict.winner,
             "note": verdict.note,
             "reviewer": call.user.get_username(),
+            "scores": verdict.scores,
         }
 
     return json_response(await sync_to_async(judge)(), status=201)
+
+
+async def send_to_queue(call: ApiCall, experiment_id: str) -> HttpResponse:
+    """Every pair of the experiment into a review queue: `queue` (id) or a new one."""
+    check_id(experiment_id, "experiment")
+    body = call.body
+    check_fields(body, "queue", "name", "reviewers")
+
+    def send() -> dict[str, Any]:
+        sent = pairs.do_send_to_queue(
+            call.user,
+            experiment_id,
+            queue=body.get("queue"),
+            name=body.get("name"),
+            reviewers=body.get("reviewers"),
+        )
+        assert sent.queue.team is not None
+        return {
+            "queue": {"id": sent.queue.pk, "name": sent.queue.name, "team": sent.queue.team.name},
+            "added": sent.added,
+            "items": [
+                {
+                    "id": item.pk,
+                    "position": item.position,
+                    "source": item.pair.source_id if item.pair else None,
+                    "candidate": item.pair.candidate if item.pair else None,
+                    "assignee": item.assignee.get_username() if item.assignee else None,
+                    "done": item.done_at is not None,
+                }
+                for item in sent.items
+            ],
+        }
+
+    return json_response(await sync_to_async(send)(), status=201)

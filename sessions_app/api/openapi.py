@@ -160,6 +160,12 @@ AGENT_INPUT: dict[str, Any] = {
 }
 #: A decimal amount as a string (no float rounding): "100", "12.50".
 DECIMAL = {"type": "string", "pattern": r"^[0-9]{1,11}(\.[0-9]{1,4})?$"}
+#: A pair verdict's scores: each side's values of the team's own scores, by name.
+PAIR_SCORES = {
+    "type": "object",
+    "properties": {side: {"type": "object", "additionalProperties": True} for side in ("baseline", "candidate")},
+    "additionalProperties": False,
+}
 AGENT_SLUG = {"type": "string", "pattern": "^[a-z0-9][a-z0-9-]{0,62}$"}
 AGENT_NOTE = {"type": "string", "maxLength": 500}
 #: The fields of a rule both shapes of RuleInput share (sectr.rules.check_rule's limits).
@@ -659,11 +665,52 @@ SCHEMAS: dict[str, Any] = {
                             "ties",
                         )
                     }
-                    | {"cost": nullable(DECIMAL)},
+                    | {
+                        "cost": nullable(DECIMAL),
+                        "scores": {"type": "object", "additionalProperties": ref("PairScore")},
+                    },
                 ),
             },
         },
         ("id", "team", "name", "created_at", "live_reads", "candidates"),
+    ),
+    "PairScoreSide": _object(
+        {
+            "count": INTEGER,
+            "mean": nullable({"type": "number"}),
+            "counts": {"type": "object", "additionalProperties": INTEGER},
+        },
+        ("count", "mean"),
+    ),
+    "PairScore": _object(
+        {"kind": STRING, "baseline": ref("PairScoreSide"), "candidate": ref("PairScoreSide")},
+        ("kind", "baseline", "candidate"),
+    ),
+    "SendToQueue": _request(
+        {
+            "queue": INTEGER,
+            "name": {"type": "string", "minLength": 1, "maxLength": 100},
+            "reviewers": {"type": "array", "items": STRING},
+        }
+    ),
+    "PairQueueItem": _object(
+        {
+            "id": INTEGER,
+            "position": INTEGER,
+            "source": STRING,
+            "candidate": INTEGER,
+            "assignee": nullable(STRING),
+            "done": BOOLEAN,
+        },
+        ("id", "position", "source", "candidate", "assignee", "done"),
+    ),
+    "SentToQueue": _object(
+        {
+            "queue": _object({"id": INTEGER, "name": STRING, "team": STRING}, ("id", "name", "team")),
+            "added": INTEGER,
+            "items": {"type": "array", "items": ref("PairQueueItem")},
+        },
+        ("queue", "added", "items"),
     ),
     "ExperimentList": _object({"experiments": {"type": "array", "items": ref("Experiment")}}, ("experiments",)),
     "CreateExperiment": _request(
@@ -688,11 +735,19 @@ SCHEMAS: dict[str, Any] = {
             "candidate": INTEGER,
             "winner": {"type": "string", "enum": ["baseline", "candidate", "tie"]},
             "note": {"type": "string", "maxLength": 2000},
+            "scores": PAIR_SCORES,
         },
         ("source", "candidate", "winner"),
     ),
     "PairVerdict": _object(
-        {"source": STRING, "candidate": INTEGER, "winner": STRING, "note": STRING, "reviewer": STRING},
+        {
+            "source": STRING,
+            "candidate": INTEGER,
+            "winner": STRING,
+            "note": STRING,
+            "reviewer": STRING,
+            "scores": PAIR_SCORES,
+        },
         ("source", "candidate", "winner", "note", "reviewer"),
     ),
     "CreateAgent": _request({"slug": AGENT_SLUG, "note": AGENT_NOTE, **AGENT_INPUT}, ("slug", "name")),

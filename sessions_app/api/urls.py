@@ -476,6 +476,21 @@ ROUTES: tuple[Route, ...] = (
         },
     ),
     Route(
+        "experiments/<str:experiment_id>/queue",
+        "experiment-queue",
+        {
+            "POST": op(
+                experiments_api.send_to_queue,
+                "Send every pair of the experiment to a review queue of its team, for blind A/B verdicts"
+                " (moderators of the team): an existing queue (`queue`) or a new one (`name`, `reviewers`)",
+                status=201,
+                request="SendToQueue",
+                response="SentToQueue",
+                errors=(400, 403, 404, 409),
+            )
+        },
+    ),
+    Route(
         "agents",
         "agents",
         {"GET": op(agents_api.list_all_agents, "The agents the caller may use", response="AgentList")},

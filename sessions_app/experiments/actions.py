@@ -27,6 +27,7 @@ from sessions_app.actions.teams import get_team_for_user
 from sessions_app.journal import get_journal
 from sessions_app.models import AgentVersion, Experiment, PairVerdict, Replay, ReviewQueue, Session, Team
 from sessions_app.provider_config import default_model
+from sessions_app.review import scores as team_scores
 
 MAX_SOURCES = 100
 MAX_CANDIDATES = 4
@@ -34,6 +35,8 @@ NAME_MAX = 120
 NOTE_MAX = 2000
 #: Candidates are labelled B, C, D, E (the recorded baseline is A).
 LABELS = "BCDE"
+#: What a pair's two sides are, whichever way round a reviewer saw them.
+SIDES = (PairVerdict.BASELINE, PairVerdict.CANDIDATE)
 
 
 def _check_name(name: Any) -> str:
@@ -228,17 +231,27 @@ def do_judge_pair(
     else:
         candidate_side = "a" if blind_flip(experiment, replay.source_id, replay.candidate, actor) else "b"
         winner = PairVerdict.CANDIDATE if choice == candidate_side else PairVerdict.BASELINE
-    return _save_verdict(actor, experiment, replay, winner, note)
+    return save_verdict(actor, experiment, replay, winner, note)
 
 
 def do_record_verdict(
-    actor: Any, experiment_id: Any, source_id: Any, candidate: Any, winner: Any, note: Any = ""
+    actor: Any,
+    experiment_id: Any,
+    source_id: Any,
+    candidate: Any,
+    winner: Any,
+    note: Any = "",
+    scores: Any = None,
 ) -> PairVerdict:
-    """A verdict given openly (the API): `winner` is baseline, candidate or tie."""
+    """A verdict given openly (the API): `winner` is baseline, candidate or tie, and
+    `scores` each side's values of the team's own scores ({"baseline": {...},
+    "candidate": {...}}, checked like a rating's)."""
     if winner not in (PairVerdict.BASELINE, PairVerdict.CANDIDATE, PairVerdict.TIE):
         raise ValidationFailed("winner must be baseline, candidate or tie", code="invalid_winner")
     experiment = get_experiment_for_user(actor, experiment_id)
-    return _save_verdict(actor, experiment, _pair(experiment, source_id, candidate), winner, note)
+    replay = _pair(experiment, source_id, candidate)
+    checked = check_pair_scores(experiment.team_id, scores)
+    return save_verdict(actor, experiment, replay, winner, note, checked)
 
 
 def _pair(experiment: Experiment, source_id: Any, candidate: Any) -> Replay:
@@ -252,7 +265,22 @@ def _pair(experiment: Experiment, source_id: Any, candidate: Any) -> Replay:
     return replay
 
 
-def _save_verdict(actor: Any, experiment: Experiment, replay: Replay, winner: str, note: Any) -> PairVerdict:
+def check_pair_scores(team_id: int | None, given: Any) -> dict[str, dict[str, Any]]:
+    """{"baseline": {...}, "candidate": {...}}: each side's values of the team's own
+    scores, checked as a rating's are; empty sides left out."""
+    if given in (None, ""):
+        return {}
+    if not isinstance(given, dict) or not set(given) <= set(SIDES):
+        raise ValidationFailed("scores is an object with baseline and/or candidate", code="invalid_value")
+    checked = {side: team_scores.check_values(team_id, given.get(side)) for side in SIDES}
+    return {side: values for side, values in checked.items() if values}
+
+
+def save_verdict(
+    actor: Any, experiment: Experiment, replay: Replay, winner: str, note: Any, scores: dict[str, Any] | None = None
+) -> PairVerdict:
+    """Store a checked verdict (with `scores` already checked), replacing the reviewer's
+    earlier one on the pair."""
     if not isinstance(note, str) or len(note) > NOTE_MAX or "\x00" in note:
         raise ValidationFailed(f"note must be text of at most {NOTE_MAX} characters", code="invalid_note")
     verdict, _ = PairVerdict.objects.update_or_create(
@@ -260,6 +288,6 @@ def _save_verdict(actor: Any, experiment: Experiment, replay: Replay, winner: st
         source_id=replay.source_id,
         candidate=replay.candidate,
         reviewer=actor,
-        defaults={"winner": winner, "note": note.strip()},
+        defaults={"winner": winner, "note": note.strip(), "scores": scores or {}},
     )
     return verdict

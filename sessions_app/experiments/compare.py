@@ -22,7 +22,8 @@ from sectr.fold import fold_messages
 from sectr.replay import DIVERGED, is_user_turn
 from sectr.state import prompt_text
 from sessions_app.journal import get_journal
-from sessions_app.models import Experiment, ModelPrice, PairVerdict, Replay, Run
+from sessions_app.models import Experiment, ModelPrice, PairVerdict, Replay, Run, ScoreConfig
+from sessions_app.review import scores as team_scores
 
 DONE, RUNNING, DIVERGED_STATE, FAILED = "done", "running", "diverged", "failed"
 
@@ -186,12 +187,14 @@ class ReplayStatus:
     label: str = ""
 
 
-def replay_statuses(experiment: Experiment) -> list[ReplayStatus]:
-    replays = list(experiment.replays.select_related("session", "source"))
+def replay_statuses(experiment: Experiment, only: Replay | None = None) -> list[ReplayStatus]:
+    """Every replay's status (or only that of `only`, one replay of the experiment)."""
+    replays = [only] if only is not None else list(experiment.replays.select_related("session", "source"))
+    runs = Run.objects.filter(session__replay_entry__experiment=experiment)
+    if only is not None:
+        runs = runs.filter(session_id=only.session_id)
     run_counts: dict[str, Counter[str]] = {}
-    for session_id, status in Run.objects.filter(session__replay_entry__experiment=experiment).values_list(
-        "session_id", "status"
-    ):
+    for session_id, status in runs.values_list("session_id", "status"):
         run_counts.setdefault(session_id, Counter())[status] += 1
     prices = {p.model: p for p in ModelPrice.objects.all()}
     statuses = []
@@ -227,6 +230,51 @@ def replay_statuses(experiment: Experiment) -> list[ReplayStatus]:
 
 
 @dataclass
+class PairScore:
+    """One of the team's scores as reviewers gave it to each side of a candidate's pairs."""
+
+    name: str
+    kind: str
+    baseline: team_scores.ScoreSummary
+    candidate: team_scores.ScoreSummary
+
+    @staticmethod
+    def mean(summary: team_scores.ScoreSummary) -> float | None:
+        """The numbers' mean; for a yes/no score the share of yes; none for labels."""
+        if not summary.count:
+            return None
+        if summary.kind == ScoreConfig.BOOLEAN:
+            return summary.counts.get("yes", 0) / summary.count
+        return summary.average
+
+    @property
+    def baseline_mean(self) -> float | None:
+        return self.mean(self.baseline)
+
+    @property
+    def candidate_mean(self) -> float | None:
+        return self.mean(self.candidate)
+
+    def side_dict(self, side: str) -> dict[str, Any]:
+        summary = self.baseline if side == PairVerdict.BASELINE else self.candidate
+        data: dict[str, Any] = {"count": summary.count, "mean": self.mean(summary)}
+        if summary.kind != ScoreConfig.NUMERIC:
+            data["counts"] = dict(summary.counts)
+        return data
+
+    @property
+    def sides_shown(self) -> list[dict[str, Any]]:
+        """The recorded side, then the candidate's (for the page's table)."""
+        return [self.side_dict(PairVerdict.BASELINE), self.side_dict(PairVerdict.CANDIDATE)]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            **{side: self.side_dict(side) for side in (PairVerdict.BASELINE, PairVerdict.CANDIDATE)},
+        }
+
+
+@dataclass
 class CandidateSummary:
     candidate: dict[str, Any]
     replays: int = 0
@@ -239,6 +287,7 @@ class CandidateSummary:
     wins: int = 0
     losses: int = 0
     ties: int = 0
+    scores: list[PairScore] = field(default_factory=list)
 
     @property
     def average_tokens(self) -> float:
@@ -276,4 +325,35 @@ def summarize(experiment: Experiment, statuses: list[ReplayStatus] | None = None
             summaries[candidate].losses += count
         else:
             summaries[candidate].ties += count
+    _score_pairs(experiment, summaries)
     return summaries
+
+
+def _score_pairs(experiment: Experiment, summaries: list[CandidateSummary]) -> None:
+    """Each candidate's scores per side: the team's own scores (every one, given or
+    not, in order), then any other name found in the verdicts (a definition deleted
+    since: its values read as stored)."""
+    definitions = team_scores.custom_scores(experiment.team_id)
+    per_candidate: list[dict[str, PairScore]] = []
+    for _ in summaries:
+        found: dict[str, PairScore] = {}
+        for d in definitions:
+            labels = ("yes", "no") if d.kind == ScoreConfig.BOOLEAN else d.labels
+            made = [team_scores.ScoreSummary(d.name, d.kind, counts=dict.fromkeys(labels, 0)) for _ in range(2)]
+            found[d.name] = PairScore(d.name, d.kind, *made)
+        per_candidate.append(found)
+    rows = PairVerdict.objects.filter(experiment=experiment).exclude(scores={}).values_list("candidate", "scores")
+    for candidate, given in rows:
+        if candidate >= len(summaries) or not isinstance(given, dict):
+            continue
+        for side in (PairVerdict.BASELINE, PairVerdict.CANDIDATE):
+            for name, value in (given.get(side) or {}).items():
+                if name not in per_candidate[candidate]:
+                    number = isinstance(value, int | float) and not isinstance(value, bool)
+                    kind = ScoreConfig.NUMERIC if number else ScoreConfig.CATEGORICAL
+                    made = [team_scores.ScoreSummary(name, kind) for _ in range(2)]
+                    per_candidate[candidate][name] = PairScore(name, kind, *made)
+                score = per_candidate[candidate][name]
+                (score.baseline if side == PairVerdict.BASELINE else score.candidate).add(value)
+    for summary, found in zip(summaries, per_candidate, strict=True):
+        summary.scores = list(found.values())

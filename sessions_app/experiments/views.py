@@ -13,17 +13,20 @@ from typing import Any
 
 from django import forms
 from django.contrib import messages
+from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_http_methods
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from sectr.errors import NotFound, SectrError
+from sectr.errors import Forbidden, NotFound, SectrError
 from sessions_app import access
 from sessions_app.experiments import actions, compare
-from sessions_app.models import AgentVersion, Replay, ReviewQueue
-from sessions_app.review import search
+from sessions_app.experiments import queue as pairs
+from sessions_app.models import AgentVersion, Experiment, Membership, Replay, ReviewQueue
+from sessions_app.review import actions as review_actions
+from sessions_app.review import scores, search
 from sessions_app.web import HtmxHttpRequest, page_refusals
 
 refusals = page_refusals(back=lambda request, _kwargs: reverse("experiments"), htmx_flash=False)
@@ -172,7 +175,21 @@ def experiment_page(request: HtmxHttpRequest, experiment_id: str) -> HttpRespons
         "running": any(s.state == compare.RUNNING for s in statuses),
         "judged": actions.PairVerdict.objects.filter(experiment=experiment, reviewer_id=request.user.pk).count(),
         "pairs": len(statuses),
+        "score_rows": [(s, score) for s in summaries for score in s.scores],
     }
+    if not request.htmx and access.can_moderate_team(request.user, experiment.team):
+        context["send"] = {
+            "queues": list(review_actions.queues_for(request.user).filter(team=experiment.team).order_by("name")),
+            "reviewers": list(
+                get_user_model()
+                .objects.filter(
+                    sectr_memberships__team=experiment.team,
+                    sectr_memberships__role__in=(Membership.REVIEWER, Membership.MODERATOR),
+                )
+                .order_by("username")
+                .distinct()
+            ),
+        }
     template = "review/_experiment_progress.html" if request.htmx else "review/experiment.html"
     return render(request, template, context)
 
@@ -187,6 +204,19 @@ def comparison_page(request: HtmxHttpRequest, experiment_id: str, source_id: str
     except LookupError:
         raise NotFound("no such session in this experiment") from None
     return render(request, "review/experiment_compare.html", {"experiment": experiment, "comparison": comparison})
+
+
+def _blind_turns(experiment: Experiment, replay: Replay, reviewer: Any) -> list[tuple[str, tuple[Any, Any]]]:
+    """The pair's turns as (user message, (A, B)), the sides in the order fixed for this
+    reviewer and pair (templates/review/_blind_pair.html shows them)."""
+    comparison = compare.compare_source(experiment, replay.source_id)
+    column = next(i for i, r in enumerate(comparison.replays) if r.candidate == replay.candidate) + 1
+    flipped = actions.blind_flip(experiment, replay.source_id, replay.candidate, reviewer)
+    turns = []
+    for turn in comparison.turns:
+        baseline, candidate = turn.sides[0], turn.sides[column]
+        turns.append((turn.user, (candidate, baseline) if flipped else (baseline, candidate)))
+    return turns
 
 
 @login_required
@@ -216,18 +246,86 @@ def judge_page(request: HtmxHttpRequest, experiment_id: str) -> HttpResponse:
     if not pending:
         return render(request, "review/experiment_judge.html", {"experiment": experiment, "done": True})
     replay: Replay = pending[0].replay
-    comparison = compare.compare_source(experiment, replay.source_id)
-    column = next(i for i, r in enumerate(comparison.replays) if r.candidate == replay.candidate) + 1
-    flipped = actions.blind_flip(experiment, replay.source_id, replay.candidate, request.user)
-    turns = []
-    for turn in comparison.turns:
-        baseline, candidate = turn.sides[0], turn.sides[column]
-        turns.append((turn.user, (candidate, baseline) if flipped else (baseline, candidate)))
     context = {
         "experiment": experiment,
         "replay": replay,
-        "turns": turns,
+        "turns": _blind_turns(experiment, replay, request.user),
         "left": len(pending),
         "done": False,
     }
     return render(request, "review/experiment_judge.html", context)
+
+
+# ---- pairwise review in a queue ----
+
+
+experiment_refusals = page_refusals(back=lambda request, kwargs: reverse("experiment", args=[kwargs["experiment_id"]]))
+
+
+@login_required
+@require_POST
+@experiment_refusals
+def send_to_queue(request: HtmxHttpRequest, experiment_id: str) -> HttpResponse:
+    """`Send to review queue`: an existing queue of the team, or a new one."""
+    queue = request.POST.get("queue") or None
+    name = None if queue else (request.POST.get("name") or "")
+    reviewers = request.POST.getlist("reviewers") if not queue else None
+    sent = pairs.do_send_to_queue(request.user, experiment_id, queue=queue, name=name, reviewers=reviewers)
+    plural = "" if sent.added == 1 else "s"
+    messages.success(request, f"Sent {sent.added} pair{plural} to {sent.queue.name}.")
+    return redirect("review_queue", queue_id=sent.queue.pk)
+
+
+def _side_scores(post: Any, prefix: str) -> dict[str, str]:
+    return {key[len(prefix) :]: value for key, value in post.items() if key.startswith(prefix) and value != ""}
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+@refusals
+def pair_page(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
+    """A pair item of a review queue, judged blind: addressed by the item's id alone, A
+    and B in the order fixed for this reviewer, nothing on the page naming what they are.
+    Submitting marks the item done and opens the reviewer's next open item."""
+    item = pairs.get_pair_item_for_user(request.user, item_id)
+    replay = item.pair
+    assert replay is not None
+    experiment = replay.experiment
+    error = ""
+    if request.method == "POST":
+        try:
+            pairs.do_judge_item(
+                request.user,
+                item.pk,
+                request.POST.get("choice"),
+                a_scores=_side_scores(request.POST, "a."),
+                b_scores=_side_scores(request.POST, "b."),
+                note=request.POST.get("note", ""),
+            )
+        except SectrError as exc:
+            if isinstance(exc, NotFound | Forbidden):
+                raise
+            error = exc.message
+    if request.method == "POST" and not error:
+        following = pairs.next_open_item(request.user, item.queue, after=item.position)
+        messages.success(request, "Verdict saved.")
+        if following is None:
+            return redirect("review_queue", queue_id=item.queue_id)
+        if following.pair_id is not None:
+            return redirect("review_pair", item_id=following.pk)
+        return redirect(f"{reverse('review_session', args=[following.session_id])}?queue={item.queue_id}")
+    running = compare.replay_statuses(experiment, replay)[0].state == compare.RUNNING
+    definitions = scores.custom_scores(experiment.team_id)
+    context = {
+        "item": item,
+        "queue": item.queue,
+        "turns": [] if running else _blind_turns(experiment, replay, request.user),
+        "running": running,
+        "sides": [
+            ("A", "a", [(d, f"a-{d.name}", f"a.{d.name}") for d in definitions]),
+            ("B", "b", [(d, f"b-{d.name}", f"b.{d.name}") for d in definitions]),
+        ],
+        "open_left": pairs.next_open_item(request.user, item.queue) is not None,
+        "error": error,
+    }
+    return render(request, "review/pair.html", context, status=400 if error else 200)

@@ -124,7 +124,10 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
         queue = actions.get_queue_for_user(user, int(queue_id))
     except NotFound:
         return None
-    items = list(actions.queue_items_for(user, queue).values_list("pk", "session_id", "done_at"))
+    # Pair items are judged on their own, blind page, never walked to from a session's.
+    items = list(
+        actions.queue_items_for(user, queue).filter(pair__isnull=True).values_list("pk", "session_id", "done_at")
+    )
     index = next((i for i, (_, sid, _) in enumerate(items) if sid == session.pk), None)
     if index is None:
         return None
@@ -382,7 +385,7 @@ def queues(request: HtmxHttpRequest) -> HttpResponse:
 @review_refusals
 def review_queue(request: HtmxHttpRequest, queue_id: int) -> HttpResponse:
     queue = actions.get_queue_for_user(request.user, queue_id)
-    items = list(actions.queue_items_for(request.user, queue).select_related("session", "assignee"))
+    items = list(actions.queue_items_for(request.user, queue).select_related("session", "assignee", "pair__experiment"))
     username = request.user.get_username()
     mine = [item for item in items if item.assignee_id in (None, request.user.pk)]
     first_open = next((item for item in mine if item.done_at is None), None) or next(
