@@ -53,7 +53,10 @@ from sectr.client.records import (
     ApprovalRule,
     AskInfo,
     AskPage,
+    Experiment,
     McpServerInfo,
+    PairVerdict,
+    QueuedPairs,
     Rating,
     Ratings,
     RunInfo,
@@ -64,6 +67,8 @@ from sectr.client.records import (
     agents_from_json,
     ask_query,
     decide_body,
+    experiment_body,
+    experiments_from_json,
     fork_body,
     mcp_server_body,
     mcp_servers_from_json,
@@ -73,7 +78,9 @@ from sectr.client.records import (
     run_body,
     score_body,
     scores_from_json,
+    send_to_queue_body,
     session_body,
+    verdict_body,
     versions_from_json,
     webhook_body,
     webhooks_from_json,
@@ -143,6 +150,7 @@ class AsyncClient:
         self.asks = AsyncAsks(self)
         self.teams = AsyncTeams(self)
         self.scores = AsyncScores(self)
+        self.experiments = AsyncExperiments(self)
         self.agents = AsyncAgents(self)
 
     async def aclose(self) -> None:
@@ -1046,3 +1054,72 @@ class AsyncAgents:
         return AgentVersion.from_json(
             await self._client.request("GET", f"/agents/{agent_id}/versions/{number}", **options)
         )
+
+
+@checked_calls
+class AsyncExperiments:
+    """Experiments (docs/experiments.md): a team's sessions replayed on candidate agent
+    versions, created by its moderators, read and judged by its reviewers; their pairs
+    can go to a review queue for blind A/B verdicts."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self, team: str, **options: Any) -> builtins.list[Experiment]:
+        """The team's experiments, newest first."""
+        return experiments_from_json(await self._client.request("GET", f"/teams/{team}/experiments", **options))
+
+    async def get(self, experiment_id: str, **options: Any) -> Experiment:
+        """An experiment with its replays' progress and the summary per candidate."""
+        return Experiment.from_json(await self._client.request("GET", f"/experiments/{experiment_id}", **options))
+
+    async def create(
+        self,
+        team: str,
+        name: str,
+        candidates: builtins.list[dict[str, Any]],
+        *,
+        sessions: builtins.list[str] | None = None,
+        queue: int | None = None,
+        last: int | None = None,
+        live_reads: bool | None = None,
+        **options: Any,
+    ) -> Experiment:
+        """Replay sessions of the team (one of `sessions`, `queue`, `last`) on each
+        candidate ({"agent", "version"?, "model"?})."""
+        body = experiment_body(name, candidates, sessions, queue, last, live_reads)
+        path = f"/teams/{team}/experiments"
+        return Experiment.from_json(await self._client.request("POST", path, json=body, **options))
+
+    async def judge(
+        self,
+        experiment_id: str,
+        source: str,
+        candidate: int,
+        winner: str,
+        *,
+        note: str | None = None,
+        scores: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> PairVerdict:
+        """A verdict on one pair, given openly: `winner` baseline, candidate or tie;
+        `scores` each side's values of the team's own scores ({"baseline": {...},
+        "candidate": {...}})."""
+        body = verdict_body(source, candidate, winner, note, scores)
+        path = f"/experiments/{experiment_id}/verdicts"
+        return PairVerdict.from_json(await self._client.request("POST", path, json=body, **options))
+
+    async def send_to_queue(
+        self,
+        experiment_id: str,
+        *,
+        queue: int | None = None,
+        name: str | None = None,
+        reviewers: builtins.list[str] | None = None,
+        **options: Any,
+    ) -> QueuedPairs:
+        """Every pair of the experiment into a review queue of its team: `queue` (an id)
+        or a new one (`name`, `reviewers` by username), for blind A/B verdicts."""
+        body = send_to_queue_body(queue, name, reviewers)
+        path = f"/experiments/{experiment_id}/queue"
+        return QueuedPairs.from_json(await self._client.request("POST", path, json=body, **options))

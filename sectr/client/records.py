@@ -584,3 +584,118 @@ def rating_body(
         if value is not None:
             body[key] = value
     return body
+
+
+# ---- experiments (docs/experiments.md) ----
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A team's sessions replayed on candidates: `candidates` as created, and (from
+    `get` and `create`) each replay's progress and the `summary` per candidate, with
+    reviewers' verdicts (wins, losses, ties) and their scores per side (`scores`)."""
+
+    id: str
+    team: str
+    name: str
+    candidates: list[dict[str, Any]]
+    replays: list[dict[str, Any]] = field(default_factory=list)
+    summary: list[dict[str, Any]] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, data: Any) -> Experiment:
+        if not isinstance(data, dict) or "id" not in data or not isinstance(data.get("candidates"), list):
+            raise ProtocolError("an experiment without id and candidates")
+        return cls(
+            id=str(data["id"]),
+            team=str(data.get("team", "")),
+            name=str(data.get("name", "")),
+            candidates=list(data["candidates"]),
+            replays=list(data.get("replays") or []),
+            summary=list(data.get("summary") or []),
+            raw=data,
+        )
+
+
+def experiments_from_json(data: Any) -> list[Experiment]:
+    if not isinstance(data, dict) or not isinstance(data.get("experiments"), list):
+        raise ProtocolError("an experiment list without experiments")
+    return [Experiment.from_json(e) for e in data["experiments"]]
+
+
+def experiment_body(
+    name: str, candidates: list[dict[str, Any]], sessions: Any, queue: Any, last: Any, live_reads: Any
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"name": name, "candidates": candidates}
+    for key, value in (("sessions", sessions), ("queue", queue), ("last", last), ("live_reads", live_reads)):
+        if value is not None:
+            body[key] = value
+    return body
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """A reviewer's verdict on one pair: what won (baseline, candidate or tie) and each
+    side's scores ({"baseline": {...}, "candidate": {...}})."""
+
+    source: str
+    candidate: int
+    winner: str
+    note: str
+    reviewer: str
+    scores: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, data: Any) -> PairVerdict:
+        if not isinstance(data, dict) or "winner" not in data or "source" not in data:
+            raise ProtocolError("a verdict without source and winner")
+        return cls(
+            source=str(data["source"]),
+            candidate=int(data.get("candidate") or 0),
+            winner=str(data["winner"]),
+            note=str(data.get("note") or ""),
+            reviewer=str(data.get("reviewer") or ""),
+            scores=dict(data.get("scores") or {}),
+        )
+
+
+def verdict_body(
+    source: str, candidate: int, winner: str, note: str | None, scores: dict[str, Any] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"source": source, "candidate": candidate, "winner": winner}
+    if note is not None:
+        body["note"] = note
+    if scores is not None:
+        body["scores"] = scores
+    return body
+
+
+@dataclass(frozen=True)
+class QueuedPairs:
+    """An experiment sent to a review queue: the queue (`queue_id`, `queue_name`), how
+    many pairs went in now (`added`), and every pair item of it in that queue (`items`:
+    id, position, source, candidate, assignee, done)."""
+
+    queue_id: int
+    queue_name: str
+    added: int
+    items: list[dict[str, Any]]
+
+    @classmethod
+    def from_json(cls, data: Any) -> QueuedPairs:
+        queue = data.get("queue") if isinstance(data, dict) else None
+        if not isinstance(queue, dict) or not isinstance(data.get("items"), list):
+            raise ProtocolError("a queued answer without queue and items")
+        return cls(int(queue["id"]), str(queue.get("name", "")), int(data.get("added") or 0), list(data["items"]))
+
+
+def send_to_queue_body(queue: int | None, name: str | None, reviewers: list[str] | None) -> dict[str, Any]:
+    if (queue is None) == (name is None):
+        raise InvalidRequestError("give either a queue's id or a new queue's name", code="queue")
+    if queue is not None:
+        return {"queue": queue}
+    body: dict[str, Any] = {"name": name}
+    if reviewers is not None:
+        body["reviewers"] = reviewers
+    return body

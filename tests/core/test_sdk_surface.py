@@ -23,6 +23,7 @@ CLASSES = {
     "Asks": (sync.Asks, aio.AsyncAsks),
     "Teams": (sync.Teams, aio.AsyncTeams),
     "Scores": (sync.Scores, aio.AsyncScores),
+    "Experiments": (sync.Experiments, aio.AsyncExperiments),
 }
 METHODS = [(cls, method, options) for cls, methods in SURFACE["methods"].items() for method, options in methods.items()]
 

@@ -2,6 +2,7 @@
 
 import {
   DeadlineExceededError,
+  InvalidRequestError,
   InvalidStateError,
   ProtocolError,
   RedirectError,
@@ -28,6 +29,13 @@ import {
   permissionAskFromPayload,
   runEventFromJson,
   type ScoreDefinition,
+  type Experiment,
+  type PairVerdict,
+  type QueuedPairs,
+  experimentFromJson,
+  experimentsFromJson,
+  pairVerdictFromJson,
+  queuedPairsFromJson,
   ratingFromJson,
   runInfoFromJson,
   scoreDefinitionFromJson,
@@ -244,6 +252,7 @@ export class SectrClient {
   readonly asks: Asks;
   readonly teams: Teams;
   readonly scores: Scores;
+  readonly experiments: Experiments;
   readonly maxReconnects: number;
   private readonly headers: Record<string, string>;
   private readonly timeoutMs: number;
@@ -266,6 +275,7 @@ export class SectrClient {
     this.asks = new Asks(this);
     this.teams = new Teams(this);
     this.scores = new Scores(this);
+    this.experiments = new Experiments(this);
   }
 
   /** A handle on a session by id, without a request (`sessions.get` checks it exists). */
@@ -828,6 +838,88 @@ export class Scores {
   async delete(team: string, name: string, controls: RequestControls = {}): Promise<void> {
     checkControls("scores.delete()", controls);
     await this.client.request("DELETE", `/teams/${encodeURIComponent(team)}/scores/${encodeURIComponent(name)}`, {}, controls);
+  }
+}
+
+/** How an experiment's sources are named (one of them) and whether read-only tools run. */
+export interface ExperimentOptions {
+  sessions?: string[];
+  queue?: number;
+  last?: number;
+  liveReads?: boolean;
+}
+
+export interface JudgeOptions {
+  note?: string;
+  /** Each side's values of the team's own scores: `{ baseline: {...}, candidate: {...} }`. */
+  scores?: { baseline?: Record<string, string | number | boolean>; candidate?: Record<string, string | number | boolean> };
+}
+
+/** An existing queue of the experiment's team (`queue`), or a new one (`name`, `reviewers`). */
+export interface SendToQueueOptions {
+  queue?: number;
+  name?: string;
+  reviewers?: string[];
+}
+
+const EXPERIMENT_KEYS = ["sessions", "queue", "last", "liveReads"] as const;
+const JUDGE_KEYS = ["note", "scores"] as const;
+const SEND_KEYS = ["queue", "name", "reviewers"] as const;
+
+/**
+ * Experiments (docs/experiments.md): a team's sessions replayed on candidate agent
+ * versions, created by its moderators, read and judged by its reviewers; their pairs can
+ * go to a review queue for blind A/B verdicts.
+ */
+export class Experiments {
+  constructor(private readonly client: SectrClient) {}
+
+  /** The team's experiments, newest first. */
+  async list(team: string, controls: RequestControls = {}): Promise<Experiment[]> {
+    checkControls("experiments.list()", controls);
+    return experimentsFromJson(await this.client.request("GET", `/teams/${encodeURIComponent(team)}/experiments`, {}, controls));
+  }
+
+  /** An experiment with its replays' progress and the summary per candidate. */
+  async get(experimentId: string, controls: RequestControls = {}): Promise<Experiment> {
+    checkControls("experiments.get()", controls);
+    return experimentFromJson(await this.client.request("GET", `/experiments/${encodeURIComponent(experimentId)}`, {}, controls));
+  }
+
+  /** Replay sessions of the team (one of `sessions`, `queue`, `last`) on each candidate (`{ agent, version?, model? }`). */
+  async create(team: string, name: string, candidates: Record<string, unknown>[], options: ExperimentOptions = {}, controls: RequestControls = {}): Promise<Experiment> {
+    checkOptions("experiments.create()", options, EXPERIMENT_KEYS);
+    checkControls("experiments.create()", controls);
+    const body: Record<string, unknown> = { name, candidates };
+    if (options.sessions !== undefined) body["sessions"] = options.sessions;
+    if (options.queue !== undefined) body["queue"] = options.queue;
+    if (options.last !== undefined) body["last"] = options.last;
+    if (options.liveReads !== undefined) body["live_reads"] = options.liveReads;
+    return experimentFromJson(await this.client.request("POST", `/teams/${encodeURIComponent(team)}/experiments`, { body }, controls));
+  }
+
+  /** A verdict on one pair, given openly: `winner` baseline, candidate or tie. */
+  async judge(experimentId: string, source: string, candidate: number, winner: string, options: JudgeOptions = {}, controls: RequestControls = {}): Promise<PairVerdict> {
+    checkOptions("experiments.judge()", options, JUDGE_KEYS);
+    checkControls("experiments.judge()", controls);
+    const body: Record<string, unknown> = { source, candidate, winner };
+    if (options.note !== undefined) body["note"] = options.note;
+    if (options.scores !== undefined) body["scores"] = options.scores;
+    const path = `/experiments/${encodeURIComponent(experimentId)}/verdicts`;
+    return pairVerdictFromJson(await this.client.request("POST", path, { body }, controls));
+  }
+
+  /** Every pair of the experiment into a review queue of its team, for blind A/B verdicts. */
+  async sendToQueue(experimentId: string, options: SendToQueueOptions = {}, controls: RequestControls = {}): Promise<QueuedPairs> {
+    checkOptions("experiments.sendToQueue()", options, SEND_KEYS);
+    checkControls("experiments.sendToQueue()", controls);
+    if ((options.queue === undefined) === (options.name === undefined)) {
+      throw new InvalidRequestError("experiments.sendToQueue(): give either a queue's id or a new queue's name", { code: "queue" });
+    }
+    const body: Record<string, unknown> = options.queue !== undefined ? { queue: options.queue } : { name: options.name };
+    if (options.reviewers !== undefined) body["reviewers"] = options.reviewers;
+    const path = `/experiments/${encodeURIComponent(experimentId)}/queue`;
+    return queuedPairsFromJson(await this.client.request("POST", path, { body }, controls));
   }
 }
 

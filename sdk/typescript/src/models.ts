@@ -367,3 +367,158 @@ export function ratingFromJson(value: unknown): Rating {
     raw: data,
   };
 }
+
+// ---- experiments (docs/experiments.md) ----
+
+/** One replay of an experiment: a source session on one candidate, and where it stands. */
+export interface ExperimentReplay {
+  source: string;
+  candidate: number;
+  session: string;
+  state: string;
+  turns: number;
+  turnsDone: number;
+  tokens: number;
+  cost: string | null;
+  divergence: Json | null;
+}
+
+/** One side of a pair as reviewers scored it with one of the team's scores: how many
+ * gave it, the mean (a yes/no score: the share of yes; none for labels), and a count per
+ * label for labels and yes/no. */
+export interface PairScoreSide {
+  count: number;
+  mean: number | null;
+  counts?: Record<string, number>;
+}
+
+/** One candidate's replays, verdicts against the recording, and scores per side. */
+export interface ExperimentSummary {
+  candidate: number;
+  replays: number;
+  done: number;
+  diverged: number;
+  failed: number;
+  running: number;
+  tokens: number;
+  cost: string | null;
+  wins: number;
+  losses: number;
+  ties: number;
+  scores: Record<string, { kind: string; baseline: PairScoreSide; candidate: PairScoreSide }>;
+}
+
+/** A team's sessions replayed on candidates; `replays` and `summary` from `get` and `create`. */
+export interface Experiment {
+  id: string;
+  team: string;
+  name: string;
+  candidates: Json[];
+  replays: ExperimentReplay[];
+  summary: ExperimentSummary[];
+  raw: Json;
+}
+
+export function experimentFromJson(value: unknown): Experiment {
+  const data = require(object(value, "experiment"), "experiment", "id", "candidates");
+  const replays = Array.isArray(data["replays"]) ? (data["replays"] as Json[]) : [];
+  const summary = Array.isArray(data["summary"]) ? (data["summary"] as Json[]) : [];
+  return {
+    id: String(data["id"]),
+    team: String(data["team"] ?? ""),
+    name: String(data["name"] ?? ""),
+    candidates: Array.isArray(data["candidates"]) ? (data["candidates"] as Json[]) : [],
+    replays: replays.map((r) => ({
+      source: String(r["source"]),
+      candidate: num(r["candidate"]),
+      session: String(r["session"]),
+      state: String(r["state"]),
+      turns: num(r["turns"]),
+      turnsDone: num(r["turns_done"]),
+      tokens: num(r["tokens"]),
+      cost: strOrNull(r["cost"]),
+      divergence: (r["divergence"] as Json | null) ?? null,
+    })),
+    summary: summary.map((s) => ({
+      candidate: num(s["candidate"]),
+      replays: num(s["replays"]),
+      done: num(s["done"]),
+      diverged: num(s["diverged"]),
+      failed: num(s["failed"]),
+      running: num(s["running"]),
+      tokens: num(s["tokens"]),
+      cost: strOrNull(s["cost"]),
+      wins: num(s["wins"]),
+      losses: num(s["losses"]),
+      ties: num(s["ties"]),
+      scores: (s["scores"] ?? {}) as ExperimentSummary["scores"],
+    })),
+    raw: data,
+  };
+}
+
+export function experimentsFromJson(value: unknown): Experiment[] {
+  const data = object(value, "experiment list");
+  if (!Array.isArray(data["experiments"])) throw new ProtocolError("an experiment list without experiments");
+  return data["experiments"].map(experimentFromJson);
+}
+
+/** A reviewer's verdict on one pair: what won and each side's scores. */
+export interface PairVerdict {
+  source: string;
+  candidate: number;
+  winner: string;
+  note: string;
+  reviewer: string;
+  scores: { baseline?: Record<string, unknown>; candidate?: Record<string, unknown> };
+}
+
+export function pairVerdictFromJson(value: unknown): PairVerdict {
+  const data = require(object(value, "verdict"), "verdict", "source", "winner");
+  return {
+    source: String(data["source"]),
+    candidate: num(data["candidate"]),
+    winner: String(data["winner"]),
+    note: String(data["note"] ?? ""),
+    reviewer: String(data["reviewer"] ?? ""),
+    scores: (data["scores"] ?? {}) as PairVerdict["scores"],
+  };
+}
+
+/** One pair item of a review queue. */
+export interface PairQueueItem {
+  id: number;
+  position: number;
+  source: string;
+  candidate: number;
+  assignee: string | null;
+  done: boolean;
+}
+
+/** An experiment sent to a review queue: the queue, how many pairs went in now, and
+ * every pair item of the experiment in that queue. */
+export interface QueuedPairs {
+  queueId: number;
+  queueName: string;
+  added: number;
+  items: PairQueueItem[];
+}
+
+export function queuedPairsFromJson(value: unknown): QueuedPairs {
+  const data = require(object(value, "queued pairs"), "queued pairs", "queue", "items");
+  const queue = object(data["queue"], "queue");
+  const items = Array.isArray(data["items"]) ? (data["items"] as Json[]) : [];
+  return {
+    queueId: num(queue["id"]),
+    queueName: String(queue["name"] ?? ""),
+    added: num(data["added"]),
+    items: items.map((i) => ({
+      id: num(i["id"]),
+      position: num(i["position"]),
+      source: String(i["source"]),
+      candidate: num(i["candidate"]),
+      assignee: strOrNull(i["assignee"]),
+      done: Boolean(i["done"]),
+    })),
+  };
+}

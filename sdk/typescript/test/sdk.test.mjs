@@ -73,6 +73,52 @@ describe("scores and ratings", () => {
   });
 });
 
+describe("experiments", () => {
+  test("a moderator sends an experiment's pairs to a review queue; a verdict with scores is counted per candidate", async () => {
+    const mod = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.mod });
+    await mod.scores.create("crew", "ts-clarity", "numeric", { minimum: 1, maximum: 5 });
+    const session = await mod.sessions.create({ title: "to replay from TypeScript", team: "crew" });
+    await (await session.run("hello")).result();
+    const created = await mod.experiments.create("crew", "ts trial", [{ agent: "default" }], { sessions: [session.id] });
+    assert.equal(created.replays.length, 1);
+    let experiment = created;
+    for (let i = 0; i < 200 && experiment.replays.some((r) => r.state === "running"); i += 1) {
+      await new Promise((done) => setTimeout(done, 100));
+      experiment = await mod.experiments.get(created.id);
+    }
+    assert.equal(experiment.replays[0].state, "done");
+
+    const sent = await mod.experiments.sendToQueue(created.id, { name: "ts pairs", reviewers: ["mod"] });
+    assert.deepEqual([sent.queueName, sent.added, sent.items.length], ["ts pairs", 1, 1]);
+    assert.deepEqual([sent.items[0].source, sent.items[0].candidate, sent.items[0].assignee, sent.items[0].done], [session.id, 0, "mod", false]);
+    const again = await mod.experiments.sendToQueue(created.id, { queue: sent.queueId });
+    assert.deepEqual([again.added, again.items.map((i) => i.id)], [0, [sent.items[0].id]]);
+    await assert.rejects(mod.experiments.sendToQueue(created.id, { name: "ts other", reviewers: ["alice"] }), InvalidRequestError);
+    await assert.rejects(mod.experiments.sendToQueue(created.id, {}), InvalidRequestError);
+
+    await assert.rejects(
+      mod.experiments.judge(created.id, session.id, 0, "candidate", { scores: { candidate: { "ts-clarity": 9 } } }),
+      InvalidRequestError,
+    );
+    const verdict = await mod.experiments.judge(created.id, session.id, 0, "candidate", {
+      note: "clearer",
+      scores: { baseline: { "ts-clarity": 2 }, candidate: { "ts-clarity": 4 } },
+    });
+    assert.deepEqual([verdict.winner, verdict.note, verdict.scores], ["candidate", "clearer", { baseline: { "ts-clarity": 2 }, candidate: { "ts-clarity": 4 } }]);
+    const [summary] = (await mod.experiments.get(created.id)).summary;
+    assert.deepEqual([summary.wins, summary.losses, summary.ties], [1, 0, 0]);
+    assert.deepEqual(summary.scores["ts-clarity"], { kind: "numeric", baseline: { count: 1, mean: 2 }, candidate: { count: 1, mean: 4 } });
+    assert.deepEqual((await mod.experiments.list("crew")).map((e) => e.id).includes(created.id), true);
+
+    const outsider = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.bob });
+    await assert.rejects(outsider.experiments.get(created.id), NotFoundError);
+    await assert.rejects(outsider.experiments.sendToQueue(created.id, { queue: sent.queueId }), NotFoundError);
+    const member = new SectrClient({ baseUrl: live.baseUrl, token: live.tokens.alice });
+    await assert.rejects(member.experiments.get(created.id), NotFoundError);
+    await mod.scores.delete("crew", "ts-clarity");
+  });
+});
+
 describe("sessions", () => {
   test("create, get, snapshot in camelCase, transcript", async () => {
     const session = await client.sessions.create({});

@@ -57,6 +57,11 @@ const CALLS = {
   "Scores.create": [client.scores, ["crew", "tone", "boolean"]],
   "Scores.update": [client.scores, ["crew", "tone"]],
   "Scores.delete": [client.scores, ["crew", "tone"]],
+  "Experiments.list": [client.experiments, ["crew"]],
+  "Experiments.get": [client.experiments, ["exp_x"]],
+  "Experiments.create": [client.experiments, ["crew", "trial", [{ agent: "crew/helper" }]]],
+  "Experiments.judge": [client.experiments, ["exp_x", "ses_x", 0, "tie"]],
+  "Experiments.send_to_queue": [client.experiments, ["exp_x"]],
 };
 
 for (const [cls, methods] of Object.entries(surface.methods)) {
