@@ -42,7 +42,8 @@ PNG = base64.b64decode(
 def seed(live: LiveSectr, token: str) -> dict[str, str]:
     """Real objects for the path parameters, so the operations get past their 404s: a
     team the prober moderates (`crew`), a session of it with a pending ask, an image
-    in its prompt and the run that asked, a rule, an agent, and a spare session and rule for the DELETEs to take."""
+    in its prompt and the run that asked, a rule, an agent, an experiment replaying that
+    session, and a spare session and rule for the DELETEs to take."""
     api = httpx.Client(base_url=live.base_url, headers={"Authorization": f"Bearer {token}"}, timeout=20)
 
     def created(path: str, body: dict[str, Any]) -> dict[str, Any]:
@@ -83,6 +84,10 @@ def seed(live: LiveSectr, token: str) -> dict[str, str]:
         "score": created("/api/v1/teams/crew/scores", {"name": "helpful", "kind": "boolean"})["name"],
         "spare_score": created("/api/v1/teams/crew/scores", {"name": "spare", "kind": "boolean"})["name"],
         "sha256": hashlib.sha256(PNG).hexdigest(),
+        "experiment_id": created(
+            "/api/v1/teams/crew/experiments",
+            {"name": "probe", "candidates": [{"agent": "default"}], "sessions": [session]},
+        )["id"],
     }
 
 
@@ -114,6 +119,12 @@ def config(ids: dict[str, str]) -> str:
         # or range; a numeric score's minimum must be below its maximum.
         "/api/v1/sessions/{session_id}/ratings",
         "/api/v1/teams/{name}/scores",
+        # An experiment's sources must be sessions of the team with a user message, its
+        # candidates agents the team may use; a queue's reviewers must review the team and
+        # its name be new; a verdict's scores are the team's own.
+        "/api/v1/teams/{name}/experiments",
+        "/api/v1/experiments/{experiment_id}/queue",
+        "/api/v1/experiments/{experiment_id}/verdicts",
     ]
     methods = [(path, "POST") for path in operations] + [
         ("/api/v1/teams/{name}/scores/{score}", "PUT"),
