@@ -136,6 +136,9 @@ async def send_to_queue(call: ApiCall, experiment_id: str) -> HttpResponse:
     check_id(experiment_id, "experiment")
     body = call.body
     check_fields(body, "queue", "name", "reviewers")
+    for key in ("queue", "name", "reviewers"):
+        if key in body and body[key] is None:
+            raise ValidationFailed(f"{key} is given or left out, never null", code=key)
 
     def send() -> dict[str, Any]:
         sent = pairs.do_send_to_queue(

@@ -61,6 +61,8 @@ def do_send_to_queue(
     experiment = actions.get_experiment_for_user(actor, experiment_id)  # NotFound for strangers
     if not access.can_moderate_team(actor, experiment.team):
         raise Forbidden("only the team's moderators send an experiment to a review queue")
+    if name is not None and not isinstance(name, str):
+        raise ValidationFailed("name is a new queue's name", code="name")
     if (queue in (None, "")) == (name in (None, "")):
         raise ValidationFailed("give either a queue's id or a new queue's name", code="queue")
     if queue not in (None, "") and reviewers not in (None, "", []):

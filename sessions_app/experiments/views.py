@@ -325,7 +325,6 @@ def pair_page(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
             ("A", "a", [(d, f"a-{d.name}", f"a.{d.name}") for d in definitions]),
             ("B", "b", [(d, f"b-{d.name}", f"b.{d.name}") for d in definitions]),
         ],
-        "open_left": pairs.next_open_item(request.user, item.queue) is not None,
         "error": error,
     }
     return render(request, "review/pair.html", context, status=400 if error else 200)

@@ -222,6 +222,7 @@ def test_bad_sends_are_refused_and_change_nothing(crew: dict[str, Any]) -> None:
         {},  # neither
         {"queue": 1, "name": "both"},
         {"name": ""},
+        {"name": ["x"]},
         {"name": "x", "reviewers": ["owner"]},  # a member, not a reviewer
         {"name": "x", "reviewers": ["outsider"]},
         {"name": "x", "reviewers": ["nobody"]},
