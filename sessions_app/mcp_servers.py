@@ -6,7 +6,11 @@
   name (a `TeamMcpServer` without a url).
 - **Discovery** (`discover_now`) connects once, lists the tools, closes: on save and on
   Refresh. What it found is stored on the row and is what the workers offer, so a run
-  never waits on a server to start before its first model call.
+  never waits on a server to start before its first model call. A worker discovers
+  again, on its own connection and in the background, when a server says its tools
+  changed (`notifications/tools/list_changed`) or when a run needs tools after the
+  server's cache hint ran out (`tools_fresh_until`), and stores what it found the same
+  way (`rediscover`).
 - **The worker** (`team_mcp_tools`, through the runtime's `extra_tools`): the tools of the
   session's team's enabled servers that its agent's `tools` select, bound to this
   process's `McpPool` (one connection per server, reused across runs, restarted with
@@ -30,11 +34,13 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
+from django.utils import timezone
 
 from sectr.agents import AgentSpec
 from sectr.errors import ValidationFailed
@@ -53,6 +59,9 @@ log = logging.getLogger("sectr.mcp")
 DISCOVERY_SECONDS = 30.0
 #: A team server's host passes the address guard again after this long (DNS may change).
 GUARD_SECONDS = 300.0
+#: A worker that starts a re-discovery because a server's cache hint ran out claims it
+#: for this long: other workers leave it alone, and one that failed is tried again after.
+REDISCOVERY_CLAIM_SECONDS = 30.0
 
 
 # ---- installation servers ----
@@ -169,13 +178,24 @@ class Discovery:
     tools: list[dict[str, Any]]
     protocol_version: str | None
     error: str | None
+    #: The server's cache hint for the list, in seconds (None: it gave none).
+    ttl_s: float | None = None
+
+
+def tools_json(listed: Sequence[Any]) -> list[dict[str, Any]]:
+    """The `mcp` package's Tool objects as stored on a row (the server's own JSON)."""
+    return [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]
+
+
+def fresh_until(ttl_s: float | None, discovered_at: datetime) -> datetime | None:
+    """When a discovery stops being fresh, by the server's cache hint (None: no hint)."""
+    return discovered_at + timedelta(seconds=ttl_s) if ttl_s else None
 
 
 async def _discover(config: ServerConfig) -> Discovery:
     async with McpServer(replace(config, connect_timeout_s=min(config.connect_timeout_s, DISCOVERY_SECONDS))) as server:
         listed = await server.list_tools()
-        tools = [t.model_dump(mode="json", by_alias=True, exclude_none=True) for t in listed]
-        return Discovery(tools, server.protocol_version, None)
+        return Discovery(tools_json(listed), server.protocol_version, None, server.tools_ttl_s)
 
 
 def discover_now(config: ServerConfig) -> Discovery:
@@ -278,6 +298,7 @@ class _Usable:
     discovered: list[dict[str, Any]]
     globs: tuple[str, ...] | None
     stamp: str
+    fresh_until: datetime | None
 
 
 _guarded: dict[str, float] = {}
@@ -322,7 +343,16 @@ def _usable_servers(session_id: str) -> list[_Usable]:
         stamp = row.refreshed_at.isoformat() if row.refreshed_at else ""
         globs = tuple(row.tools) if row.tools is not None else None
         usable.append(
-            _Usable(pool_key(row.team.name, row), row.team_id, row.name, config, list(row.discovered), globs, stamp)
+            _Usable(
+                pool_key(row.team.name, row),
+                row.team_id,
+                row.name,
+                config,
+                list(row.discovered),
+                globs,
+                stamp,
+                row.tools_fresh_until,
+            )
         )
     return usable
 
@@ -352,15 +382,113 @@ def _count_call(key: str, tool: str, seconds: float, error: McpToolError | None)
             asyncio.get_running_loop().create_task(_write_health(key, health, message if down else ""))
 
 
-async def _write_health(key: str, health: str, error: str) -> None:
+def _rows_of(key: str) -> Any:
+    """The rows a pool key's connection serves (a QuerySet)."""
     team_id, name = _rows[key]
     rows = TeamMcpServer.objects.filter(name=name, enabled=True)
-    # An installation server's connection is shared: its health is every enabling team's.
-    rows = rows.filter(url="") if "/" not in key else rows.filter(team_id=team_id)
+    # An installation server's connection is shared: what it says is every enabling team's.
+    return rows.filter(url="") if "/" not in key else rows.filter(team_id=team_id).exclude(url="")
+
+
+async def _write_health(key: str, health: str, error: str) -> None:
+    rows = _rows_of(key)
     try:
         await run_in_db_thread(lambda: rows.update(health=health, last_error=error[:2000]))
     except Exception:  # noqa: BLE001 - the health display is not worth a failed run
         log.warning("MCP server %s: could not record its health", key, exc_info=True)
+
+
+# ---- re-discovery in the worker ----
+
+#: The re-discovery running for each pool key (one at a time per server in a worker), and
+#: the keys whose server said its tools changed again while it ran.
+_rediscovering: dict[str, asyncio.Task[None]] = {}
+_again: set[str] = set()
+
+
+def _tools_changed(key: str) -> None:
+    """A pool's listener: the server of `key` said its tools changed."""
+    if key in _rows:
+        rediscover(key, TeamMcpServer.CHANGED)
+
+
+def rediscover(key: str, reason: str) -> None:
+    """Discover the tools of `key` again on this worker's connection, in the background,
+    and store them on its rows as the Refresh button does, with `reason` (changed, or
+    expired). One at a time per server: a change notification during a re-discovery runs
+    one more after it (its list may predate the change); an expiry then is already served.
+    Never raises, never waits."""
+    running = _rediscovering.get(key)
+    if running is not None and not running.done():
+        if reason == TeamMcpServer.CHANGED:
+            _again.add(key)
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _rediscovering[key] = loop.create_task(_rediscover(key, reason), name=f"mcp-rediscover:{key}")
+
+
+async def _rediscover(key: str, reason: str) -> None:
+    try:
+        while True:
+            _again.discard(key)
+            await _rediscover_once(key, reason)
+            if key not in _again:
+                return
+            reason = TeamMcpServer.CHANGED
+    except Exception:  # noqa: BLE001 - the stored tools stay; the next change or expiry tries again
+        log.warning("MCP server %s: re-discovery failed", key, exc_info=True)
+    finally:
+        if _rediscovering.get(key) is asyncio.current_task():
+            del _rediscovering[key]
+
+
+async def _rediscover_once(key: str, reason: str) -> None:
+    server = worker_pool().current(key)
+    if server is None:
+        return
+    if reason == TeamMcpServer.EXPIRED and not await run_in_db_thread(_claim_expired, key):
+        return  # another worker is on it, or it was discovered again meanwhile
+    try:
+        listed = await server.list_tools()
+    except McpToolError as exc:
+        log.warning("MCP server %s: re-discovery (%s) failed: %s", key, reason, exc)
+        return
+    tools = tools_json(listed)
+    ttl_s, protocol = server.tools_ttl_s, server.protocol_version or ""
+
+    def store() -> int:
+        now = timezone.now()
+        return int(
+            _rows_of(key).update(
+                discovered=tools,
+                protocol_version=protocol,
+                refreshed_at=now,
+                discovery_reason=reason,
+                tools_fresh_until=fresh_until(ttl_s, now),
+                health=TeamMcpServer.OK,
+                last_error="",
+            )
+        )
+
+    stored = await run_in_db_thread(store)
+    _health[key] = TeamMcpServer.OK
+    log.info("MCP server %s: %d tools discovered again (%s), stored on %d rows", key, len(tools), reason, stored)
+
+
+def _claim_expired(key: str) -> bool:
+    """Take the re-discovery of an expired server: its rows' `tools_fresh_until` moves
+    a claim's length ahead, so other workers (and this one, should it fail) leave it
+    until then. False when no row of it is expired any more."""
+    now = timezone.now()
+    claimed = (
+        _rows_of(key)
+        .filter(tools_fresh_until__lte=now)
+        .update(tools_fresh_until=now + timedelta(seconds=REDISCOVERY_CLAIM_SECONDS))
+    )
+    return bool(claimed)
 
 
 def worker_pool() -> McpPool:
@@ -368,7 +496,9 @@ def worker_pool() -> McpPool:
     loop = asyncio.get_running_loop()
     pool = _pools.get(loop)
     if pool is None:
-        pool = _pools[loop] = McpPool(on_call=_count_call, store_media=store_tool_media)
+        pool = _pools[loop] = McpPool(
+            on_call=_count_call, on_tools_changed=_tools_changed, store_media=store_tool_media
+        )
     return pool
 
 
@@ -406,8 +536,13 @@ async def team_mcp_tools(session_id: str, agent: AgentSpec) -> list[Tool]:
         return []
     pool = worker_pool()
     offered: list[Tool] = []
+    now = timezone.now()
     for entry in usable:
         _rows[entry.key] = (entry.team_id, entry.name)
         server = pool.server(entry.key, entry.config)
+        # This run gets the stored tools; newer ones are for the runs after the
+        # re-discovery has stored them.
         offered.extend(t for t in _tools_of(server, entry) if agent.offers(t.name))
+        if entry.fresh_until is not None and entry.fresh_until <= now:
+            rediscover(entry.key, TeamMcpServer.EXPIRED)
     return offered

@@ -309,6 +309,10 @@ class TeamMcpServer(models.Model):
     globs of the server's tool names to offer (None: all); `discovered` is what its last
     `tools/list` answered (each tool's JSON as the server gave it: name, description,
     inputSchema, annotations), which the workers build the team's tools from.
+    `refreshed_at` is when it was last discovered and `discovery_reason` why (saved,
+    Refresh, the server said its tools changed, or its cache hint ran out);
+    `tools_fresh_until` is when that hint runs out (None: the server gave none, so the
+    tools stay until the next save, Refresh or change notification).
     """
 
     UNKNOWN = "unknown"
@@ -316,6 +320,11 @@ class TeamMcpServer(models.Model):
     ERROR = "error"
     DISABLED = "disabled"
     HEALTH_CHOICES = [(h, h) for h in (UNKNOWN, OK, ERROR, DISABLED)]
+    SAVED = "saved"
+    REFRESH = "refresh"
+    CHANGED = "changed"
+    EXPIRED = "expired"
+    REASON_CHOICES = [(r, r) for r in (SAVED, REFRESH, CHANGED, EXPIRED)]
 
     team = models.ForeignKey(Team, on_delete=models.CASCADE, related_name="mcp_servers")
     name = models.SlugField(max_length=32)
@@ -330,6 +339,8 @@ class TeamMcpServer(models.Model):
     last_error = models.TextField(blank=True, default="")
     protocol_version = models.CharField(max_length=32, blank=True, default="")
     refreshed_at = models.DateTimeField(null=True, blank=True)
+    discovery_reason = models.CharField(max_length=16, choices=REASON_CHOICES, blank=True, default="")
+    tools_fresh_until = models.DateTimeField(null=True, blank=True)
     created_by = models.CharField(max_length=150, blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now)

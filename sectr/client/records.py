@@ -331,6 +331,12 @@ class McpServerInfo:
     health: str
     last_error: str | None
     discovered_tools: list[dict[str, Any]]
+    #: When the tools were last discovered (ISO 8601), and why: "saved", "refresh",
+    #: "changed" (the server said so) or "expired" (its cache hint ran out).
+    refreshed_at: str | None = None
+    discovery_reason: str | None = None
+    #: When the server's cache hint for its tools runs out (None: it gave none).
+    tools_fresh_until: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -348,6 +354,9 @@ class McpServerInfo:
             health=str(data.get("health") or "unknown"),
             last_error=data.get("last_error"),
             discovered_tools=list(data.get("discovered_tools") or []),
+            refreshed_at=data.get("refreshed_at"),
+            discovery_reason=data.get("discovery_reason"),
+            tools_fresh_until=data.get("tools_fresh_until"),
             raw=data,
         )
 

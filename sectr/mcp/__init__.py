@@ -26,6 +26,12 @@ with the references the TOOL_RESULT journals as its ``media``. The Sectr server 
 them as a session's media; `MemoryMediaStore` keeps them in this process (for
 `LocalRuntime`); without a hook they are named and not kept. The bytes never reach the
 journal or the model.
+
+A server's tool list may change while it runs. A session-based server says so with
+`notifications/tools/list_changed` on the connection (`on_tools_changed` hears it); a
+stateless one gives `tools/list` a cache hint (`ttlMs`), kept as `tools_ttl_s`. `McpPool`
+honours both: its discovered tools are forgotten on the notification and when the hint
+runs out.
 """
 
 from __future__ import annotations
@@ -83,6 +89,8 @@ DEFAULT_TIMEOUT_S = 60.0
 IDEMPOTENCY_META_KEY = "sectr/idempotency_key"
 _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
+#: The longest cache hint honoured (the `mcp` client's own cap: a day).
+MAX_TOOLS_TTL_S = 24 * 60 * 60.0
 #: Seconds before the n-th restart in a row of a server that keeps dying (then the last).
 _BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _CLIENT_NAME = "sectr"
@@ -336,10 +344,18 @@ class McpServer:
     """
 
     def __init__(
-        self, config: ServerConfig, *, on_call: CallObserver | None = None, store_media: MediaStore | None = None
+        self,
+        config: ServerConfig,
+        *,
+        on_call: CallObserver | None = None,
+        on_tools_changed: Callable[[], None] | None = None,
+        store_media: MediaStore | None = None,
     ) -> None:
         self.config = config
         self._on_call = on_call
+        #: Called (on the loop, must not block or raise) when the server says its tools
+        #: changed (`notifications/tools/list_changed`, the session-based revision).
+        self.on_tools_changed = on_tools_changed
         #: Where the images and audio of results go (module docstring); None: not kept.
         self.store_media = store_media
         self._client: Client | None = None
@@ -352,6 +368,12 @@ class McpServer:
         self.last_error: str | None = None
         #: The protocol revision the server speaks, once connected.
         self.protocol_version: str | None = None
+        #: How long the last `tools/list` may be taken as fresh, by the server's cache hint
+        #: (the stateless revision's `ttlMs`); None: the server gave none (or 0).
+        self.tools_ttl_s: float | None = None
+        #: The names the last `tools/list` on this connection gave (None: never listed),
+        #: so an error from a tool no longer among them can say so.
+        self._listed: frozenset[str] | None = None
 
     async def __aenter__(self) -> McpServer:
         return self
@@ -407,6 +429,7 @@ class McpServer:
                     mode=self.config.mode,
                     client_info=Implementation(name=_CLIENT_NAME, version="1"),
                     cache=None,  # discovery is explicit (`discover`), never a stale cached list
+                    message_handler=self._on_message,
                 ) as client:
                     if not ready.done():
                         ready.set_result(client)
@@ -447,6 +470,20 @@ class McpServer:
         http = create_mcp_http_client(headers=dict(config.headers))
         return streamable_http_client(config.url, http_client=http)
 
+    async def _on_message(self, message: Any) -> None:
+        """The server's notifications (and transport faults, which the call paths see too)."""
+        from mcp_types import ToolListChangedNotification
+
+        if not isinstance(message, ToolListChangedNotification):
+            return
+        logger.info("MCP server %s: its tool list changed", self.config.name)
+        hook = self.on_tools_changed
+        if hook is not None:
+            try:
+                hook()
+            except Exception:  # noqa: BLE001 - a listener's fault must not end the connection
+                logger.warning("MCP server %s: the tool-list listener failed", self.config.name, exc_info=True)
+
     async def _stop(self) -> None:
         runner, self._runner, self._client = self._runner, None, None
         if self._closing is not None:
@@ -479,14 +516,21 @@ class McpServer:
 
     async def list_tools(self) -> list[Any]:
         """The server's tools (every page of `tools/list`), as the `mcp` package's objects."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
         client = await self._connected()
         tools: list[Any] = []
         cursor: str | None = None
+        ttls: list[int] = []
         try:
             async with asyncio.timeout(self.config.timeout_s):
                 for _ in range(100):  # a server whose pages never end cannot hang discovery
                     page = await client.list_tools(cursor=cursor)
                     tools.extend(page.tools)
+                    # A hint counts only when the server set it, on the stateless revision
+                    # (a session-based peer's stray `ttlMs` is not one; the SDK agrees).
+                    if "ttl_ms" in page.model_fields_set:
+                        ttls.append(int(page.ttl_ms))
                     cursor = page.next_cursor
                     if not cursor:
                         break
@@ -495,6 +539,10 @@ class McpServer:
             raise McpToolError(f"MCP server {self.config.name}: tools/list failed: {_reason(exc)}") from None
         self._failures = 0
         self.last_error = None
+        self._listed = frozenset(str(t.name) for t in tools)
+        # The whole list is as fresh as its stalest page; 0 (or none) is no promise at all.
+        ttl_ms = min(ttls) if ttls and client.protocol_version in MODERN_PROTOCOL_VERSIONS else 0
+        self.tools_ttl_s = min(ttl_ms / 1000, MAX_TOOLS_TTL_S) if ttl_ms > 0 else None
         return tools
 
     async def discover(self) -> list[SchemaTool]:
@@ -566,11 +614,21 @@ class McpServer:
             raise McpToolError(f"MCP server {name}: {tool} timed out after {self.config.timeout_s:g}s") from None
         except Exception as exc:
             await self._after_error(exc)
-            raise McpToolError(f"MCP server {name}: {tool} failed: {_reason(exc)}") from None
+            raise McpToolError(f"MCP server {name}: {tool} failed: {_reason(exc)}{self._gone(tool)}") from None
         if result.is_error:
             text = cap(result_text(result), self.config.max_result_bytes)
-            raise McpToolError(f"MCP server {name}: {tool} reported an error: {text or '(no message)'}")
+            raise McpToolError(
+                f"MCP server {name}: {tool} reported an error: {text or '(no message)'}{self._gone(tool)}"
+            )
         return await result_output(result, self.config, self.store_media, session_id)
+
+    def _gone(self, tool: str) -> str:
+        """A note for an error from a tool the server's latest list no longer has: its
+        tools changed after this run's were chosen."""
+        listed = self._listed
+        if listed is None or tool in listed:
+            return ""
+        return " (the server no longer lists this tool: its tools changed since they were discovered)"
 
     async def _after_error(self, exc: BaseException) -> None:
         """Keep the connection after an error the server answered; drop it otherwise."""
@@ -606,17 +664,29 @@ class McpPool:
 
     `on_call` hears every call of every server, with the server's key as its name;
     `store_media` keeps the images and audio of every server's results.
+    `on_tools_changed` hears the key of a server that said its tools changed (after the
+    pool forgot them). Tools discovered with a cache hint are discovered again once it
+    has run out.
 
     A server that cannot be reached while its tools were never discovered offers no tools
     (its `last_error` says why); once discovered, its tools stay, and a call to a server
     that died meanwhile is an error result while the connection is started again.
     """
 
-    def __init__(self, *, on_call: CallObserver | None = None, store_media: MediaStore | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        on_call: CallObserver | None = None,
+        on_tools_changed: Callable[[str], None] | None = None,
+        store_media: MediaStore | None = None,
+    ) -> None:
         self._on_call = on_call
+        self._on_tools_changed = on_tools_changed
         self._store_media = store_media
         self._servers: dict[str, McpServer] = {}
         self._tools: dict[str, list[SchemaTool]] = {}
+        #: When (monotonic) a key's discovered tools stop being fresh, by the server's hint.
+        self._fresh_until: dict[str, float] = {}
         self._discovering: dict[str, asyncio.Task[list[SchemaTool]]] = {}
 
     def server(self, key: str, config: ServerConfig) -> McpServer:
@@ -625,7 +695,7 @@ class McpPool:
         if current is not None and current.config == config:
             return current
         if current is not None:
-            self._tools.pop(key, None)
+            self.refresh(key)
             asyncio.get_running_loop().create_task(current.close())
         observer = self._on_call
         if observer is not None:  # the pool's observer hears the key (two teams may both have a "docs")
@@ -633,15 +703,29 @@ class McpPool:
             def on_call(_name: str, tool: str, seconds: float, error: McpToolError | None) -> None:
                 observer(key, tool, seconds, error)
 
-        server = self._servers[key] = McpServer(
-            config, on_call=on_call if observer is not None else None, store_media=self._store_media
-        )
+        server = McpServer(config, on_call=on_call if observer is not None else None, store_media=self._store_media)
+
+        def changed() -> None:
+            if self._servers.get(key) is not server:
+                return  # a replaced connection's news is stale
+            self.refresh(key)
+            if self._on_tools_changed is not None:
+                self._on_tools_changed(key)
+
+        server.on_tools_changed = changed
+        self._servers[key] = server
         return server
+
+    def current(self, key: str) -> McpServer | None:
+        """The connection kept for `key`, if any (a worker re-lists its tools on it)."""
+        return self._servers.get(key)
 
     async def tools(self, key: str, config: ServerConfig) -> list[SchemaTool]:
         """The server's tools (discovered on first use; concurrent callers share one
         discovery). [] when it cannot be reached and has never been."""
         server = self.server(key, config)
+        if key in self._tools and time.monotonic() >= self._fresh_until.get(key, float("inf")):
+            self.refresh(key)  # the server's cache hint ran out
         if key in self._tools and self._servers.get(key) is server:
             return self._tools[key]
         task = self._discovering.get(key)
@@ -658,11 +742,14 @@ class McpPool:
                 del self._discovering[key]
         if self._servers.get(key) is server:
             self._tools[key] = tools
+            if server.tools_ttl_s is not None:
+                self._fresh_until[key] = time.monotonic() + server.tools_ttl_s
         return tools
 
     def refresh(self, key: str) -> None:
         """Forget the tools of `key`: the next `tools` call discovers them again."""
         self._tools.pop(key, None)
+        self._fresh_until.pop(key, None)
 
     def status(self, key: str) -> dict[str, Any]:
         """What a health display shows of `key`: up or not, its protocol and last error."""

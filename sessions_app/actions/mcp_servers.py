@@ -23,6 +23,7 @@ from sessions_app.actions.teams import get_team_for_user
 from sessions_app.mcp_servers import (
     check_server_url,
     discover_now,
+    fresh_until,
     installation_servers,
     server_config,
 )
@@ -113,9 +114,11 @@ def _unknown(data: dict[str, Any], allowed: tuple[str, ...]) -> None:
         raise ValidationFailed(f"unknown field(s): {', '.join(extra)}", code="invalid_field")
 
 
-def _discover_into(server: TeamMcpServer) -> None:
-    """Run discovery for `server` and keep what it found (not saved here)."""
+def _discover_into(server: TeamMcpServer, reason: str) -> None:
+    """Run discovery for `server` and keep what it found, and why it ran (not saved here)."""
     server.refreshed_at = timezone.now()
+    server.discovery_reason = reason
+    server.tools_fresh_until = None
     if not server.enabled:
         server.health, server.last_error = TeamMcpServer.DISABLED, ""
         return
@@ -130,6 +133,7 @@ def _discover_into(server: TeamMcpServer) -> None:
         return
     server.discovered = found.tools
     server.protocol_version = found.protocol_version or ""
+    server.tools_fresh_until = fresh_until(found.ttl_s, server.refreshed_at)
     server.health, server.last_error = TeamMcpServer.OK, ""
 
 
@@ -169,7 +173,7 @@ def do_add_server(actor: Any, team_name: Any, data: Any) -> TeamMcpServer:
         raise _exists(name)
     if TeamMcpServer.objects.filter(team=team).count() >= MAX_SERVERS_PER_TEAM:
         raise ValidationFailed(f"a team has at most {MAX_SERVERS_PER_TEAM} MCP servers", code="too_many_servers")
-    _discover_into(server)  # outside any transaction: it may take seconds
+    _discover_into(server, TeamMcpServer.SAVED)  # outside any transaction: it may take seconds
     try:
         with transaction.atomic():
             server.save()
@@ -213,7 +217,7 @@ def do_update_server(actor: Any, team_name: Any, name: Any, data: Any) -> TeamMc
     if "tools" in data:
         server.tools = check_globs(data["tools"])
     server.updated_at = timezone.now()
-    _discover_into(server)
+    _discover_into(server, TeamMcpServer.SAVED)
     server.save()
     return server
 
@@ -226,9 +230,17 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def do_refresh_server(actor: Any, team_name: Any, name: Any) -> TeamMcpServer:
     team = moderated_team(actor, team_name, "its MCP servers")
     server = _server_of(team, name)
-    _discover_into(server)
+    _discover_into(server, TeamMcpServer.REFRESH)
     server.save(
-        update_fields=["discovered", "protocol_version", "health", "last_error", "refreshed_at"],
+        update_fields=[
+            "discovered",
+            "protocol_version",
+            "health",
+            "last_error",
+            "refreshed_at",
+            "discovery_reason",
+            "tools_fresh_until",
+        ],
     )
     return server
 

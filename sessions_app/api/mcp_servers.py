@@ -29,6 +29,8 @@ def server_dict(server: TeamMcpServer) -> dict[str, Any]:
         "last_error": server.last_error or None,
         "protocol_version": server.protocol_version or None,
         "refreshed_at": server.refreshed_at.isoformat() if server.refreshed_at else None,
+        "discovery_reason": server.discovery_reason or None,
+        "tools_fresh_until": server.tools_fresh_until.isoformat() if server.tools_fresh_until else None,
         "discovered_tools": [
             {key: tool[key] for key in ("name", "tool", "description", "gate", "read_only", "offered", "input_schema")}
             for tool in described_tools(server)

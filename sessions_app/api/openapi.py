@@ -826,6 +826,8 @@ SCHEMAS: dict[str, Any] = {
             "last_error": nullable(STRING),
             "protocol_version": nullable(STRING),
             "refreshed_at": nullable(DATETIME),
+            "discovery_reason": nullable({"type": "string", "enum": ["saved", "refresh", "changed", "expired"]}),
+            "tools_fresh_until": nullable(DATETIME),
             "discovered_tools": {
                 "type": "array",
                 "items": _object(

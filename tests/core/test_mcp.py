@@ -524,6 +524,72 @@ async def test_a_runtimes_tool_source_adds_a_sessions_mcp_tools() -> None:
     await pool.close()
 
 
+CHANGING = ROOT / "tests" / "server" / "mcp" / "changing_mcp_server.py"
+
+
+def changing(era: str, ttl_ms: int = 0) -> ServerConfig:
+    """Our server whose tool list grows when `grow` is called (docs in the file)."""
+    env = {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms)}
+    return ServerConfig(name="changing", command=sys.executable, args=(str(CHANGING),), env=env, timeout_s=20)
+
+
+async def wait_until(check: Any, seconds: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + seconds
+    while not check():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.02)
+
+
+async def test_a_session_based_servers_tool_list_change_makes_the_pool_discover_again() -> None:
+    heard: list[str] = []
+    pool = McpPool(on_tools_changed=heard.append)
+    config = changing("legacy")
+    first = await pool.tools("c", config)
+    assert {t.name for t in first} == {"changing__grow", "changing__shrink"}
+    server = pool.server("c", config)
+    assert server.protocol_version == "2025-11-25" and server.tools_ttl_s is None
+    assert await pool.tools("c", config) is first  # no hint, no change: kept
+    assert await server.call("grow", {}) == "added extra_1"
+    await wait_until(lambda: heard == ["c"])
+    tools = {t.name: t for t in await pool.tools("c", config)}
+    assert set(tools) == {"changing__grow", "changing__shrink", "changing__extra_1"}
+    assert await tools["changing__extra_1"].run({}) == "extra 1"
+    await pool.close()
+
+
+async def test_a_stateless_servers_cache_hint_is_honoured_and_none_keeps_the_tools() -> None:
+    pool = McpPool()
+    hinted, plain = changing("modern", ttl_ms=300), changing("modern")
+    first = await pool.tools("hinted", hinted)
+    server = pool.server("hinted", hinted)
+    assert server.protocol_version == "2026-07-28" and server.tools_ttl_s == 0.3
+    await server.call("grow", {})  # no notification reaches a client that is not listening
+    assert await pool.tools("hinted", hinted) is first  # still fresh
+    await asyncio.sleep(0.4)
+    assert "changing__extra_1" in {t.name for t in await pool.tools("hinted", hinted)}
+
+    kept = await pool.tools("plain", plain)
+    await pool.server("plain", plain).call("grow", {})
+    await asyncio.sleep(0.4)
+    assert pool.server("plain", plain).tools_ttl_s is None
+    assert await pool.tools("plain", plain) is kept  # no hint: kept until refresh
+    pool.refresh("plain")
+    assert "changing__extra_1" in {t.name for t in await pool.tools("plain", plain)}
+    await pool.close()
+
+
+async def test_a_tool_the_server_removed_since_its_discovery_is_an_error_result() -> None:
+    async with McpServer(changing("legacy")) as server:
+        await server.call("grow", {})
+        extra = {t.name: t for t in await server.discover()}["changing__extra_1"]
+        await server.call("shrink", {"quietly": True})
+        with pytest.raises(McpToolError, match=r"MCP server changing: extra_1 reported an error: Unknown tool"):
+            await extra.run({})
+        await server.discover()  # the list no longer has it: the error says why
+        with pytest.raises(McpToolError, match=r"no longer lists this tool: its tools changed"):
+            await extra.run({})
+
+
 def test_an_operators_servers_file_is_checked_entry_by_entry() -> None:
     configs = server_configs_from_json(
         {"git": {"command": "mcp-server-git", "args": ["--repository", "/srv/repo"], "env": {"A": "b"}, "cwd": "/srv"}},

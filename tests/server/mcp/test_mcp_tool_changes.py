@@ -1,0 +1,172 @@
+"""A server's tool list changes while the workers use it (docs/mcp.md, Discovery): a
+session-based server's `notifications/tools/list_changed` makes the worker discover its
+tools again and store them, so the next run has the new tool without Refresh; a
+stateless server's cache hint (`ttlMs`) is kept as `tools_fresh_until`, and a run after
+it discovers again in the background; a tool removed since its discovery is an error
+result; the team page says when the tools were discovered and why.
+
+The server is tests/server/mcp/changing_mcp_server.py (calling `grow` adds a tool), an
+installation stdio server here, so its state is the worker connection's own process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from sectr.events import EventType
+from sessions_app import actions
+from sessions_app.actions import mcp_servers as mcp_actions
+from sessions_app.dbthread import run_in_db_thread
+from sessions_app.models import Run, Session, TeamMcpServer
+
+from .conftest import servers_file
+from .test_mcp_runs import of_type, with_worker
+
+E = EventType
+CHANGING = Path(__file__).with_name("changing_mcp_server.py")
+
+
+def install_changing(tmp_path: Path, settings: Any, era: str, ttl_ms: int = 0) -> None:
+    (tmp_path / "repo").mkdir()
+    entry = {
+        "command": sys.executable,
+        "args": [str(CHANGING)],
+        "env": {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms)},
+        "timeout_s": 20,
+    }
+    settings.SECTR_MCP_SERVERS = str(servers_file(tmp_path / "mcp-servers.json", tmp_path / "repo", changing=entry))
+
+
+def changing_session(people: dict[str, Any]) -> Session:
+    server = mcp_actions.do_add_server(people["moderator"], "crew", {"name": "changing"})
+    assert server.health == "ok", server.last_error
+    actions.do_create_agent(people["moderator"], "crew", "shifty", {"name": "Shifty", "tools": ["changing__*"]})
+    return actions.do_create_session(people["owner"], team="crew", agent="crew/shifty")
+
+
+def row() -> TeamMcpServer:
+    return TeamMcpServer.objects.get(name="changing")
+
+
+def listed(server: TeamMcpServer) -> list[str]:
+    return sorted(str(t["name"]) for t in server.discovered)
+
+
+async def until(check: Callable[[], bool], seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not await run_in_db_thread(check):
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+def results(session: Session) -> list[tuple[bool, str]]:
+    return [(bool(r.get("is_error")), str(r["content"])) for r in of_type(session, E.TOOL_RESULT)]
+
+
+def tools_section(people: dict[str, Any]) -> str:
+    client = Client()
+    client.force_login(people["member"])
+    page = client.get("/teams/crew/").content.decode()
+    return page[page.index('id="mcp-servers"') :]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_tool_list_change_reaches_the_next_run_without_refresh(
+    people: dict[str, Any], tmp_path: Path, settings: Any
+) -> None:
+    install_changing(tmp_path, settings, "legacy")
+    session = changing_session(people)
+    saved = row()
+    assert saved.protocol_version == "2025-11-25" and listed(saved) == ["grow", "shrink"]
+    assert saved.discovery_reason == "saved" and saved.tools_fresh_until is None
+    assert "when the server was saved" in tools_section(people)
+    owner = people["owner"]
+
+    async def body(idle: Callable[[], Awaitable[None]]) -> None:
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
+        await idle()
+        # The server said its tools changed: the worker listed them on its connection.
+        await until(lambda: row().discovery_reason == "changed")
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
+        await idle()
+        # Removed quietly (no notification): the next run still has it from the stored
+        # discovery, and its call is an error result, not a failed run.
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, '!tool changing__shrink {"quietly": true}')
+        await idle()
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
+        await idle()
+
+    with_worker(body)
+    changed = row()
+    assert listed(changed) == ["extra_1", "grow", "shrink"] and changed.refreshed_at > saved.refreshed_at
+    assert changed.tools_fresh_until is None and changed.health == "ok"
+    outcome = results(session)
+    assert outcome[:3] == [(False, "added extra_1"), (False, "extra 1"), (False, "removed extra_1")], outcome
+    error, message = outcome[3]
+    assert error and "MCP server changing: extra_1 reported an error: Unknown tool: extra_1" in message, message
+    assert set(Run.objects.filter(session=session).values_list("status", flat=True)) == {Run.COMPLETED}
+    section = tools_section(people)
+    assert "because the server said its tools changed" in section and "<code>changing__extra_1</code>" in section
+    assert "Fresh until" not in section
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stateless_servers_cache_hint_expires_and_a_run_discovers_again(
+    people: dict[str, Any], tmp_path: Path, settings: Any
+) -> None:
+    # Long enough for the first run to start within it on a busy machine.
+    install_changing(tmp_path, settings, "modern", ttl_ms=8000)
+    session = changing_session(people)
+    saved = row()
+    assert saved.protocol_version == "2026-07-28" and saved.discovery_reason == "saved"
+    assert saved.tools_fresh_until is not None and saved.refreshed_at is not None
+    assert abs((saved.tools_fresh_until - saved.refreshed_at).total_seconds() - 8) < 0.01
+    assert "Fresh until" in tools_section(people)
+    owner = people["owner"]
+
+    async def body(idle: Callable[[], Awaitable[None]]) -> None:
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
+        await idle()
+        # No notification at this revision: the stored tools stay while the hint holds.
+        assert await run_in_db_thread(lambda: (row().discovery_reason, listed(row()))) == ("saved", ["grow", "shrink"])
+        fresh_until = saved.tools_fresh_until
+        assert fresh_until is not None
+        await asyncio.sleep(max(0.0, (fresh_until - timezone.now()).total_seconds()) + 0.2)
+        # A run after the hint ran out uses the stored tools and starts a re-discovery.
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
+        await idle()
+        await until(lambda: row().discovery_reason == "expired")
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
+        await idle()
+
+    with_worker(body)
+    expired = row()
+    assert listed(expired) == ["extra_1", "grow", "shrink"] and expired.tools_fresh_until is not None
+    assert expired.refreshed_at is not None and expired.tools_fresh_until > expired.refreshed_at
+    assert results(session) == [(False, "added extra_1"), (False, "extra 1")]
+    assert "because the server's cache hint ran out" in tools_section(people)
+
+
+@pytest.mark.django_db
+def test_the_api_says_when_and_why_the_tools_were_discovered(
+    people: dict[str, Any], tmp_path: Path, settings: Any
+) -> None:
+    from sessions_app.actions.tokens import do_issue_token
+
+    install_changing(tmp_path, settings, "modern", ttl_ms=60000)
+    changing_session(people)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
+    body = client.get("/api/v1/teams/crew/mcp-servers/changing").json()
+    assert body["discovery_reason"] == "saved" and body["tools_fresh_until"] > body["refreshed_at"]
+    refreshed = client.post("/api/v1/teams/crew/mcp-servers/changing/refresh", content_type="application/json").json()
+    assert refreshed["discovery_reason"] == "refresh" and refreshed["refreshed_at"] > body["refreshed_at"]
+    assert json.dumps(refreshed).count("changing__grow") == 1
