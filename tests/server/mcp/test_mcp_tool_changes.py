@@ -170,3 +170,54 @@ def test_the_api_says_when_and_why_the_tools_were_discovered(
     refreshed = client.post("/api/v1/teams/crew/mcp-servers/changing/refresh", content_type="application/json").json()
     assert refreshed["discovery_reason"] == "refresh" and refreshed["refreshed_at"] > body["refreshed_at"]
     assert json.dumps(refreshed).count("changing__grow") == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)  # its own server, migrations and a worker process: slow on a loaded machine
+def test_a_worker_process_stores_a_changed_tool_list_for_the_next_run(tmp_path: Path) -> None:
+    from tests.liveserver import LiveSectr
+    from tests.server.runs.test_worker_processes import LiveDriver, wait_for, worker_args
+
+    servers = tmp_path / "mcp-servers.json"
+    entry = {"command": sys.executable, "args": [str(CHANGING)], "env": {"CHANGING_MCP_ERA": "legacy"}}
+    servers.write_text(json.dumps({"changing": entry}))
+    with LiveSectr(embedded_worker=False, env={"SECTR_MCP_SERVERS": str(servers)}) as live:
+        driver = LiveDriver(live)
+        try:
+            session_id, first = driver.act(
+                """
+                from sessions_app.actions import mcp_servers
+                alice = User.objects.create_user("alice")
+                actions.do_create_team("crew")
+                actions.do_set_membership("crew", "alice", "moderator")
+                server = mcp_servers.do_add_server(alice, "crew", {"name": "changing"})
+                assert server.health == "ok", server.last_error
+                actions.do_create_agent(alice, "crew", "shifty", {"name": "Shifty", "tools": ["changing__*"]})
+                session = actions.do_create_session(alice, team="crew", agent="crew/shifty")
+                run = actions.do_post_message(alice, session.pk, "!tool changing__grow {}")
+                result = [session.pk, run.pk]
+                """
+            )
+            live.start_worker(*worker_args("w0"))
+            wait_for(lambda: driver.run(first)["status"] == "completed", 90, "the first run")
+
+            def stored() -> tuple[str, list[str]]:
+                ((reason, discovered),) = driver._rows(
+                    "SELECT discovery_reason, discovered FROM sessions_app_teammcpserver WHERE name = %s", ("changing",)
+                )
+                tools = json.loads(discovered) if isinstance(discovered, str) else discovered
+                return str(reason), sorted(t["name"] for t in tools)
+
+            wait_for(lambda: stored()[0] == "changed", 30, "the worker's re-discovery")
+            assert stored() == ("changed", ["extra_1", "grow", "shrink"])
+            second = driver.act(
+                f"""
+                alice = User.objects.get(username="alice")
+                result = actions.do_post_message(alice, {session_id!r}, "!tool changing__extra_1 {{}}").pk
+                """
+            )
+            wait_for(lambda: driver.run(second)["status"] == "completed", 60, "the second run")
+            contents = [e["payload"]["content"] for e in driver.envelopes(session_id) if e["type"] == "TOOL_RESULT"]
+            assert contents == ["added extra_1", "extra 1"]
+        finally:
+            driver.close()
