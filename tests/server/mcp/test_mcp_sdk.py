@@ -29,6 +29,8 @@ def test_a_moderator_enables_a_server_and_a_members_agent_calls_its_tool(api: Li
     with Client(api.base_url, token=api.tokens["mod"]) as mod, Client(api.base_url, token=api.tokens["alice"]) as alice:
         server = mod.teams.add_mcp_server("crew", "time", tools=["get_*"])
         assert (server.kind, server.health, server.url, server.tools) == ("stdio", "ok", None, ["get_*"])
+        # No cache hint from mcp-server-time: the tools stay until a save or Refresh.
+        assert (server.discovery_reason, server.tools_fresh_until) == ("saved", None) and server.refreshed_at
         offered = {t["name"]: t["offered"] for t in server.discovered_tools}
         assert offered == {"time__get_current_time": True, "time__convert_time": False}
         assert [s.name for s in alice.teams.mcp_servers("crew")] == ["time"]
@@ -54,7 +56,8 @@ def test_an_outsider_gets_not_found_and_the_async_client_changes_and_deletes(api
             changed = await mod.teams.update_mcp_server("crew", "time", enabled=False)
             assert (changed.enabled, changed.health) == (False, "disabled")
             changed = await mod.teams.update_mcp_server("crew", "time", enabled=True)
-            assert (await mod.teams.refresh_mcp_server("crew", "time")).health == "ok"
+            refreshed = await mod.teams.refresh_mcp_server("crew", "time")
+            assert (refreshed.health, refreshed.discovery_reason) == ("ok", "refresh")
             await mod.teams.delete_mcp_server("crew", "time")
             with pytest.raises(NotFoundError):
                 await mod.teams.mcp_server("crew", "time")
