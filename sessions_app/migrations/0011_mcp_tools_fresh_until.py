@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('sessions_app', '0009_experiments'),
+        ('sessions_app', '0010_pair_verdict_scores'),
     ]
 
     operations = [
