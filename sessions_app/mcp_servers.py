@@ -145,6 +145,15 @@ def check_server_url(url: Any) -> str:
     return url
 
 
+def connect_addresses(host: str, port: int) -> list[str]:
+    """The addresses a connection to a team server's host may use: resolved once here
+    and each checked (the guard of `check_server_url`), the `connect_guard` of every team
+    server's config. The client connects to one of them and never resolves the name
+    again, so a name that answers the save's check with a public address cannot send the
+    connection to an internal one later (DNS rebinding). AddressRefused otherwise."""
+    return [str(address) for address in check_public_host(host, port, settings.SECTR_MCP_ALLOWED_HOSTS)]
+
+
 def server_config(row: TeamMcpServer, installation: Mapping[str, ServerConfig] | None = None) -> ServerConfig:
     """The connection config of a team's server. LookupError for an installation server
     that is gone; SealBroken for headers that cannot be read."""
@@ -156,6 +165,7 @@ def server_config(row: TeamMcpServer, installation: Mapping[str, ServerConfig] |
             timeout_s=row.timeout_s,
             max_result_bytes=settings.SECTR_MCP_MAX_RESULT_BYTES,
             max_media_bytes=settings.SECTR_MCP_MAX_MEDIA_BYTES,
+            connect_guard=connect_addresses,
         )
     servers = installation_servers() if installation is None else installation
     config = servers.get(row.name)

@@ -159,6 +159,11 @@ class ServerConfig:
     #: An image or audio of a result larger than this is named, not kept.
     max_media_bytes: int = DEFAULT_MAX_MEDIA_BYTES
     mode: str = "auto"
+    #: For an HTTP server: resolves the URL's host once and returns the addresses a
+    #: connection may use, each checked, or raises to refuse it (sectr.mcp.http). Every
+    #: connection then goes to one of them, so DNS cannot answer the guard one address
+    #: and the connection another. None: the HTTP client resolves and connects as usual.
+    connect_guard: Callable[[str, int], Sequence[str]] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not _SERVER_NAME.match(self.name):
@@ -467,7 +472,12 @@ class McpServer:
             assert stderr is not None
             return stdio_client(params, errlog=stderr.writer)
         assert config.url is not None
-        http = create_mcp_http_client(headers=dict(config.headers))
+        if config.connect_guard is not None:
+            from sectr.mcp.http import guarded_http_client
+
+            http = guarded_http_client(config.headers, config.connect_guard)
+        else:
+            http = create_mcp_http_client(headers=dict(config.headers))
         return streamable_http_client(config.url, http_client=http)
 
     async def _on_message(self, message: Any) -> None:

@@ -449,6 +449,28 @@ async def test_streamable_http_with_the_session_based_revision(everything_http: 
         assert await server.call("echo", {"message": "over http"}) == "Echo: over http"
 
 
+async def test_a_connect_guard_chooses_the_address_and_can_refuse_the_host(everything_http: str) -> None:
+    # The name never resolves: the connection goes only where the guard says.
+    url = everything_http.replace("127.0.0.1", "mcp.sectr-test.invalid")
+    asked: list[tuple[str, int]] = []
+
+    def to_loopback(host: str, port: int) -> list[str]:
+        asked.append((host, port))
+        return ["127.0.0.1"]
+
+    async with McpServer(ServerConfig(name="every", url=url, connect_guard=to_loopback)) as server:
+        assert await server.call("echo", {"message": "guarded"}) == "Echo: guarded"
+    assert asked and asked[0] == ("mcp.sectr-test.invalid", int(everything_http.split(":")[2].split("/")[0]))
+
+    def refuse(host: str, port: int) -> list[str]:
+        raise ValueError(f"{host} is not for you")
+
+    config = ServerConfig(name="every", url=everything_http, connect_guard=refuse, connect_timeout_s=5)
+    async with McpServer(config) as server:
+        with pytest.raises(McpToolError, match="unreachable.*refused: 127.0.0.1 is not for you"):
+            await server.call("echo", {"message": "x"})
+
+
 async def test_an_http_server_that_is_not_there_is_an_error() -> None:
     config = ServerConfig(name="nobody", url=f"http://127.0.0.1:{_free_port()}/mcp", connect_timeout_s=5)
     async with McpServer(config) as server:
