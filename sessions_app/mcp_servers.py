@@ -266,6 +266,64 @@ def described_tools(row: TeamMcpServer) -> list[dict[str, Any]]:
     return listed
 
 
+def discovered_input_schema(session_id: str, name: str) -> dict[str, Any] | None:
+    """The input schema of the MCP tool the model knows as `name` (``<server>__<tool>``)
+    among the session's team's enabled servers, as their last discovery stored it; None
+    when no server of the team has a tool of that name."""
+    from mcp import Tool as WireTool
+
+    if "__" not in name:
+        return None
+    for row in TeamMcpServer.objects.filter(team__sessions__pk=session_id, enabled=True).order_by("name"):
+        for data in row.discovered or ():
+            if tool_name(row.name, str(data.get("name"))) != name:
+                continue
+            try:
+                wire = WireTool.model_validate(data)
+            except ValueError:
+                return None
+            return dict(wire.input_schema or {})
+    return None
+
+
+#: At most this many of an edit's schema violations are named in the refusal.
+MAX_SCHEMA_PROBLEMS = 5
+
+
+def check_edited_mcp_arguments(session_id: str, name: str, arguments: dict[str, Any]) -> bool:
+    """Arguments a person edited on the ask of an MCP tool, checked against the tool's
+    input JSON Schema (the `jsonschema` package, the dialect the schema names, else 2020-12,
+    MCP's): ValidationFailed (invalid_arguments) naming where and what is wrong. True when
+    `name` is one of the team's MCP tools (checked), False otherwise. A schema that is
+    itself invalid, or refers to documents elsewhere, cannot judge anything: the server
+    does, when the call runs."""
+    import jsonschema
+    import referencing.exceptions
+
+    schema = discovered_input_schema(session_id, name)
+    if schema is None:
+        return False
+    schema.setdefault("type", "object")
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    try:
+        validator_class.check_schema(schema)
+        errors = sorted(
+            validator_class(schema).iter_errors(arguments), key=lambda error: [str(p) for p in error.absolute_path]
+        )
+    except (jsonschema.SchemaError, referencing.exceptions.Unresolvable) as exc:
+        log.warning("MCP tool %s: its input schema cannot check edited arguments: %s", name, type(exc).__name__)
+        return True
+    if errors:
+        problems = [f"{error.json_path}: {error.message}" for error in errors[:MAX_SCHEMA_PROBLEMS]]
+        if len(errors) > MAX_SCHEMA_PROBLEMS:
+            problems.append(f"and {len(errors) - MAX_SCHEMA_PROBLEMS} more")
+        raise ValidationFailed(
+            f"the edited arguments do not fit the tool's input schema: {'; '.join(problems)}",
+            code="invalid_arguments",
+        )
+    return True
+
+
 def picker_tools(team_id: int) -> list[Tool]:
     """The tools of a team's enabled servers, from their last discovery, as the agent
     form's tool picker lists them (name and gate). Stand-ins: they never run (a run gets

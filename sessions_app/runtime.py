@@ -26,7 +26,7 @@ from sectr.tools import Tool, ToolArgumentError
 from sessions_app.approval_relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
-from sessions_app.mcp_servers import team_mcp_tools
+from sessions_app.mcp_servers import check_edited_mcp_arguments, team_mcp_tools
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
 from sessions_app.plugins import configured_handler, configured_handlers, configured_tools
@@ -133,12 +133,16 @@ def is_gated_tool(name: str) -> bool:
     return name in tools and tools.get(name).gated
 
 
-def check_edited_arguments(name: str, arguments: dict[str, Any]) -> None:
+def check_edited_arguments(name: str, arguments: dict[str, Any], session_id: str | None = None) -> None:
     """Arguments a person edited must fit the tool's signature, as the model's must: a
     400 (invalid_arguments) naming each problem now, rather than a run that fails later.
-    A tool this process does not know (a plugin's, since removed) is left to the run."""
+    An MCP tool of the session's team is checked against its whole input JSON Schema
+    (sessions_app.mcp_servers.check_edited_mcp_arguments). A tool this process does not
+    know (a plugin's, since removed) is left to the run."""
     tools = get_runtime().tools
     if name not in tools:
+        if session_id is not None:
+            check_edited_mcp_arguments(session_id, name, arguments)
         return
     try:
         tools.get(name).validate(arguments)

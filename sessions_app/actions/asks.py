@@ -68,7 +68,7 @@ def do_decide(
         if arguments is not None:
             ask = state.asks.get(ask_id) or {}
             if ask.get("status") == "pending":  # a decided one is refused as such, below
-                check_edited_arguments(str(ask.get("name") or ""), arguments)
+                check_edited_arguments(str(ask.get("name") or ""), arguments, session.pk)
         requester = session.owner.get_username()
         invocation_id, events = operations.vote_events(
             state,

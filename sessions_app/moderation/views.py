@@ -143,8 +143,10 @@ def decide(request: HtmxHttpRequest, ask_id: str) -> HttpResponse:
             message = f"{message} (decided by {card_decider})"
         notice = render_to_string("chat/_flash.html", {"message": message, "level": "error"})
         html += f'<div id="flash" hx-swap-oob="innerHTML">{notice}</div>'
-    # A refusal of this person (403) keeps its status; htmx swaps a 4xx too (base.html).
-    return HttpResponse(html, status=refused.status if isinstance(refused, Forbidden) else 200)
+    # A refusal of this person (403) or of what they sent (400: edited arguments that do not
+    # fit the tool, say) keeps its status; htmx swaps a 4xx too (base.html).
+    kept = isinstance(refused, Forbidden | ValidationFailed)
+    return HttpResponse(html, status=refused.status if refused is not None and kept else 200)
 
 
 AUDIT_PAGE_SIZE = 50

@@ -126,7 +126,7 @@ def test_bad_edited_arguments_leave_the_ask_pending_and_say_why(
         "/asks/ask_1/decide", {"verdict": "allow_once", "arguments": text, "where": "queue"}, **HTMX
     )
     html = response.content.decode()
-    assert response.status_code == 200 and 'data-status="pending"' in html
+    assert response.status_code == 400 and 'data-status="pending"' in html
     assert message in html
     assert decision_of(session) is None
     assert not AuditEntry.objects.filter(session=session, kind=AuditEntry.DECISION).exists()

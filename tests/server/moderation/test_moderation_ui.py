@@ -284,7 +284,7 @@ def test_the_approve_all_button_decides_for_the_turn_and_deny_with_a_scope_is_re
     client = logged_in(teammate)
     before = Envelope.objects.filter(session=session).count()
     refused = client.post("/asks/ask_1/decide", {"verdict": "deny", "scope": "turn", "where": "queue"}, **HTMX)
-    assert refused.status_code == 200
+    assert refused.status_code == 400
     assert "not with deny" in refused.content.decode() and "Approve all</button>" in refused.content.decode()
     assert Envelope.objects.filter(session=session).count() == before  # nothing written
     decided = client.post("/asks/ask_1/decide", {"scope": "turn", "where": "queue"}, **HTMX)
