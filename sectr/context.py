@@ -41,7 +41,7 @@ from sectr.providers.base import (
     ToolCallDelta,
 )
 from sectr.replay import RecordedResult
-from sectr.rules import Policy, Rule, RuleDecision
+from sectr.rules import RULE_APPROVER_PREFIX, Policy, Rule, RuleDecision
 from sectr.state import SessionState, apply_envelope
 from sectr.telemetry import traced_model_step, traced_tool_call
 from sectr.tools import Tool, ToolContext, ToolOutput, ToolRegistry, format_result
@@ -468,12 +468,18 @@ class SessionContext:
                 rule = self._policy.first_match(name, arguments)
                 if rule is not None and rule.action == "deny":
                     return self._denied_by_rule(rule, name, arguments, call_id)
-                # A person approved running it once; whether to risk a second run is a
-                # new decision (the ask's decision starts a run that runs it, see
-                # `_interrupted`), never taken from the first approval, a grant or an
-                # `allow` rule.
+                if self._started_by_rule(call_id):
+                    # An `allow` rule let it run, not a person: no one weighed a second
+                    # run, and a rule cannot tell whether the first took effect. It is
+                    # reported as an ungated call's would be, never run again.
+                    return _Admission(call_id, content=INTERRUPTED_TOOL_CONTENT)
+                # A person approved running it once (or a grant of theirs let it run);
+                # whether to risk a second run is a new decision (the ask's decision
+                # starts a run that runs it, see `_interrupted`), never taken from the
+                # first approval, a grant or an `allow` rule. The ask says the first
+                # attempt may have run (`may_have_run`), for the card and the API.
                 terms = self._policy.ask_terms(rule if rule is not None and rule.action == "ask" else None)
-                raise ApprovalRequired(name, dict(arguments), call_id, terms=terms)
+                raise ApprovalRequired(name, dict(arguments), call_id, terms={**terms, "may_have_run": True})
             return _Admission(call_id, content=INTERRUPTED_TOOL_CONTENT)
         if tool.gated:
             ask = self._decided_ask_for(name, arguments, call_id)
@@ -518,6 +524,26 @@ class SessionContext:
             if kind is EventType.TOOL_STARTED or kind is EventType.TOOL_RESULT or kind is EventType.APPROVAL_REQUESTED:
                 if envelope.payload.get("tool_call_id") == call_id:
                     return kind is EventType.TOOL_STARTED
+        return False
+
+    def _started_by_rule(self, call_id: str) -> bool:
+        """Whether the call's newest TOOL_STARTED was let through by an `allow` rule: the
+        APPROVAL_REQUESTED of the call just before that start carries a rule's approving
+        decision (approver ``rule:<id>``). False for a person's approval, their "Approve
+        all" or a grant of theirs (no ask of its own)."""
+        started = False
+        for envelope in reversed(self.transcript):
+            if envelope.payload.get("tool_call_id") != call_id:
+                continue
+            if envelope.type is EventType.TOOL_STARTED:
+                started = True
+            elif envelope.type is EventType.APPROVAL_REQUESTED and started:
+                decision = envelope.payload.get("decision")
+                return (
+                    isinstance(decision, dict)
+                    and bool(decision.get("approved"))
+                    and str(decision.get("approver") or "").startswith(RULE_APPROVER_PREFIX)
+                )
         return False
 
     def _tool_context(self, call_id: str | None) -> ToolContext:

@@ -213,13 +213,17 @@ class RunEvent:
 
 @dataclass(frozen=True)
 class PermissionAsk:
-    """A gated tool call waiting for a verdict (a `permission.ask` event)."""
+    """A gated tool call waiting for a verdict (a `permission.ask` event).
+
+    `may_have_run`: a crash cut off an earlier attempt of this very call after it had
+    started, so it may already have taken effect; approving runs it again."""
 
     ask_id: str
     name: str
     arguments: dict[str, Any]
     tool_call_id: str | None
     run_id: str
+    may_have_run: bool = False
 
     @classmethod
     def from_payload(cls, payload: dict[str, Any], run_id: str) -> PermissionAsk:
@@ -230,6 +234,7 @@ class PermissionAsk:
             arguments=dict(payload.get("arguments") or {}),
             tool_call_id=payload.get("tool_call_id"),
             run_id=run_id,
+            may_have_run=payload.get("may_have_run") is True,
         )
 
 

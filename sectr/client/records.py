@@ -159,6 +159,8 @@ class AskInfo:
     verdict: str | None
     requested_at: str | None
     deadline: str | None
+    #: a re-ask after a crash cut this call off once it had started: it may have run
+    may_have_run: bool = False
     raw: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
@@ -181,6 +183,7 @@ class AskInfo:
             verdict=data.get("verdict"),
             requested_at=data.get("requested_at"),
             deadline=data.get("deadline"),
+            may_have_run=data.get("may_have_run") is True,
             raw=data,
         )
 

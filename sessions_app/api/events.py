@@ -206,6 +206,7 @@ class RunEvents:
                 return [self._event("approval", env, payload)]
             keys = ("ask_id", "tool_call_id", "name", "arguments")
             self._pending_ask = {k: p.get(k) for k in keys}
+            self._pending_ask["may_have_run"] = bool(p.get("may_have_run"))
             for key in ("rule_id", "approvals_required", "expires_after_s"):
                 if p.get(key) is not None:
                     self._pending_ask[key] = p[key]

@@ -213,6 +213,7 @@ SCHEMAS: dict[str, Any] = {
             "arguments": OBJECT,
             "seq": INTEGER,
             "invocation_id": STRING,
+            "may_have_run": BOOLEAN,
         },
         closed=False,
     ),
@@ -517,6 +518,7 @@ SCHEMAS: dict[str, Any] = {
             "tool": STRING,
             "tool_call_id": nullable(STRING),
             "arguments": OBJECT,
+            "may_have_run": BOOLEAN,
             "state": or_empty({"type": "string", "enum": ["pending", "decided"]}),
             "status": {"type": "string", "enum": ["pending", "approved", "denied", "withdrawn"]},
             "requested_at": nullable(DATETIME),
@@ -528,7 +530,7 @@ SCHEMAS: dict[str, Any] = {
             "verdict": nullable(STRING),
             "decided_at": nullable(DATETIME),
         },
-        ("ask_id", "session_id", "tool", "state", "status", "approvals_required", "votes"),
+        ("ask_id", "session_id", "tool", "may_have_run", "state", "status", "approvals_required", "votes"),
     ),
     "AskList": _object(
         {

@@ -583,6 +583,8 @@ def ask_dict(index: AskIndex) -> dict[str, Any]:
         "tool": index.tool,
         "tool_call_id": ask.get("tool_call_id"),
         "arguments": ask.get("arguments") or {},
+        # A re-ask after a crash cut off this call once it had started (docs/journal.md).
+        "may_have_run": bool(ask.get("may_have_run")),
         "state": "pending" if index.status == AskIndex.PENDING else "decided",
         "status": index.status,
         "requested_at": index.requested_at.isoformat() if index.requested_at else None,

@@ -153,6 +153,9 @@ class ApprovalView:
     #: the votes so far (an ask needing several approvals; the deciding vote included)
     votes: list[Vote] = field(default_factory=list)
     expires_at: datetime | None = None
+    #: a crash cut off an earlier attempt of this very call after it started: it may
+    #: have taken effect already, and approving runs it again
+    may_have_run: bool = False
 
     @property
     def approvers(self) -> list[str]:
@@ -272,4 +275,5 @@ class ApprovalView:
             tool_call_id=ask.get("tool_call_id"),
             votes=votes_of(ask),
             expires_at=expiry_of(ask),
+            may_have_run=bool(ask.get("may_have_run")),
         )

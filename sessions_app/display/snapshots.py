@@ -117,6 +117,8 @@ def _ask(ask: dict[str, Any] | None) -> dict[str, Any] | None:
     if ask is None:
         return None
     data = {key: ask.get(key) for key in ("ask_id", "tool_call_id", "name", "arguments", "seq", "invocation_id")}
+    # A re-ask after a crash cut this call off once it had started (docs/journal.md).
+    data["may_have_run"] = bool(ask.get("may_have_run"))
     # What a rule set (docs/moderation.md): quorum, expiry, and the votes so far.
     for key in ("rule_id", "approvals_required", "expires_after_s", "requested_at"):
         if ask.get(key) is not None:

@@ -160,8 +160,10 @@ async def test_an_unknown_ask_is_not_pending(rt: LocalRuntime, sid: str) -> None
 async def test_two_gated_calls_in_one_message_ask_one_after_the_other(demo: DemoProvider) -> None:
     def script(request: CompletionRequest, n: int) -> list[Any]:
         if n == 1:
-            return [*call("write_note", '{"title": "a", "body": "1"}', call_id="w1")[:-1],
-                    *call("write_note", '{"title": "b", "body": "2"}', call_id="w2")]
+            return [
+                *call("write_note", '{"title": "a", "body": "1"}', call_id="w1")[:-1],
+                *call("write_note", '{"title": "b", "body": "2"}', call_id="w2"),
+            ]
         return say("both done")
 
     rt = LocalRuntime(provider=ScriptedProvider(script))
@@ -763,10 +765,43 @@ async def test_a_crash_inside_an_approved_call_asks_again_before_running_it_twic
     assert outcome.type is EventType.INVOCATION_SUSPENDED, outcome.payload
     asks = of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)
     assert len(asks) == 2 and asks[1].payload["tool_call_id"] == asks[0].payload["tool_call_id"]
+    # The second ask says the first attempt may have run; the first did not say so.
+    assert asks[1].payload["may_have_run"] is True and "may_have_run" not in asks[0].payload
+    assert (await journal.state(sid)).pending_ask["may_have_run"] is True
     outcome = await recovering.decide(sid, outcome.payload["ask_id"], "allow_once", approver="bob")
     assert outcome.type is EventType.INVOCATION_COMPLETED
     assert final_text(rt, sid) == "slow_deploy returned: deployed to prod"
     assert len(of_type(journal.read(sid), EventType.TOOL_STARTED)) == 2
+
+
+async def test_a_crash_inside_a_call_an_allow_rule_let_run_is_reported_never_run_again(demo: DemoProvider) -> None:
+    runs: list[str] = []
+
+    @tool(gated=True, mutating=True, name="slow_deploy")
+    async def counted_deploy(target: str) -> str:
+        """Deploy, slowly, counting.
+
+        Args:
+            target: where to.
+        """
+        runs.append(target)
+        await asyncio.sleep(0.3)
+        return f"deployed to {target}"
+
+    journal = MemoryJournal()
+    rules = [{"tool": "slow_deploy", "action": "allow"}]
+    rt = LocalRuntime(provider=demo, tools=[counted_deploy], journal=journal, rules=rules)
+    sid = await rt.create_session()
+    await crash_when(rt.send(sid, '!tool slow_deploy {"target": "prod"}'), lambda: runs == ["prod"])
+    outcome = await LocalRuntime(provider=demo, tools=[counted_deploy], journal=journal, rules=rules).recover(sid)
+    # No one to ask about a second run the rule never weighed: the call is reported as
+    # interrupted, like an ungated one, and nobody is asked.
+    assert outcome.type is EventType.INVOCATION_COMPLETED, outcome.payload
+    assert runs == ["prod"]
+    (result,) = of_type(journal.read(sid), EventType.TOOL_RESULT)
+    assert result.payload["is_error"] is True and result.payload["content"] == INTERRUPTED_TOOL_CONTENT
+    (ask,) = of_type(journal.read(sid), EventType.APPROVAL_REQUESTED)
+    assert ask.payload["decision"]["approver"] == "rule:r1"
 
 
 # ---- exactly-once side effects across a crash (TOOL_STARTED) ----
@@ -809,9 +844,7 @@ class SideEffects:
         return [charge, put_record]
 
 
-async def _crash_inside_tool(
-    demo: DemoProvider, prompt: str
-) -> tuple[MemoryJournal, str, SideEffects, list[Any]]:
+async def _crash_inside_tool(demo: DemoProvider, prompt: str) -> tuple[MemoryJournal, str, SideEffects, list[Any]]:
     """Run `prompt` until its tool is running, then kill the invocation (a dead worker)."""
     journal = MemoryJournal()
     effects = SideEffects()
@@ -1008,7 +1041,11 @@ async def test_recover_with_an_open_message_holding_tool_calls_answers_them_in_o
     assert outcome.type is EventType.INVOCATION_COMPLETED
     envelopes = journal.read(sid)
     assert types_of(envelopes[5:10]) == [
-        "MESSAGE_END", "SESSION_ERROR", "INVOCATION_STARTED", "TOOL_STARTED", "TOOL_RESULT"
+        "MESSAGE_END",
+        "SESSION_ERROR",
+        "INVOCATION_STARTED",
+        "TOOL_STARTED",
+        "TOOL_RESULT",
     ]
     assert envelopes[5].payload == {"message_id": "m1", "finish_reason": "tool_calls"}
     assert "message_id" not in envelopes[6].payload

@@ -66,6 +66,19 @@ def test_the_snapshot_has_the_listed_fields() -> None:
     assert set(SURFACE["snapshot_fields"]) <= set(Snapshot.__dataclass_fields__)
 
 
+def test_a_permission_ask_has_the_listed_fields() -> None:
+    from sectr.client.models import PermissionAsk
+
+    assert list(PermissionAsk.__dataclass_fields__) == SURFACE["ask_fields"]
+    payload = {"ask_id": "ask_1", "name": "deploy", "arguments": {}, "tool_call_id": "c1", "may_have_run": True}
+    assert PermissionAsk.from_payload(payload, "run_1").may_have_run is True
+    assert PermissionAsk.from_payload({"ask_id": "ask_1", "name": "deploy"}, "run_1").may_have_run is False
+    from sectr.client.records import AskInfo
+
+    assert AskInfo.from_json({"ask_id": "ask_1", "status": "pending", "may_have_run": True}).may_have_run is True
+    assert AskInfo.from_json({"ask_id": "ask_1", "status": "pending"}).may_have_run is False
+
+
 def test_the_part_helpers_exist() -> None:
     for name in SURFACE["parts"]["common"] + SURFACE["parts"]["paths"]:
         assert callable(getattr(parts, name)), name

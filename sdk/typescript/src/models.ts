@@ -93,6 +93,8 @@ export interface PendingAsk {
   toolCallId: string | null;
   seq: number;
   invocationId: string;
+  /** A re-ask after a crash cut this call off once it had started: it may have run. */
+  mayHaveRun: boolean;
 }
 
 export interface Snapshot {
@@ -147,6 +149,8 @@ export interface PermissionAsk {
   arguments: Record<string, unknown>;
   toolCallId: string | null;
   runId: string;
+  /** A re-ask after a crash cut this call off once it had started: it may have run. */
+  mayHaveRun: boolean;
 }
 
 /** How a run ended: a stop is a result, not an error (cancelled, limits, budget...). */
@@ -245,6 +249,7 @@ export function snapshotFromJson(value: unknown): Snapshot {
           toolCallId: strOrNull(ask["tool_call_id"]),
           seq: num(ask["seq"]),
           invocationId: String(ask["invocation_id"] ?? ""),
+          mayHaveRun: ask["may_have_run"] === true,
         }
       : undefined,
     createdAt: strOrNull(data["created_at"]),
@@ -292,6 +297,7 @@ export function permissionAskFromPayload(payload: Json, runId: string): Permissi
     arguments: (payload["arguments"] ?? {}) as Json,
     toolCallId: strOrNull(payload["tool_call_id"]),
     runId,
+    mayHaveRun: payload["may_have_run"] === true,
   };
 }
 

@@ -6,7 +6,7 @@ import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import * as sdk from "../dist/index.js";
-import { snapshotFromJson } from "../dist/models.js";
+import { permissionAskFromPayload, snapshotFromJson } from "../dist/models.js";
 import * as node from "../dist/node.js";
 
 const surface = JSON.parse(readFileSync(new URL("../../surface.json", import.meta.url), "utf8"));
@@ -135,6 +135,14 @@ test("the snapshot has the listed fields", () => {
   assert.equal(snapshot.title.value, "T");
   assert.equal(snapshot.tokenUsage.byModel.demo.outputTokens, 2);
   assert.deepEqual(snapshot.placement, { worktreeSelector: { some_key: 1 } }); // the selector stays as given
+});
+
+test("a permission ask has the listed fields", () => {
+  const payload = { ask_id: "ask_1", name: "deploy", arguments: {}, tool_call_id: "c1", may_have_run: true };
+  const ask = permissionAskFromPayload(payload, "run_1");
+  assert.deepEqual(Object.keys(ask).sort(), surface.ask_fields.map(camel).sort());
+  assert.equal(ask.mayHaveRun, true);
+  assert.equal(permissionAskFromPayload({ ask_id: "ask_1", name: "deploy" }, "run_1").mayHaveRun, false);
 });
 
 test("the part helpers exist", () => {

@@ -80,9 +80,18 @@ def test_a_suspended_run_ends_with_the_ask_and_an_awaiting_result() -> None:
         [user_start(1), env(2, E.APPROVAL_REQUESTED, ask), env(3, E.INVOCATION_SUSPENDED, {"ask_id": "ask_1"})]
     )
     assert [e["kind"] for e in events] == ["permission.ask", "result"]
-    assert events[0]["payload"] == ask
-    assert events[1]["payload"]["stop"] == "awaiting_approval" and events[1]["payload"]["ask"] == ask
+    assert events[0]["payload"] == {**ask, "may_have_run": False}
+    assert events[1]["payload"]["stop"] == "awaiting_approval" and events[1]["payload"]["ask"] == events[0]["payload"]
     assert tracker.status == "suspended"
+
+
+def test_a_re_ask_after_a_crash_says_the_call_may_have_run() -> None:
+    tracker = RunEvents("run_1", {"inv_1"}, start_seq=1)
+    ask = {"ask_id": "ask_2", "tool_call_id": "c1", "name": "write_note", "arguments": {}, "may_have_run": True}
+    events = tracker.feed_all(
+        [user_start(1), env(2, E.APPROVAL_REQUESTED, ask), env(3, E.INVOCATION_SUSPENDED, {"ask_id": "ask_2"})]
+    )
+    assert events[0]["payload"]["may_have_run"] is True and events[1]["payload"]["ask"]["may_have_run"] is True
 
 
 def test_the_resumed_run_starts_with_the_approval() -> None:

@@ -15,6 +15,7 @@ from django.test import Client
 
 from sectr.client import Client as SdkClient
 from sectr.client import Edit, Respond
+from sessions_app.actions.tokens import do_issue_token
 from sessions_app.models import AuditEntry, Envelope, Membership, Session, Team
 from tests.server.api.test_api_support import LiveApi, live_api, sse_events
 from tests.server.chat.test_web import HTMX, append, asked, logged_in, started
@@ -60,6 +61,24 @@ def test_the_queue_and_chat_cards_offer_edit_arguments_and_respond(
         assert 'name="arguments" rows="6" spellcheck="false" required data-json-object>{\n' in html
         assert '<button type="submit" name="verdict" value="respond">Send answer</button>' in html
         assert "<script>" not in html.split("</head>")[1]  # no inline script (CSP)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("may_have_run", [True, False])
+def test_a_re_ask_after_a_crash_says_on_the_cards_and_the_api_that_the_call_may_have_run(
+    make_session: SessionFactory, ops: Team, teammate: Any, owner: Any, may_have_run: bool
+) -> None:
+    session = pending_session(make_session, ops, **({"may_have_run": True} if may_have_run else {}))
+    queue = logged_in(teammate).get("/approvals/").content.decode()
+    chat = logged_in(owner).get(f"/sessions/{session.pk}/").content.decode()
+    for html in (queue, chat):
+        assert ('data-role="may-have-run"' in html) is may_have_run
+        assert ("The first attempt may have run." in html) is may_have_run
+    api = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(teammate, 't')[1]}")
+    (listed,) = api.get("/api/v1/asks").json()["asks"]
+    assert listed["may_have_run"] is may_have_run
+    reader = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(owner, 't')[1]}")
+    assert reader.get(f"/api/v1/sessions/{session.pk}").json()["pending_ask"]["may_have_run"] is may_have_run
 
 
 @pytest.mark.django_db
