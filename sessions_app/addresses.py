@@ -14,7 +14,9 @@ resolver, which reads them as the address they spell.
 
 A caller that connects should connect to the addresses this returns and never resolve
 the name again: between a check and a second lookup, DNS can answer something else
-(rebinding). sessions_app.moderation.notifications does so.
+(rebinding). sessions_app.moderation.notifications does so for webhooks, and every HTTP
+connection to a team's MCP server goes through sessions_app.mcp_servers.connect_addresses
+(sectr.mcp.http). Media URLs are only handed to a provider: Sectr fetches nothing there.
 
 `check_webhook_url(url)` is the guard for a team webhook's URL (an absolute http(s) URL
 whose host passes, or is in SECTR_WEBHOOK_ALLOWED_HOSTS): the team page, the API and the
