@@ -52,6 +52,14 @@ def test_edit_arguments_checks_the_json_and_runs_the_edited_call(alice: Page, te
     card.get_by_role("button", name="Run with these arguments").click()
     assert field.evaluate("f => f.validationMessage").startswith("Not JSON")  # refused in the page
     expect(card).to_have_attribute("data-status", "pending")
+    # JSON, but not what the tool takes: the server's 400 keeps the card and says why.
+    field.fill('{"title": "buy milk", "colour": "red"}')
+    card.get_by_role("button", name="Run with these arguments").click()
+    expect(alice.locator("#flash")).to_contain_text("unknown argument 'colour'")
+    card = alice.locator("[data-role=approval]").last
+    expect(card).to_have_attribute("data-status", "pending")
+    card.get_by_text("Edit arguments").click()
+    field = card.locator("textarea[name=arguments]")
     field.fill('{"title": "buy milk", "body": "buy oat milk"}')
     card.get_by_role("button", name="Run with these arguments").click()
     expect(card).to_contain_text("Approved once by alice")
