@@ -17,6 +17,7 @@ are used: a connection pool given a network backend of its own, behind a small
 from __future__ import annotations
 
 import contextlib
+import ssl
 from collections.abc import AsyncIterator, Callable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -122,11 +123,11 @@ class _ResponseStream(httpx2.AsyncByteStream):
 
 class GuardedTransport(httpx2.AsyncBaseTransport):
     """httpx2's default transport, on a `GuardedBackend` (no proxies: a proxy would resolve
-    the name itself)."""
+    the name itself). `ssl_context`: httpx2's default (the system's trust store)."""
 
-    def __init__(self, guard: AddressGuard) -> None:
+    def __init__(self, guard: AddressGuard, ssl_context: ssl.SSLContext | None = None) -> None:
         self._pool = httpcore2.AsyncConnectionPool(
-            ssl_context=httpx2.create_ssl_context(),
+            ssl_context=ssl_context if ssl_context is not None else httpx2.create_ssl_context(),
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,
