@@ -407,7 +407,8 @@ class SessionContext:
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             return await self._tool_failed(call_id, name, exc, prefix)
         if type(value) is RecordedResult:  # a replay's recorded answer, journaled verbatim
-            return await self._tool_result(call_id, name, value.content, is_error=value.is_error)
+            recorded = ToolOutput(value.content, value.media) if value.media else None
+            return await self._tool_result(call_id, name, value.content, is_error=value.is_error, value=recorded)
         self.consecutive_failures = 0
         return await self._tool_result(call_id, name, prefix + format_result(value), is_error=False, value=value)
 
@@ -448,7 +449,8 @@ class SessionContext:
                 value.close()  # never awaited, on purpose
             raise TypeError(f"{name} returned an awaitable: in an async handler, `await ctx.aexecute({name!r}, ...)`")
         if type(value) is RecordedResult:
-            return self._tool_result_soon(call_id, name, value.content, is_error=value.is_error)
+            recorded = ToolOutput(value.content, value.media) if value.media else None
+            return self._tool_result_soon(call_id, name, value.content, is_error=value.is_error, value=recorded)
         self.consecutive_failures = 0
         return self._tool_result_soon(call_id, name, prefix + format_result(value), is_error=False, value=value)
 

@@ -14,6 +14,11 @@ runs, every tool it may call is wrapped in a `ReplayTool`:
   `stop_reason: "diverged"` and `divergence: {name, arguments, turn}`, the call unrun,
   and every later turn of the replay ends at once (`stop_reason: "replay_stopped"`).
 
+A recorded result keeps its `media` (the references to the images and audio the source's
+call stored): the replay's TOOL_RESULT journals them as the source's did, so the bytes
+are shared, never copied (the server links them to the replay session when it creates
+it, so the replay's readers see them; docs/experiments.md).
+
 A replay never asks: its tools are ungated, since a person's recorded decision is part
 of the recorded result (a denial's error text, an edited call's prefix, a response).
 
@@ -65,6 +70,12 @@ class RecordedCall:
     arguments: Any
     content: str
     is_error: bool = False
+    media: tuple[dict[str, Any], ...] = ()
+
+
+def _result_media(payload: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    media = payload.get("media")
+    return tuple(dict(item) for item in media if isinstance(item, dict)) if isinstance(media, list) else ()
 
 
 @dataclass
@@ -104,18 +115,20 @@ def recorded_turns(envelopes: Iterable[Envelope]) -> list[RecordedTurn]:
             found = open_calls.pop(payload.get("tool_call_id") or "", None)
             if found is not None:
                 index, name, arguments = found
-                call = RecordedCall(name, arguments, str(payload.get("content", "")), bool(payload.get("is_error")))
+                content, is_error = str(payload.get("content", "")), bool(payload.get("is_error"))
+                call = RecordedCall(name, arguments, content, is_error, _result_media(payload))
                 turns[index].calls.append(call)
     return turns
 
 
 @dataclass(frozen=True)
 class RecordedResult:
-    """A tool's answer taken verbatim from the source: the context journals its content
-    and error flag as they are (no `Error: ...` wrapping)."""
+    """A tool's answer taken verbatim from the source: the context journals its content,
+    error flag and media as they are (no `Error: ...` wrapping)."""
 
     content: str
     is_error: bool
+    media: tuple[dict[str, Any], ...] = ()
 
 
 class ReplayPlan:
@@ -186,7 +199,7 @@ class ReplayTool(Tool):
     def _recorded(self, arguments: dict[str, Any]) -> RecordedResult | None:
         call = self.plan.take(self.name, arguments)
         if call is not None:
-            return RecordedResult(call.content, call.is_error)
+            return RecordedResult(call.content, call.is_error, call.media)
         if self.plan.live_reads and is_read_only(self.original):
             return None
         raise ReplayDiverged(self.name, arguments, self.plan.turn)

@@ -337,6 +337,10 @@ SECTR_SESSION_CREATE_LIMIT = env_rate("SECTR_SESSION_CREATE_LIMIT", "30/60")  # 
 # `manage.py sectr_import` refuses a file larger than this many bytes (it reads the file
 # piece by piece, but appends it in one transaction).
 SECTR_IMPORT_MAX_BYTES = env_int("SECTR_IMPORT_MAX_BYTES", 64 * 1024 * 1024, minimum=1)
+# An export made with media (`?media=1`) carries at most this many bytes of images and
+# audio (the rest are listed as omitted); as base64 they grow by a third, so the default
+# fits the default import limit.
+SECTR_EXPORT_MEDIA_MAX_BYTES = env_int("SECTR_EXPORT_MEDIA_MAX_BYTES", 32 * 1024 * 1024, minimum=0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

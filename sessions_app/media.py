@@ -281,7 +281,7 @@ def media_reference(sha256: str) -> str:
     return MEDIA_SCHEME + sha256
 
 
-def _store_blob(data: bytes, mime_type: str, kind: str, created: list[str]) -> MediaBlob:
+def store_blob(data: bytes, mime_type: str, kind: str, created: list[str]) -> MediaBlob:
     digest = hashlib.sha256(data).hexdigest()
     blob = MediaBlob.objects.filter(sha256=digest).first()
     if blob is not None:
@@ -307,7 +307,7 @@ def store_parts(
         if item.data is None or item.mime_type is None or item.kind is None:
             parts.append(item.part)
             continue
-        blob = _store_blob(item.data, item.mime_type, item.kind, created)
+        blob = store_blob(item.data, item.mime_type, item.kind, created)
         SessionMedia.objects.get_or_create(session=session, blob=blob)
         reference = media_reference(blob.sha256)
         if item.kind == "image":
@@ -358,7 +358,7 @@ def store_result_media(session_id: str, kind: str, mime_type: str, data: bytes) 
             session = Session.objects.filter(pk=session_id).first()
             if session is None:
                 raise ValueError("the session is gone")
-            blob = _store_blob(data, sniffed, kind, created)
+            blob = store_blob(data, sniffed, kind, created)
             SessionMedia.objects.get_or_create(session=session, blob=blob)
     except OSError as exc:  # the media directory: the result names it as not kept
         forget_files(created)
@@ -402,6 +402,67 @@ def readable_blob(user: Any, session: Session, sha256: str) -> MediaBlob | None:
             return None
         session = parent
     return None
+
+
+def media_digests(value: Any, found: set[str] | None = None) -> set[str]:
+    """The sha256 of every ``sectr-media://`` reference in a journal value (a payload, a
+    prompt's parts, a result's media), wherever it sits."""
+    found = set() if found is None else found
+    if isinstance(value, str):
+        if value.startswith(MEDIA_SCHEME) and SHA256_TEXT.fullmatch(value[len(MEDIA_SCHEME) :]):
+            found.add(value[len(MEDIA_SCHEME) :])
+    elif isinstance(value, dict):
+        for item in value.values():
+            media_digests(item, found)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            media_digests(item, found)
+    return found
+
+
+def readable_digests(user: Any, session: Session, digests: Iterable[str]) -> set[str]:
+    """Which of `digests` `readable_blob` would serve `user` through `session` (one query
+    per session of the fork chain, not one per medium)."""
+    from sessions_app import access
+
+    wanted = {d for d in digests if SHA256_TEXT.fullmatch(d)}
+    readable: set[str] = set()
+    for _ in range(20):
+        if not wanted - readable:
+            break
+        readable.update(
+            MediaBlob.objects.filter(sha256__in=wanted - readable, sessions__session=session).values_list(
+                "sha256", flat=True
+            )
+        )
+        origin = session.projection().forked_from
+        parent = Session.objects.filter(pk=origin.get("session_id")).first() if origin else None
+        if parent is None or parent.pk == session.pk or not access.can_read(user, parent):
+            break
+        session = parent
+    return readable
+
+
+def missing_media(user: Any, session: Session, values: Iterable[Any]) -> frozenset[str]:
+    """The media `values` (payloads) reference that `user` cannot read through `session`:
+    an imported journal's media whose bytes its file did not carry, or a blob since
+    gone. Pages show these as "not available in this installation", not as a broken
+    image (sessions_app.display.content)."""
+    digests: set[str] = set()
+    for value in values:
+        media_digests(value, digests)
+    return frozenset(digests - readable_digests(user, session, digests)) if digests else frozenset()
+
+
+def share_media(user: Any, source: Session, target: Session, digests: Iterable[str]) -> int:
+    """Link to `target` the media among `digests` that `user` may read through `source`
+    (as `store_parts` links an upload): a replay then serves its source's images to its
+    own readers, and keeps them when the source is deleted. Returns how many it linked."""
+    readable = readable_digests(user, source, digests)
+    blobs = MediaBlob.objects.filter(sha256__in=readable)
+    for blob in blobs:
+        SessionMedia.objects.get_or_create(session=target, blob=blob)
+    return len(readable)
 
 
 # ---- references -> provider input ----

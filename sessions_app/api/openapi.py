@@ -946,6 +946,7 @@ TEXT_QUERY: dict[str, dict[str, Any]] = {
     "tool": STRING,
     # GET /audit (sessions_app.api.audit)
     "format": {"type": "string", "enum": ["json", "csv"]},  # GET /export: FORMATS below
+    "media": {"type": "string", "enum": ["0", "1"]},  # GET /sessions/{id}/export: carry the media's bytes
     "actor": STRING,
     "verdict": or_empty(VERDICT),
     "kind": or_empty({"type": "string", "enum": ["decision", "rule", "expiry", "vote", "withdrawn", "ask"]}),

@@ -245,9 +245,10 @@ ROUTES: tuple[Route, ...] = (
         {
             "GET": op(
                 session_export.export_session,
-                "The session's journal exactly (format=json, default) or its transcript as Markdown",
+                "The session's journal exactly (format=json, default; media=1 adds the bytes of its images and"
+                " audio) or its transcript as Markdown",
                 response=None,
-                query=("format",),
+                query=("format", "media"),
                 errors=(400, 403, 404),
             )
         },

@@ -237,8 +237,11 @@ class Changes:
 
 
 class ChatViewModel:
-    def __init__(self, session_id: str) -> None:
+    def __init__(self, session_id: str, missing_media: frozenset[str] = frozenset()) -> None:
         self.session_id = session_id
+        #: Media the journal references that the viewer cannot read here (an import
+        #: that did not carry them): named as not available, never a broken image.
+        self.missing_media = missing_media
         self.state = SessionState(session_id=session_id)
         self.items: list[Item] = []
         self.messages: dict[str, AssistantView] = {}
@@ -251,8 +254,10 @@ class ChatViewModel:
         self._reset_changes()
 
     @classmethod
-    def from_envelopes(cls, session_id: str, envelopes: Iterable[Envelope]) -> ChatViewModel:
-        model = cls(session_id)
+    def from_envelopes(
+        cls, session_id: str, envelopes: Iterable[Envelope], missing_media: frozenset[str] = frozenset()
+    ) -> ChatViewModel:
+        model = cls(session_id, missing_media)
         model.apply_all(envelopes)
         model.take_changes()
         return model
@@ -357,7 +362,7 @@ class ChatViewModel:
         if kind == "user_message":
             given = reason.get("input")
             content = given.get("content", "") if isinstance(given, dict) else ""
-            text, attachments = content_text_and_attachments(content, self.session_id)
+            text, attachments = content_text_and_attachments(content, self.session_id, self.missing_media)
             self._turn_seq = envelope.seq
             self._append(UserView(envelope.seq, text, attachments, reason.get("author")))
         elif kind == "approval_decision":
@@ -461,7 +466,7 @@ class ChatViewModel:
         content = payload.get("content", "")
         call.result = content if isinstance(content, str) else pretty_json(content)
         call.is_error = bool(payload.get("is_error"))
-        call.media = result_attachments(payload.get("media"), self.session_id)
+        call.media = result_attachments(payload.get("media"), self.session_id, self.missing_media)
         call.result_seq = envelope.seq
         call.awaiting_approval = False
         self._replace(call)
@@ -589,7 +594,9 @@ class ChatViewModel:
             key = f"{seq}-{index}"
             role = message.get("role")
             if role == "user":
-                text, attachments = content_text_and_attachments(message.get("content", ""), self.session_id)
+                text, attachments = content_text_and_attachments(
+                    message.get("content", ""), self.session_id, self.missing_media
+                )
                 self._append(UserView(seq * 10_000 + index, text, attachments, historic=True))
             elif role == "assistant":
                 view = AssistantView(f"hist-{key}", seq, None, open=False, historic=True)

@@ -39,7 +39,7 @@ from sessions_app.chat.render import MODE_LABELS, chat_context, mode_choices, mo
 from sessions_app.chat.view_model import ChatViewModel, UserView
 from sessions_app.input_checks import is_whole_number
 from sessions_app.journal import get_journal
-from sessions_app.media import PART_MAX_BYTES, readable_blob
+from sessions_app.media import PART_MAX_BYTES, missing_media, readable_blob
 from sessions_app.models import AgentVersion, Envelope, Rating, Run, Session, Team
 from sessions_app.provider_config import default_model
 from sessions_app.web import HtmxHttpRequest, flash, get_session_for_request, go_to, refusals_as_messages
@@ -59,9 +59,12 @@ def _done(
     return redirect("chat", session_id=session_id)
 
 
-def build_view_model(session: Session) -> ChatViewModel:
-    """The chat's items from one read of the whole journal."""
-    return ChatViewModel.from_envelopes(session.pk, get_journal().load_sync(session.pk, 0))
+def build_view_model(session: Session, user: Any = None) -> ChatViewModel:
+    """The chat's items from one read of the whole journal; with `user`, the media it
+    cannot read here are named as not available rather than shown as broken images."""
+    envelopes = get_journal().load_sync(session.pk, 0)
+    missing = missing_media(user, session, (e.payload for e in envelopes)) if user is not None else frozenset()
+    return ChatViewModel.from_envelopes(session.pk, envelopes, missing)
 
 
 def page_context(user: Any, session: Session, vm: ChatViewModel) -> dict[str, Any]:
@@ -302,7 +305,7 @@ def create_session(request: HtmxHttpRequest) -> HttpResponse:
 @require_GET
 def chat(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     session = get_session_for_request(request, session_id, "read")
-    vm = build_view_model(session)
+    vm = build_view_model(session, request.user)
     context = page_context(request.user, session, vm)
     if request.htmx and request.GET.get("partial") == "transcript":
         return render(request, "chat/_transcript.html", context)

@@ -41,10 +41,23 @@ class Attachment:
     label: str
     url: str | None = None  # a same-origin URL the page may show, when there is one
     ref: str = ""  # its sectr-media:// reference, when Sectr stored it
+    #: Referenced, but not readable here (an import that did not carry the bytes, a blob
+    #: since gone): the page says so instead of showing a broken image.
+    missing: bool = False
 
 
-def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[str, list[Attachment]]:
-    """A user message's text and its media parts (OpenAI content parts)."""
+def _attachment(kind: str, label: str, url: str, session_id: str, missing: frozenset[str]) -> Attachment:
+    sha256 = url[len(MEDIA_SCHEME) :] if url.startswith(MEDIA_SCHEME) else ""
+    if sha256 and sha256 in missing:
+        return Attachment(kind, label, None, ref=url, missing=True)
+    return Attachment(kind, label, _local_media_url(url, session_id), ref=url if sha256 else "")
+
+
+def content_text_and_attachments(
+    content: Any, session_id: str = "", missing: frozenset[str] = frozenset()
+) -> tuple[str, list[Attachment]]:
+    """A user message's text and its media parts (OpenAI content parts); `missing` are
+    the sha256 of stored media the viewer cannot read (sessions_app.media.missing_media)."""
     if isinstance(content, str):
         return content, []
     texts: list[str] = []
@@ -58,18 +71,19 @@ def content_text_and_attachments(content: Any, session_id: str = "") -> tuple[st
         elif kind == "image_url":
             image = part.get("image_url") if isinstance(part.get("image_url"), dict) else {}
             url = str(image.get("url", "")) if isinstance(image, dict) else ""
-            attachments.append(Attachment("image", _media_label(part, url, "image"), _local_media_url(url, session_id)))
+            attachments.append(_attachment("image", _media_label(part, url, "image"), url, session_id, missing))
         elif kind == "input_audio":
             audio = part.get("input_audio") if isinstance(part.get("input_audio"), dict) else {}
             url = str(audio.get("url", "")) if isinstance(audio, dict) else ""
-            attachments.append(Attachment("audio", _media_label(part, url, "audio"), _local_media_url(url, session_id)))
+            attachments.append(_attachment("audio", _media_label(part, url, "audio"), url, session_id, missing))
     return "\n".join(t for t in texts if t), attachments
 
 
-def result_attachments(media: Any, session_id: str = "") -> list[Attachment]:
+def result_attachments(media: Any, session_id: str = "", missing: frozenset[str] = frozenset()) -> list[Attachment]:
     """A TOOL_RESULT's `media` (references to stored images and audio) as attachments:
     labelled "image/png, 2.5 KB", shown through the session's media view when
-    `session_id` is given (a page that checks access), named only otherwise."""
+    `session_id` is given (a page that checks access), named only otherwise, and marked
+    missing when their sha256 is in `missing`."""
     from sectr.mcp import size_words
 
     attachments: list[Attachment] = []
@@ -80,8 +94,9 @@ def result_attachments(media: Any, session_id: str = "") -> list[Attachment]:
         label = str(item.get("mime_type") or item["kind"])[:100]
         if isinstance(size, int) and not isinstance(size, bool):
             label += f", {size_words(size)}"
-        url = _local_media_url(str(item.get("ref", "")), session_id)
-        attachments.append(Attachment(str(item["kind"]), label, url, ref=str(item.get("ref", ""))))
+        attachment = _attachment(str(item["kind"]), label, str(item.get("ref", "")), session_id, missing)
+        attachment.ref = str(item.get("ref", ""))
+        attachments.append(attachment)
     return attachments
 
 

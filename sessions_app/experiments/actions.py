@@ -7,6 +7,10 @@ Creating an experiment makes, for each source session and candidate, a replay se
 source on it at once: the first as a queued run, the others as pending runs, which the
 ordinary workers start one after the other (so a replay survives restarts like any
 run, and the team's budget applies to each). Nothing else drives a replay.
+
+The media the replayed turns reference (a prompt's images, a recorded result's) are
+linked to the replay session as it is made (sessions_app.media.share_media): the replay
+journals the same references, and whoever may read the replay sees them.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from sessions_app import access, runs
 from sessions_app.actions.agents import resolve_new_session_agent
 from sessions_app.actions.teams import get_team_for_user
 from sessions_app.journal import get_journal
+from sessions_app.media import media_digests, share_media
 from sessions_app.models import AgentVersion, Experiment, PairVerdict, Replay, ReviewQueue, Session, Team
 from sessions_app.provider_config import default_model
 from sessions_app.review import scores as team_scores
@@ -175,6 +180,13 @@ def _start_replay(
     replay = Replay.objects.create(
         experiment=experiment, source=source, candidate=index, session=session, turns=len(turns)
     )
+    digests: set[str] = set()
+    for turn in turns:
+        media_digests(turn.content, digests)
+        for call in turn.calls:
+            media_digests(list(call.media), digests)
+    if digests:
+        share_media(actor, source, session, digests)
     state = journal.state_sync(session.pk)
     invocation_id, start = operations.message_events(state, turns[0].content)
     runs.queue_run(session, invocation_id, start)

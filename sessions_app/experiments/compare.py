@@ -21,8 +21,11 @@ from sectr.events import Envelope, EventType
 from sectr.fold import fold_messages
 from sectr.replay import DIVERGED, is_user_turn
 from sectr.state import prompt_text
+from sessions_app import access
+from sessions_app.display.content import Attachment, result_attachments
 from sessions_app.journal import get_journal
-from sessions_app.models import Experiment, ModelPrice, PairVerdict, Replay, Run, ScoreConfig
+from sessions_app.media import missing_media
+from sessions_app.models import Experiment, ModelPrice, PairVerdict, Replay, Run, ScoreConfig, Session
 from sessions_app.review import scores as team_scores
 
 DONE, RUNNING, DIVERGED_STATE, FAILED = "done", "running", "diverged", "failed"
@@ -40,6 +43,8 @@ class TurnSide:
     divergence: dict[str, Any] | None = None
     stopped: bool = False  # a turn after the divergence, or never given
     label: str = ""  # the column's name on the comparison page
+    #: The images and audio its tool results stored (a replay's reused ones included).
+    media: list[Attachment] = field(default_factory=list)
     diff_pieces: list[tuple[str, str]] = field(default_factory=list)  # against the recording's text
 
     @property
@@ -61,8 +66,11 @@ def _canonical(arguments: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def journal_turns(envelopes: list[Envelope]) -> list[TurnSide]:
-    """A journal split at its user messages: one TurnSide per user turn."""
+def journal_turns(
+    envelopes: list[Envelope], session_id: str = "", missing: frozenset[str] = frozenset()
+) -> list[TurnSide]:
+    """A journal split at its user messages: one TurnSide per user turn. With
+    `session_id`, its results' media link to that session's media view."""
     sides: list[TurnSide] = []
     chunk: list[Envelope] = []
     started_at = None
@@ -94,6 +102,8 @@ def journal_turns(envelopes: list[Envelope]) -> list[TurnSide]:
             usage = envelope.payload.get("usage") or {}
             side.input_tokens += int(usage.get("input_tokens") or 0)
             side.output_tokens += int(usage.get("output_tokens") or 0)
+        elif envelope.type is EventType.TOOL_RESULT and envelope.payload.get("media"):
+            side.media += result_attachments(envelope.payload["media"], session_id, missing)
         elif envelope.type in (EventType.INVOCATION_COMPLETED, EventType.INVOCATION_FAILED) and started_at:
             side.seconds = (envelope.created_at - started_at).total_seconds()
             if envelope.payload.get("stop_reason") == DIVERGED:
@@ -144,8 +154,10 @@ def candidate_name(experiment: Experiment, index: int) -> str:
     return name + (f" ({candidate['model']})" if candidate.get("model") else "")
 
 
-def compare_source(experiment: Experiment, source_id: str) -> Comparison:
-    """The source's turns beside each candidate's, with word differences."""
+def compare_source(experiment: Experiment, source_id: str, viewer: Any = None) -> Comparison:
+    """The source's turns beside each candidate's, with word differences. With `viewer`
+    (who reads the page), each side's media link to its own session's media view (the
+    recording's to the source, a candidate's to its replay); without, they are named."""
     replays = list(
         Replay.objects.filter(experiment=experiment, source_id=source_id).select_related("source", "session")
     )
@@ -155,8 +167,15 @@ def compare_source(experiment: Experiment, source_id: str) -> Comparison:
     ranges = [(source_id, 0, 2**31 - 1)] + [(r.session_id, 0, 2**31 - 1) for r in replays]
     loaded = journal.load_ranges_sync(ranges)
     source_envelopes = loaded.get(source_id, [])
-    baseline = journal_turns(source_envelopes)
-    candidates = [journal_turns(loaded.get(r.session_id, [])) for r in replays]
+    source = replays[0].source
+
+    def turns_of(session: Session, envelopes: list[Envelope]) -> list[TurnSide]:
+        if viewer is None or not access.can_read(viewer, session):
+            return journal_turns(envelopes)
+        return journal_turns(envelopes, session.pk, missing_media(viewer, session, (e.payload for e in envelopes)))
+
+    baseline = turns_of(source, source_envelopes)
+    candidates = [turns_of(r.session, loaded.get(r.session_id, [])) for r in replays]
     users = _user_texts(source_envelopes)
     turns: list[Turn] = []
     for index, user in enumerate(users):

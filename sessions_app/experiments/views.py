@@ -200,7 +200,7 @@ def experiment_page(request: HtmxHttpRequest, experiment_id: str) -> HttpRespons
 def comparison_page(request: HtmxHttpRequest, experiment_id: str, source_id: str) -> HttpResponse:
     experiment = actions.get_experiment_for_user(request.user, experiment_id)
     try:
-        comparison = compare.compare_source(experiment, source_id)
+        comparison = compare.compare_source(experiment, source_id, request.user)
     except LookupError:
         raise NotFound("no such session in this experiment") from None
     return render(request, "review/experiment_compare.html", {"experiment": experiment, "comparison": comparison})

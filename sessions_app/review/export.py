@@ -5,6 +5,14 @@ payload, created_at), plus a header naming the format, and the reviewers' rating
 with the team's score definitions (`scores`, `ratings`): judgements about the session,
 which an import reads past (it restores the transcript, not other people's ratings).
 
+The journal references images and audio (`sectr-media://<sha256>`), never holds them. An
+export made with media (`export_json(session, media_for=user)`: the `media=1` option of
+the export URLs) adds a `media` list after the envelopes, one item per medium the
+journal references and the exporting user may read through the session:
+``{"sha256", "kind", "mime_type", "bytes", "data": <base64>}``, or, past the export's cap
+(SECTR_EXPORT_MEDIA_MAX_BYTES of bytes carried in all), the same without `data` and with
+`omitted` saying why. Without it, an export holds the references alone.
+
 An import (`import_file`, manage.py sectr_import) restores a transcript, not other
 people's decisions, and trusts nothing in its file:
 
@@ -22,10 +30,20 @@ people's decisions, and trusts nothing in its file:
   operator names (`--owner`), never the file's.
 * Ask ids are rewritten (consistently): they are global keys (AskIndex), and the
   original session still owns them.
+* Carried media (`media` items with `data`) are checked in the first pass (the sha256
+  of the bytes is the one named and the journal references it, the bytes are the
+  accepted type they are declared as, at most MEDIA_ITEM_MAX_BYTES each) and stored and
+  linked to the new session in the second, as uploads are. A reference whose bytes the
+  file does not carry stays in the journal but links nothing, even when this
+  installation holds those bytes for another session: the new session's pages name it
+  as not available in this installation, and its media URL answers 404.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 import json
 import os
 import uuid
@@ -42,15 +60,19 @@ from sectr.events import Envelope, EventType, imported_name
 from sectr.journal import NewEvent
 from sectr.payloads import INT_BOUND, InvalidEvent, JournalOrder, check_event
 from sectr.state import SessionState, apply_envelope
+from sessions_app import media as stored_media
 from sessions_app.journal.database import DatabaseJournal
-from sessions_app.models import Rating, Session
+from sessions_app.models import MediaBlob, Rating, Session, SessionMedia
 from sessions_app.review import scores
-from sessions_app.review.export_reader import ENVELOPE, ExportReader, refused, too_large
+from sessions_app.review.export_reader import ENVELOPE, MEDIA, ExportReader, refused, too_large
 from sessions_app.review.transcript import build_timeline, timeline_markdown
 
 FORMAT = "sectr.journal"
 VERSION = 1
 IMPORT_BATCH = 500
+#: The most bytes one carried medium may hold (an upload's part and an MCP result's
+#: item are capped lower by default).
+MEDIA_ITEM_MAX_BYTES = 32 * 1024 * 1024
 
 
 def envelope_record(env: Envelope) -> dict[str, Any]:
@@ -88,19 +110,57 @@ def reviewer_ratings(session: Session) -> list[Rating]:
     )
 
 
-def export_document(session: Session) -> dict[str, Any]:
-    return {
+def export_document(session: Session, media_for: Any = None) -> dict[str, Any]:
+    """The export of `session`; with `media_for` (the user exporting), its `media` too."""
+    envelopes = load_envelopes(session)
+    document = {
         "format": FORMAT,
         "version": VERSION,
         "session": session_header(session),
         "scores": [d.as_dict() for d in scores.team_scores(session.team_id)],
         "ratings": [scores.rating_record(r) for r in reviewer_ratings(session)],
-        "envelopes": [envelope_record(env) for env in load_envelopes(session)],
+        "envelopes": [envelope_record(env) for env in envelopes],
     }
+    if media_for is not None:
+        document[MEDIA] = media_records(media_for, session, envelopes)
+    return document
 
 
-def export_json(session: Session) -> str:
-    return json.dumps(export_document(session), ensure_ascii=False, indent=1)
+def media_records(user: Any, session: Session, envelopes: list[Envelope]) -> list[dict[str, Any]]:
+    """The media the journal references that `user` may read through `session`, in the
+    order the journal first names them, with their bytes while the cap allows."""
+    order: list[str] = []
+    for env in envelopes:
+        for digest in sorted(stored_media.media_digests(env.payload)):
+            if digest not in order:
+                order.append(digest)
+    readable = stored_media.readable_digests(user, session, order)
+    blobs = {blob.sha256: blob for blob in MediaBlob.objects.filter(sha256__in=readable)}
+    cap = settings.SECTR_EXPORT_MEDIA_MAX_BYTES
+    carried = 0
+    records: list[dict[str, Any]] = []
+    for digest in order:
+        blob = blobs.get(digest)
+        if blob is None:
+            continue
+        record: dict[str, Any] = {"sha256": digest, "kind": blob.kind, "mime_type": blob.mime_type, "bytes": blob.size}
+        if carried + blob.size > cap:
+            record["omitted"] = f"over the export's media cap of {cap} bytes (SECTR_EXPORT_MEDIA_MAX_BYTES)"
+        else:
+            try:
+                with blob.file.open("rb") as handle:
+                    data = handle.read()
+            except OSError:
+                record["omitted"] = "its file could not be read"
+            else:
+                record["data"] = base64.b64encode(data).decode("ascii")
+                carried += len(data)
+        records.append(record)
+    return records
+
+
+def export_json(session: Session, media_for: Any = None) -> str:
+    return json.dumps(export_document(session, media_for), ensure_ascii=False, indent=1)
 
 
 def export_markdown(session: Session, through_seq: int | None = None) -> str:
@@ -135,6 +195,8 @@ def export_jsonl(sessions: Any) -> Iterator[str]:
 RECORD_KEYS = frozenset({"seq", "invocation_id", "type", "payload", "created_at"})
 #: `scores` and `ratings` are read past: an import restores the journal alone.
 HEADER_KEYS = frozenset({"format", "version", "session", "scores", "ratings"})
+#: The keys of a `media` item.
+MEDIA_KEYS = frozenset({"sha256", "kind", "mime_type", "bytes", "data", "omitted"})
 #: A source of an export's items (export_reader.ExportReader.items), read once per pass.
 Items = Callable[[], Iterator[tuple[str, Any]]]
 
@@ -146,6 +208,7 @@ class ImportPlan:
     count: int
     created_at: datetime
     asks: dict[str, str]  # ask id in the file -> the new session's
+    media: frozenset[str] = frozenset()  # the sha256 of the media the file carries the bytes of
 
 
 def file_items(path: str | Path, max_bytes: int) -> Items:
@@ -170,25 +233,34 @@ def document_items(data: Any) -> Items:
         if not isinstance(data, dict):
             raise refused(f"not a {FORMAT} version {VERSION} export")
         for key, value in data.items():
-            if key == ENVELOPE:
+            if key in (ENVELOPE, MEDIA):
                 if not isinstance(value, list):
-                    raise refused("envelopes must be a list")
+                    raise refused(f"{key} must be a list")
                 for record in value:
-                    yield ENVELOPE, record
+                    yield key, record
             else:
                 yield key, value
 
     return items
 
 
-def _envelopes(items: Items) -> Iterator[tuple[int, dict[str, Any], EventType]]:
+def _envelopes(
+    items: Items, on_media: Callable[[int, Any], None] | None = None
+) -> Iterator[tuple[int, dict[str, Any], EventType]]:
     """(index, record, type) of every envelope, each checked against the journal's rules
     (sectr.payloads) and the file's header checked as it comes; refuses with the index and
-    seq of the first envelope that breaks one."""
+    seq of the first envelope that breaks one. Each `media` item goes to `on_media`
+    (with its 1-based index) as it comes."""
     order = JournalOrder()
     header: dict[str, Any] = {}
     index = 0
+    media_index = 0
     for key, value in items():
+        if key == MEDIA:
+            media_index += 1
+            if on_media is not None:
+                on_media(media_index, value)
+            continue
         if key != ENVELOPE:
             _check_header(key, value)
             header[key] = value
@@ -243,8 +315,21 @@ def check_import(items: Items) -> ImportPlan:
     asks: dict[str, str] = {}
     created_at: datetime | None = None
     count = 0
-    for index, record, kind in _envelopes(items):
+    referenced: set[str] = set()
+    carried: dict[str, int] = {}  # sha256 -> its media item's index
+    with_bytes: list[str] = []
+
+    def check_media(media_index: int, item: Any) -> None:
+        digest, data = checked_media(media_index, item)
+        if digest in carried:
+            raise refused(f"media item {media_index}: {digest} is listed twice")
+        carried[digest] = media_index
+        if data is not None:  # checked; the writing pass decodes it again (memory: one item)
+            with_bytes.append(digest)
+
+    for index, record, kind in _envelopes(items, check_media):
         count = index
+        stored_media.media_digests(record["payload"], referenced)
         if created_at is None:
             created_at = _created_at(record)
         if kind is EventType.APPROVAL_REQUESTED:
@@ -260,7 +345,44 @@ def check_import(items: Items) -> ImportPlan:
                     where = f"envelope {index} (seq {index})"
                     raise refused(f"{where}: the usage of {model[:60]!r} adds up past {INT_BOUND}")
     assert created_at is not None  # _envelopes refuses an export without envelopes
-    return ImportPlan(count=count, created_at=created_at, asks=asks)
+    for digest, media_index in carried.items():
+        if digest not in referenced:
+            raise refused(f"media item {media_index}: the journal does not reference {digest}")
+    return ImportPlan(count=count, created_at=created_at, asks=asks, media=frozenset(with_bytes))
+
+
+def checked_media(index: int, item: Any) -> tuple[str, bytes | None]:
+    """A `media` item's sha256 and bytes (None: not carried), after the checks of the
+    module docstring; refuses naming the item and why."""
+    where = f"media item {index}"
+    if not isinstance(item, dict):
+        raise refused(f"{where} is not an object")
+    unknown = sorted(set(item) - MEDIA_KEYS)
+    if unknown:
+        raise refused(f"{where} has unknown key(s) {', '.join(str(k)[:40] for k in unknown[:5])}")
+    digest, kind, mime_type = item.get("sha256"), item.get("kind"), item.get("mime_type")
+    if not isinstance(digest, str) or not stored_media.SHA256_TEXT.fullmatch(digest):
+        raise refused(f"{where}: sha256 must be 64 lowercase hexadecimal digits")
+    if kind not in ("image", "audio") or not isinstance(mime_type, str):
+        raise refused(f"{where}: kind is image or audio, and mime_type a string")
+    encoded = item.get("data")
+    if encoded is None:
+        return digest, None
+    if not isinstance(encoded, str) or len(encoded) * 3 // 4 > MEDIA_ITEM_MAX_BYTES + 3:
+        raise refused(f"{where}: data is base64 of at most {MEDIA_ITEM_MAX_BYTES} bytes")
+    try:
+        data = base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        raise refused(f"{where}: data is not valid base64") from None
+    if not data or len(data) > MEDIA_ITEM_MAX_BYTES:
+        raise refused(f"{where}: data is base64 of 1 to {MEDIA_ITEM_MAX_BYTES} bytes")
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise refused(f"{where}: the bytes' sha256 is not {digest}")
+    sniffed = stored_media.sniff_mime(data)
+    if sniffed != mime_type or not sniffed.startswith(f"{kind}/"):
+        found = sniffed or "not an accepted image or audio format"
+        raise refused(f"{where}: declared {kind} {mime_type[:60]}, but the bytes are {found}")
+    return digest, data
 
 
 def attributed(kind: EventType, payload: dict[str, Any]) -> dict[str, Any]:
@@ -308,11 +430,33 @@ def write_import(items: Items, plan: ImportPlan, owner: Any) -> Session:
     batches of IMPORT_BATCH, all in one transaction (a failure, or a file that changed
     since the first pass, leaves nothing)."""
     journal = DatabaseJournal(publish=False)
+    created_files: list[str] = []
+    try:
+        return _write(items, plan, owner, journal, created_files)
+    except BaseException:
+        stored_media.forget_files(created_files)  # the transaction rolled back
+        raise
+
+
+def _write(items: Items, plan: ImportPlan, owner: Any, journal: DatabaseJournal, created_files: list[str]) -> Session:
     with transaction.atomic():
         session = Session.objects.create(owner=owner, created_at=plan.created_at)
+        stored = 0
+
+        def store(media_index: int, item: Any) -> None:
+            nonlocal stored
+            digest, data = checked_media(media_index, item)
+            if data is None:
+                return
+            if digest not in plan.media:
+                raise refused("the file changed while it was imported")
+            blob = stored_media.store_blob(data, item["mime_type"], item["kind"], created_files)
+            SessionMedia.objects.get_or_create(session=session, blob=blob)
+            stored += 1
+
         batch: list[NewEvent] = []
         count = 0
-        for _index, record, kind in _envelopes(items):
+        for _index, record, kind in _envelopes(items, store):
             count += 1
             payload = attributed(kind, _rewrite(record["payload"], plan.asks))
             batch.append(NewEvent(kind, payload, record.get("invocation_id")))
@@ -321,7 +465,7 @@ def write_import(items: Items, plan: ImportPlan, owner: Any) -> Session:
                 batch = []
         if batch:
             journal.append_sync(session.pk, batch)
-        if count != plan.count:
+        if count != plan.count or stored != len(plan.media):
             raise refused("the file changed while it was imported")
     session.refresh_from_db()
     return session

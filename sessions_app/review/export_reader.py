@@ -1,10 +1,11 @@
 """Reading an Export JSON file piece by piece, never whole.
 
-An export is one JSON object: `{"format", "version", "session", "envelopes": [...]}`.
-`ExportReader.items()` walks that object and yields each top-level key with its value,
-except `envelopes`, whose records it yields one at a time (key `ENVELOPE`), each decoded
+An export is one JSON object: `{"format", "version", "session", "envelopes": [...]}`
+(and, when it carries media, `"media": [...]`). `ExportReader.items()` walks that object
+and yields each top-level key with its value, except the lists `envelopes` and `media`,
+whose items it yields one at a time (keys `ENVELOPE` and `MEDIA`), each decoded
 with `json.JSONDecoder.raw_decode` from a buffer that holds the unread part of the file
-read so far. Memory therefore follows the largest single envelope, not the file; the
+read so far. Memory therefore follows the largest single item, not the file; the
 file's size is capped (`max_bytes`, counted as it is read, so a pipe or a growing file
 is capped too).
 
@@ -24,6 +25,10 @@ from sectr.errors import ValidationFailed
 
 #: The key `items()` yields each envelope record under.
 ENVELOPE = "envelopes"
+#: The key `items()` yields each carried medium under (an export with media).
+MEDIA = "media"
+#: The lists read item by item.
+STREAMED = (ENVELOPE, MEDIA)
 CHUNK_BYTES = 1 << 16
 _WHITESPACE = " \t\n\r"
 
@@ -136,8 +141,8 @@ class ExportReader:
                     raise refused(f"the key {key[:40]!r} appears twice")
                 seen.add(key)
                 self._expect(":", "':'")
-                if key == ENVELOPE:
-                    yield from self._records()
+                if key in STREAMED:
+                    yield from self._records(key)
                 else:
                     yield key, self._value()
                 if self._expect(",}", "',' or '}'") == "}":
@@ -145,14 +150,14 @@ class ExportReader:
         if self._peek():
             raise refused(f"data after the export's object at character {self.offset + self.pos}")
 
-    def _records(self) -> Iterator[tuple[str, Any]]:
+    def _records(self, key: str) -> Iterator[tuple[str, Any]]:
         if self._peek() != "[":
-            raise refused("envelopes must be a list")
+            raise refused(f"{key} must be a list")
         self.pos += 1
         if self._peek() == "]":
             self.pos += 1
             return
         while True:
-            yield ENVELOPE, self._value()
-            if self._expect(",]", "',' or ']' in envelopes") == "]":
+            yield key, self._value()
+            if self._expect(",]", f"',' or ']' in {key}") == "]":
                 return

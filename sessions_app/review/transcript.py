@@ -90,10 +90,13 @@ def decision_source(approver: str | None) -> str:
     return ""
 
 
-def build_timeline(envelopes: Iterable[Envelope], media_session: str = "") -> list[TimelineEntry]:
+def build_timeline(
+    envelopes: Iterable[Envelope], media_session: str = "", missing_media: frozenset[str] = frozenset()
+) -> list[TimelineEntry]:
     """The timeline of `envelopes`. With `media_session` (the session's id, for a page
     whose viewer may read it), stored media link to the session's media view; without,
-    they are named only (a shared link's visitor could not fetch them)."""
+    they are named only (a shared link's visitor could not fetch them). Those in
+    `missing_media` (sha256s the viewer cannot read here) are named as not available."""
     entries: list[TimelineEntry] = []
     messages: dict[str, TimelineEntry] = {}
     calls: dict[str, ToolCallEntry] = {}
@@ -111,7 +114,9 @@ def build_timeline(envelopes: Iterable[Envelope], media_session: str = "") -> li
         elif t == "INVOCATION_STARTED":
             reason = p.get("reason") or {}
             if reason.get("kind") == "user_message":
-                text, attachments = content_text_and_attachments((reason.get("input") or {}).get("content"))
+                text, attachments = content_text_and_attachments(
+                    (reason.get("input") or {}).get("content"), "", missing_media
+                )
                 entries.append(
                     TimelineEntry(
                         "user",
@@ -182,7 +187,7 @@ def build_timeline(envelopes: Iterable[Envelope], media_session: str = "") -> li
             answered = calls.get(str(p.get("tool_call_id")))
             if answered is None:
                 continue
-            answered.media = result_attachments(p.get("media"), media_session)
+            answered.media = result_attachments(p.get("media"), media_session, missing_media)
             if entries and entries[-1] is holders.get(answered.tool_call_id):
                 answered.result = str(p.get("content", ""))
                 answered.is_error = bool(p.get("is_error"))

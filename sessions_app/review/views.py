@@ -22,6 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from sectr.errors import Forbidden, NotFound, SectrError
 from sessions_app import access
+from sessions_app.media import missing_media
 from sessions_app.models import (
     ForkLink,
     Rating,
@@ -204,7 +205,9 @@ def _reviewer_ratings(session: Session, seq: int | None = None) -> list[Rating]:
 def review_session(request: HtmxHttpRequest, session_id: str) -> HttpResponse:
     _require_reviewer(request)
     session = get_session_for_request(request, session_id, "review")
-    timeline = build_timeline(export.load_envelopes(session), media_session=session.pk)
+    envelopes = export.load_envelopes(session)
+    missing = missing_media(request.user, session, (e.payload for e in envelopes))
+    timeline = build_timeline(envelopes, media_session=session.pk, missing_media=missing)
     here = request.get_full_path()
     definitions = scores.team_scores(session.team_id)
     ratings = list(Rating.objects.filter(session=session).select_related("author").order_by("seq", "created_at"))
@@ -474,7 +477,8 @@ def queue_item_done(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
 def export_session(request: HtmxHttpRequest, session_id: str, fmt: str) -> HttpResponse:
     session = access.get_session_for_user(request.user, session_id, "review")
     if fmt == "json":
-        response = HttpResponse(export.export_json(session), content_type="application/json")
+        media_for = request.user if request.GET.get("media") == "1" else None  # the opt-in media section
+        response = HttpResponse(export.export_json(session, media_for), content_type="application/json")
         response["Content-Disposition"] = f'attachment; filename="{session.pk}.json"'
     else:
         response = HttpResponse(export.export_markdown(session), content_type="text/markdown; charset=utf-8")
