@@ -16,6 +16,7 @@ from sectr.payloads import InvalidEvent, check_event
 from sectr.providers import DemoProvider
 from sectr.providers.base import CompletionRequest
 from sectr.replay import DIVERGED, REPLAY_STOPPED, recorded_turns
+from sectr.tools import ToolOutput
 
 from .conftest import ScriptedProvider, call, say
 
@@ -188,3 +189,26 @@ def test_the_created_event_checks_its_replay() -> None:
     for bad in ("s1", {"source": ""}, {"source": "s1", "live_reads": "yes"}):
         with pytest.raises(InvalidEvent):
             check_event(EventType.SESSION_CREATED, {**base, "replay": bad})
+
+
+async def test_a_recorded_results_media_are_journaled_on_the_replay_too() -> None:
+    """A tool whose result carried media (an MCP image, say): the replay's TOOL_RESULT
+    holds the same references, and the tool is not run again."""
+    runs: list[str] = []
+    ref = {"ref": "sectr-media://" + "ab" * 32, "kind": "image", "mime_type": "image/png", "bytes": 67}
+
+    @tool
+    def snapshot() -> ToolOutput:
+        """A picture."""
+        runs.append("ran")
+        return ToolOutput("[image image/png, 67 bytes]", [ref])
+
+    journal = MemoryJournal()
+    rt = LocalRuntime(tools=[snapshot], journal=journal, provider=DemoProvider())
+    source = await rt.create_session()
+    await rt.send(source, "!tool snapshot {}")
+    replay = await rt.replay(source)
+    (recorded,) = of(journal.read(source), EventType.TOOL_RESULT)
+    (replayed,) = of(journal.read(replay), EventType.TOOL_RESULT)
+    assert recorded["media"] == [ref] and replayed["media"] == [ref]
+    assert replayed["content"] == recorded["content"] and runs == ["ran"]
