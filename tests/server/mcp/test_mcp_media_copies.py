@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import re
 from pathlib import Path
@@ -15,7 +16,6 @@ from typing import Any
 
 import pytest
 from django.core.management import call_command
-from django.test import Client
 
 from sectr.errors import ValidationFailed
 from sectr.events import EventType
@@ -113,8 +113,9 @@ def test_an_export_with_media_brings_the_image_back_on_import(
     actions.do_delete(people["owner"], session.pk)
     assert not MediaBlob.objects.exists()
     # ... and back with the import, linked to the new session.
-    call_command("sectr_import", str(path), owner="member", stdout=open(tmp_path / "out.txt", "w"))  # noqa: SIM115
-    imported = Session.objects.exclude(pk=session.pk).get(owner=people["member"])
+    out = io.StringIO()
+    call_command("sectr_import", str(path), owner="member", stdout=out)
+    imported = Session.objects.get(pk=out.getvalue().split()[-1], owner=people["member"])
     assert SessionMedia.objects.filter(session=imported, blob__sha256=digest).exists()
     page_url = f"/sessions/{imported.pk}/media/{digest}"
     response = logged_in(people["member"]).get(page_url)
@@ -161,7 +162,7 @@ def test_an_import_without_the_bytes_names_the_image_as_not_available(
 
 
 @pytest.mark.django_db
-def test_carried_media_that_break_the_rules_refuse_the_whole_import(people: dict[str, Any]) -> None:
+def test_carried_media_that_break_the_rules_refuse_the_whole_import(people: dict[str, Any], settings: Any) -> None:
     encoded, png = tiny_image()
     digest = digest_of(png)
     session = actions.do_create_session(people["owner"], team="crew")
@@ -193,8 +194,6 @@ def test_carried_media_that_break_the_rules_refuse_the_whole_import(people: dict
 
     # Past the export's cap an item is listed without its bytes, and the import keeps
     # the reference only.
-    from django.conf import settings
-
     settings.SECTR_EXPORT_MEDIA_MAX_BYTES = 10
     capped = export.export_document(Session.objects.get(pk=session.pk), people["owner"])
     (listed,) = capped["media"]
