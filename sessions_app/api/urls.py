@@ -436,9 +436,9 @@ ROUTES: tuple[Route, ...] = (
         {
             "GET": op(
                 experiments_api.list_experiments,
-                "A team's experiments, newest first",
+                "A team's experiments, newest first (its reviewers and moderators)",
                 response="ExperimentList",
-                errors=(404,),
+                errors=(403, 404),
             ),
             "POST": op(
                 experiments_api.create_experiment,

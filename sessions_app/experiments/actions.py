@@ -199,10 +199,15 @@ def _start_replay(
 
 
 def experiments_for(user: Any, team_name: Any = None) -> QuerySet[Experiment]:
-    """The experiments of the teams where `user` reviews (staff: all)."""
+    """The experiments of the teams where `user` reviews (staff: all). One team's, by
+    name: NotFound without a role there, Forbidden for a member (reading one experiment
+    needs the reviewer role too)."""
     experiments = Experiment.objects.select_related("team", "created_by")
     if team_name is not None:
-        return experiments.filter(team=get_team_for_user(user, team_name))
+        team = get_team_for_user(user, team_name)
+        if not access.has_team_role(user, team.pk, "reviewer"):
+            raise Forbidden("only the team's reviewers and moderators see its experiments")
+        return experiments.filter(team=team)
     if access.is_staff(user):
         return experiments
     return experiments.filter(team__in=access.teams_for(user, "reviewer"))

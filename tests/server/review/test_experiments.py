@@ -310,6 +310,10 @@ def test_the_api_creates_reads_and_judges(people: dict[str, Any]) -> None:
     outsider = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['outsider'], 't')[1]}")
     assert outsider.get(f"/api/v1/experiments/{experiment_id}").status_code == 404
     assert outsider.get("/api/v1/teams/crew/experiments").status_code == 404
+    # A member of the team reads none of them: not one (404), not the list (403).
+    member = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['owner'], 't')[1]}")
+    assert member.get(f"/api/v1/experiments/{experiment_id}").status_code == 404
+    assert member.get("/api/v1/teams/crew/experiments").status_code == 403
 
 
 @pytest.mark.django_db(transaction=True)
