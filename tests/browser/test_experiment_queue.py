@@ -7,13 +7,19 @@ Team `duo`: alice (member, owns the session), gina (moderator), hank (reviewer).
 
 from __future__ import annotations
 
+import os
 import re
+import tempfile
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
-from tests.liveserver import LiveSectr
+from tests.liveserver import ROOT, LiveSectr
+
+#: SECTR_SCREENSHOTS=1 refreshes docs/screenshots/; otherwise they go to a temporary folder.
+SHOTS = ROOT / "docs" / "screenshots" if os.environ.get("SECTR_SCREENSHOTS") else Path(tempfile.gettempdir())
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PHONE = {"width": 390, "height": 844}
@@ -70,7 +76,7 @@ def test_send_to_a_queue_judge_a_pair_blind_on_a_phone_and_read_the_verdict(
     expect(gina.get_by_role("heading", name="duo pairs")).to_be_visible()
     expect(gina.get_by_text("Sent 1 pair to duo pairs.")).to_be_visible()
     expect(gina.locator("tr[data-assignee=hank]")).to_contain_text("Compare A/B")
-    gina.screenshot(path="docs/screenshots/experiment-queue-1280.png", full_page=True)
+    gina.screenshot(path=SHOTS / "experiment-queue-1280.png", full_page=True)
 
     hank = browser.new_context(base_url=live.base_url, viewport=PHONE, is_mobile=True).new_page()
     log_in(hank, "hank")
@@ -93,7 +99,7 @@ def test_send_to_a_queue_judge_a_pair_blind_on_a_phone_and_read_the_verdict(
     hank.get_by_role("group", name=f"Scores for {old_side} (optional)").get_by_label("clarity").fill("3")
     hank.get_by_label("Note (optional)").fill("The new one is shorter")
     no_sideways_scroll(hank)
-    hank.screenshot(path="docs/screenshots/experiment-pair-390.png", full_page=True)
+    hank.screenshot(path=SHOTS / "experiment-pair-390.png", full_page=True)
     hank.get_by_role("button", name=f"{new_side} is better").click()
     # Back on the queue (hank's only item): done.
     expect(hank.get_by_text("Verdict saved.")).to_be_visible()
@@ -106,7 +112,7 @@ def test_send_to_a_queue_judge_a_pair_blind_on_a_phone_and_read_the_verdict(
     row = gina.locator("table[aria-label='Scores per side'] tr[data-score=clarity]")
     expect(row.locator("td[data-label=Recorded]")).to_contain_text("3.00")
     expect(row.locator("td[data-label=Candidate]")).to_contain_text("5.00")
-    gina.screenshot(path="docs/screenshots/experiment-scores-1280.png", full_page=True)
+    gina.screenshot(path=SHOTS / "experiment-scores-1280.png", full_page=True)
     gina.set_viewport_size(PHONE)
     no_sideways_scroll(gina)
-    gina.screenshot(path="docs/screenshots/experiment-scores-390.png", full_page=True)
+    gina.screenshot(path=SHOTS / "experiment-scores-390.png", full_page=True)
