@@ -29,7 +29,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, transaction
 
 from sectr.asks import ASK_EVENT_TYPES, ask_changes
-from sectr.events import IMPORTED_PREFIX, Envelope
+from sectr.events import IMPORTED_PREFIX, Envelope, EventType
 from sectr.rules import EXPIRED_APPROVER
 from sectr.state import SessionState
 from sessions_app import models
@@ -184,7 +184,13 @@ def record_moderation(
     models.AuditEntry.objects.using(using).bulk_create(rows)
     team_id = models.Session.objects.using(using).filter(pk=session.pk).values_list("team_id", flat=True).first()
     if team_id is not None:
-        queue_notifications(team_id, session, rows, using=using)
+        # A re-ask after a crash says the first attempt may have run (its APPROVAL_REQUESTED).
+        may_have_run = {
+            str(envelope.payload.get("ask_id"))
+            for envelope in envelopes
+            if envelope.type is EventType.APPROVAL_REQUESTED and envelope.payload.get("may_have_run")
+        }
+        queue_notifications(team_id, session, rows, using=using, may_have_run=may_have_run)
     return rows
 
 
@@ -206,8 +212,11 @@ def card_url(ask_id: str) -> str:
     return f"{base}/approvals/{anchor}"
 
 
-def notification_payload(event: str, team: str, session: models.Session, row: models.AuditEntry) -> dict[str, Any]:
-    """The JSON body of a webhook call (and the facts of an email)."""
+def notification_payload(
+    event: str, team: str, session: models.Session, row: models.AuditEntry, *, may_have_run: bool = False
+) -> dict[str, Any]:
+    """The JSON body of a webhook call (and the facts of an email). `may_have_run`: the
+    ask is a re-ask after a crash cut the approved call off (it may have taken effect)."""
     return {
         "event": event,
         "team": team,
@@ -225,6 +234,7 @@ def notification_payload(event: str, team: str, session: models.Session, row: mo
         "rule": row.rule or None,
         "at": row.at.isoformat(),
         "seconds_to_decide": row.seconds_to_decide,
+        "may_have_run": may_have_run,
         "url": card_url(row.ask_id),
         # A new ask's notice links to its action page (sessions_app.action_links); a
         # webhook's link needs a login. An email's links are made per recipient when sent.
@@ -233,7 +243,12 @@ def notification_payload(event: str, team: str, session: models.Session, row: mo
 
 
 def queue_notifications(
-    team_id: int, session: models.Session, rows: Sequence[models.AuditEntry], *, using: str = DEFAULT_DB_ALIAS
+    team_id: int,
+    session: models.Session,
+    rows: Sequence[models.AuditEntry],
+    *,
+    using: str = DEFAULT_DB_ALIAS,
+    may_have_run: frozenset[str] | set[str] = frozenset(),
 ) -> list[models.NotificationDelivery]:
     """The outbox rows of one append: a webhook call per active webhook of the team for
     every row, and an email to the team's moderators for every ask that waits for people
@@ -263,7 +278,9 @@ def queue_notifications(
         if row.kind == models.AuditEntry.ASK and row.seq in decided_at_once:
             continue  # announced once, by its decision row
         event = EVENT_OF_KIND[row.kind]
-        payload = notification_payload(event, team, session, row)
+        payload = notification_payload(
+            event, team, session, row, may_have_run=event == "ask.requested" and row.ask_id in may_have_run
+        )
         common = {
             "team_id": team_id,
             "event": event,

@@ -56,7 +56,7 @@ from sectr.errors import ValidationFailed
 from sessions_app.action_links import EMAIL, link_url
 from sessions_app.addresses import UNRESOLVABLE, IPAddress, WebhookAddressRefused, WebhookTarget, check_webhook_url
 from sessions_app.models import Membership, NotificationDelivery, TeamWebhook
-from sessions_app.moderation.slack import slack_message
+from sessions_app.moderation.slack import MAY_HAVE_RUN, slack_message
 from sessions_app.team_budgets import BUDGET_EVENT, budget_email
 
 log = logging.getLogger("sectr.notifications")
@@ -230,6 +230,8 @@ def send_email(delivery: NotificationDelivery) -> None:
         f"{payload.get('requester')}'s agent in “{title}” (team {payload.get('team')}) asks to run "
         f"{payload.get('tool')} with:\n\n{arguments}\n\n"
     )
+    if payload.get("may_have_run"):
+        body += f"{MAY_HAVE_RUN}\n\n"
     # One message per moderator: each carries an action link bound to its recipient
     # (sessions_app.action_links), made now so the outbox never holds one.
     moderators = moderators_by_email(delivery.team_id, list(delivery.recipients))

@@ -57,6 +57,14 @@ def _button(text: str, url: str, action_id: str, style: str | None = None) -> di
     return button
 
 
+#: What a re-ask after a crash says (its first approved attempt was cut off mid-call),
+#: in a Slack message and an email alike.
+MAY_HAVE_RUN = (
+    "Asked again after a crash: the first approved attempt was cut off while it ran and may "
+    "have taken effect. Check before approving it again."
+)
+
+
 def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
     """The incoming-webhook body of one notification (`payload`: its JSON body,
     sessions_app.journal.moderation.notification_payload)."""
@@ -94,6 +102,8 @@ def slack_message(payload: dict[str, Any]) -> dict[str, Any]:
         {"type": "section", "text": {"type": "mrkdwn", "text": _cut(asks, SECTION_MAX)}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"```{arguments}```"}},
     ]
+    if payload.get("may_have_run"):
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": f":warning: {escape(MAY_HAVE_RUN)}"}})
     if buttons:
         blocks.append({"type": "actions", "elements": buttons})
         text = f"{text}: {buttons[0]['url']}"

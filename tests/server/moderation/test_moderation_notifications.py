@@ -174,6 +174,26 @@ def test_moderators_get_an_email_with_a_link_to_the_card(
     assert '"body": "buy milk"' in message.body
 
 
+def test_a_re_ask_after_a_crash_says_the_first_attempt_may_have_run(
+    make_session: SessionFactory, ops: Team, receiver: Receiver
+) -> None:
+    from sessions_app.moderation.slack import MAY_HAVE_RUN, slack_message
+
+    TeamWebhook.objects.create(team=ops, url=receiver.url, secret=SECRET)
+    pending(team_session(make_session, ops, "first"), ask_id="ask_plain")
+    pending(team_session(make_session, ops, "again"), ask_id="ask_again", may_have_run=True)
+    assert deliver_due() == 4  # a webhook call and an email per ask
+    bodies = {call["body"]["ask_id"]: call["body"] for call in receiver.calls}
+    assert bodies["ask_plain"]["may_have_run"] is False and bodies["ask_again"]["may_have_run"] is True
+    emails = {message.subject: message.body for message in mail.outbox}
+    assert [MAY_HAVE_RUN in body for body in emails.values()].count(True) == 1
+    (again,) = [body for body in emails.values() if MAY_HAVE_RUN in body]
+    assert "again" in again
+    said = json.dumps(slack_message(bodies["ask_again"]))
+    assert "may have taken effect" in said
+    assert "may have taken effect" not in json.dumps(slack_message(bodies["ask_plain"]))
+
+
 def test_personal_sessions_and_rule_decided_asks_email_nobody(
     make_session: SessionFactory, ops: Team, outsider: Any
 ) -> None:
