@@ -51,6 +51,7 @@ import asyncio
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -320,10 +321,62 @@ class PostgresBackends:
         return sum(used - self.start.get(pid, 0.0) for pid, used in self.seen.items())
 
 
+#: `--py-spy PATH`: record each Sectr server process with this py-spy during the measured
+#: block, into --py-spy-dir (raw collapsed stacks, one file per process); "" records nothing.
+PY_SPY: dict[str, str] = {"path": "", "dir": ""}
+
+
 @contextmanager
-def sectr_cpu(live: LiveSectr) -> Iterator[dict[str, float]]:
+def py_spy(target: str, pids: dict[str, int]) -> Iterator[None]:
+    """py-spy record (raw format, --gil: only what holds the GIL, so idle waits are left
+    out) of each process while the block runs; the files are named
+    <target>-<role>.txt. Each line is a ;-joined stack and its sample count."""
+    if not PY_SPY["path"]:
+        yield
+        return
+    out = Path(PY_SPY["dir"])
+    out.mkdir(parents=True, exist_ok=True)
+    label = target.replace("=", "@").replace("/", "_")
+    recorders = [
+        subprocess.Popen(
+            [
+                PY_SPY["path"],
+                "record",
+                "--gil",
+                "-r",
+                "200",
+                "-f",
+                "raw",
+                "-p",
+                str(pid),
+                "-o",
+                str(out / f"{label}-{role}.txt"),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for role, pid in pids.items()
+        if role not in ("haproxy", "redis")
+    ]
+    time.sleep(0.5)  # attached before the clock starts
+    try:
+        yield
+    finally:
+        for recorder in recorders:
+            recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        for recorder in recorders:
+            try:
+                recorder.wait(30)
+            except subprocess.TimeoutExpired:
+                recorder.kill()
+
+
+@contextmanager
+def sectr_cpu(live: LiveSectr, target: str = "") -> Iterator[dict[str, float]]:
     """CPU seconds each process of the topology spent inside the block, by role."""
     pids = server_pids(live)
+    spying = py_spy(target, pids)
+    spying.__enter__()
     used: dict[str, float] = {}
     backends = None
     if live.postgres:
@@ -337,13 +390,16 @@ def sectr_cpu(live: LiveSectr) -> Iterator[dict[str, float]]:
     finally:
         if backends is not None:
             backends.__exit__()
+        spying.__exit__(None, None, None)
     for role, pid in pids.items():
         used[role] = cpu_seconds(pid) - before[role]
     if backends is not None:
         used["postgres"] = backends.used()
 
 
-async def measure_sectr(target: str, n: int, ticks: int, tick_ms: int, root: Path | None) -> dict[str, Any]:
+async def measure_sectr(
+    target: str, n: int, ticks: int, tick_ms: int, root: Path | None, spec: str = ""
+) -> dict[str, Any]:
     stamp_file = Path(os.environ.get("TMPDIR", "/tmp")) / f"sectr-peers-{os.getpid()}-{time.time_ns()}.txt"
     stream_posts = 0
     with checkout(root), start_sectr(target, stamp_file) as live:
@@ -392,7 +448,7 @@ async def measure_sectr(target: str, n: int, ticks: int, tick_ms: int, root: Pat
             conversations = [Conversation(session_id) for session_id, _token in pairs]
             tokens = {session_id: token for session_id, token in pairs}
             await asyncio.gather(*(http.get("/healthz") for _ in range(n)))
-            with sectr_cpu(live) as cpu:
+            with sectr_cpu(live, spec) as cpu:
                 started = time.monotonic()
                 outcomes = await asyncio.wait_for(
                     asyncio.gather(*(run(c, tokens[c.key], ticks) for c in conversations), return_exceptions=True),
@@ -448,7 +504,7 @@ def measure(spec: str, n: int, ticks: int, tick_ms: int, langgraph: str) -> dict
     if target == "langgraph":
         result = asyncio.run(measure_langgraph(langgraph, n, ticks, tick_ms))
     else:
-        result = asyncio.run(measure_sectr(target, n, ticks, tick_ms, Path(root).resolve() if root else None))
+        result = asyncio.run(measure_sectr(target, n, ticks, tick_ms, Path(root).resolve() if root else None, spec))
         if root:
             result["target"] = f"{target}@{Path(root).resolve().name}"
     delivered = max(result["chunks"] - result["repeated"], 1)
@@ -469,7 +525,15 @@ def main() -> None:
     parser.add_argument("--tick-ms", type=int, default=100)
     parser.add_argument("--langgraph", default=str(ROOT / "var" / "langgraph-venv" / "bin" / "langgraph"))
     parser.add_argument("--json", default="", help="append each result as a JSON line to this file")
+    parser.add_argument(
+        "--py-spy",
+        default="",
+        help="path of a py-spy binary: record every Sectr server process during the measured block "
+        "(raw collapsed stacks in --py-spy-dir; the recording costs the servers CPU too)",
+    )
+    parser.add_argument("--py-spy-dir", default="var/py-spy", help="where --py-spy writes <target>-<role>.txt")
     args = parser.parse_args()
+    PY_SPY.update(path=args.py_spy, dir=args.py_spy_dir)
     sizes = [int(size) for size in re.split(r"[,\s]+", args.sizes) if size]
     targets = [t for t in args.targets.split(",") if t]
     if unknown := {t.partition("=")[0] for t in targets} - set(TARGETS):

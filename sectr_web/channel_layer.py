@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from typing import Any
+from typing import Any, cast
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
@@ -59,29 +59,63 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
         self._swept_at = now
         super()._clean_expired()
 
+    def _queue(self, channel: str) -> asyncio.Queue[Any]:
+        """The channel's queue, made on first use (Channels' setdefault built a new,
+        unused Queue on every send and receive: 4% of the embedded server's CPU at 100
+        streams, py-spy)."""
+        queue = self.channels.get(channel)
+        if queue is None:
+            queue = self.channels[channel] = asyncio.Queue(maxsize=self.get_capacity(channel))
+        return queue
+
+    def _put(self, channel: str, message: dict[str, Any]) -> None:
+        try:
+            self._queue(channel).put_nowait((time.time() + self.expiry, copy_message(message)))
+        except asyncio.QueueFull:
+            raise ChannelFull(channel) from None
+
     async def send(self, channel: str, message: dict[str, Any]) -> None:
         """Channels' send, copying the message with copy_message."""
         assert isinstance(message, dict), "message is not a dict"  # noqa: S101 - Channels' own check
         self.require_valid_channel_name(channel)
         assert "__asgi_channel__" not in message  # noqa: S101 - Channels' own check
-        queue = self.channels.setdefault(channel, asyncio.Queue(maxsize=self.get_capacity(channel)))
+        self._put(channel, message)
+
+    async def receive(self, channel: str) -> dict[str, Any]:
+        """Channels' receive, without a new Queue per call (see `_queue`)."""
+        self.require_valid_channel_name(channel)
+        self._clean_expired()
+        queue = self._queue(channel)
         try:
-            queue.put_nowait((time.time() + self.expiry, copy_message(message)))
-        except asyncio.QueueFull:
-            raise ChannelFull(channel) from None
+            _expires, message = await queue.get()
+        finally:
+            if queue.empty():
+                self.channels.pop(channel, None)
+        return cast(dict[str, Any], message)
 
     async def group_send(self, group: str, message: dict[str, Any]) -> None:
         """Channels' group_send, sending to each member in turn."""
-        assert isinstance(message, dict), "Message is not a dict"  # noqa: S101 - Channels' own check
-        self.require_valid_group_name(group)
+        await self.group_send_many([(group, message)])
+
+    async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
+        """group_send each (group, message), in order, with one pass over the loop at the
+        end (the publisher's batch: a message per session per group commit), instead of a
+        task, a timeout and a yield per message. A member's queue past half full first
+        lets the receivers run, as a yield per message did: a burst that never yielded
+        filled the receivers' queues (capacity 100) and dropped the rest."""
         self._clean_expired()
-        for channel in list(self.groups.get(group, ())):
-            try:
-                await self.send(channel, message)
-            except ChannelFull:
-                pass  # as Channels does: a full channel misses the message
-        # Let the receivers run, as Channels' tasks did: a burst of sends that never
-        # yielded filled the receivers' queues (capacity 100) and dropped the rest.
+        for group, message in messages:
+            assert isinstance(message, dict), "Message is not a dict"  # noqa: S101 - Channels' own check
+            self.require_valid_group_name(group)
+            for channel in list(self.groups.get(group, ())):
+                queue = self.channels.get(channel)
+                if queue is not None and queue.qsize() * 2 >= queue.maxsize > 0:
+                    await asyncio.sleep(0)
+                try:
+                    self._put(channel, message)
+                except ChannelFull:
+                    pass  # as Channels does: a full channel misses the message
+        # Let the receivers run, as Channels' tasks did.
         await asyncio.sleep(0)
 
 

@@ -26,7 +26,10 @@ of a group commit (many streams at once) go further: one locking SELECT of their
 sessions in id order, one UPDATE of all their last_seq, one locking SELECT of their
 fences' Run rows, and one INSERT (`_append_deltas_together`), instead of two or three
 statements per append; the group's other sessions (a run starting or ending) go append
-by append in the same transaction, every session locked first in id order.
+by append in the same transaction, every session locked first in id order. SQLite (3.35
+or newer: UPDATE ... FROM and RETURNING) takes the same path, its sessions and fences
+named by one JSON parameter read with json_each, and no row locks (its transaction holds
+the database's write lock).
 
 A lost database (PostgreSQL restarted, a backend terminated, the pool timed out) is
 JournalUnavailable to every async caller of `run_in_db_thread`, the journal's own methods
@@ -124,6 +127,12 @@ def _row_lock(connection: BaseDatabaseWrapper) -> str:
     if not connection.features.has_select_for_update:
         return ""
     return " FOR NO KEY UPDATE" if connection.features.has_select_for_no_key_update else " FOR UPDATE"
+
+
+def _sqlite_batches(connection: BaseDatabaseWrapper) -> bool:
+    """Whether a group's deltas go together on this SQLite (UPDATE ... FROM: 3.33;
+    RETURNING: 3.35)."""
+    return connection.vendor == "sqlite" and bool(connection.features.can_return_columns_from_insert)
 
 
 @functools.cache
@@ -304,7 +313,9 @@ class DatabaseJournal:
         group is locked first, in id order, so the group still takes its locks in one order.
         (One MESSAGE_START among fifty streams' deltas sent the whole group append by
         append: three statements each, while runs started or ended.)"""
-        if connections[self.using].vendor != "postgresql":  # one writer, no round trips to save
+        connection = connections[self.using]
+        postgres = connection.vendor == "postgresql"
+        if not (postgres or _sqlite_batches(connection)):
             return [self._append_locked(item.session_id, item.events, item.fence) for item in items]
         streaming: dict[str, bool] = {}
         for item in items:
@@ -315,7 +326,8 @@ class DatabaseJournal:
             return list(self._append_deltas_together(items))
         results: list[list[Envelope] | Exception] = [[] for _ in items]
         if fast:
-            self._lock_sessions(sorted(streaming))
+            if postgres:
+                self._lock_sessions(sorted(streaming))
             together = self._append_deltas_together([items[i] for i in fast], sessions_locked=True)
             for index, envelopes in zip(fast, together, strict=True):
                 results[index] = envelopes
@@ -340,8 +352,8 @@ class DatabaseJournal:
     def _append_deltas_together(
         self, items: list[_PendingAppend], *, sessions_locked: bool = False
     ) -> list[list[Envelope]]:
-        """A group made only of deltas (many streams at once), on PostgreSQL, in a fixed
-        number of statements instead of two or three per append: lock the sessions' rows
+        """A group made only of deltas (many streams at once), on PostgreSQL and SQLite, in
+        a fixed number of statements instead of two or three per append: lock the sessions' rows
         (in id order, like every group; not again when the caller has, `sessions_locked`,
         nor for one session, which the UPDATE locks), bump each last_seq by its appends'
         count in one UPDATE, lock and check every fence in one SELECT of their Run rows
@@ -350,27 +362,38 @@ class DatabaseJournal:
         The same result as `_append_locked` item by item (seqs gapless, in order per
         session; a refusal raises, and the caller retries each alone). Under 100 streams
         the two round trips per append inside the group's transaction, not the COMMIT,
-        were the cost (bench/journal.py).
+        were the cost (bench/journal.py). On SQLite, whose transaction already holds the
+        write lock, the statements' CPU (Django's cursor and its placeholder rewriting,
+        three times per append) was most of the embedded server's journal thread.
         """
         connection = connections[self.using]
         now = timezone.now()
         prepared = [_prepare(item.events) for item in items]
+        postgres = connection.vendor == "postgresql"
         counts: dict[str, int] = {}
         for item, events in zip(items, prepared, strict=True):
             counts[item.session_id] = counts.get(item.session_id, 0) + len(events)
         ids = sorted(counts)
         table = _qn(connection, models.Session._meta.db_table)
         pk = _qn(connection, "id")
-        if not sessions_locked and len(ids) > 1:
+        if postgres and not sessions_locked and len(ids) > 1:
             # Several rows: locked in id order first (the UPDATE below locks in no set
             # order). One row needs no order: the UPDATE's own lock is the session lock.
             self._lock_sessions(ids)
+        updated_at = connection.ops.adapt_datetimefield_value(now)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
-                f" FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE s.{pk} = v.id RETURNING s.{pk}, s.last_seq",
-                [connection.ops.adapt_datetimefield_value(now), ids, [counts[i] for i in ids]],
-            )
+            if postgres:
+                cursor.execute(
+                    f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
+                    f" FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE s.{pk} = v.id RETURNING s.{pk}, s.last_seq",
+                    [updated_at, ids, [counts[i] for i in ids]],
+                )
+            else:  # SQLite: {"session id": count, ...} read by json_each
+                cursor.execute(
+                    f"UPDATE {table} SET last_seq = last_seq + v.value, updated_at = %s"  # noqa: S608 - quoted names
+                    f" FROM json_each(%s) AS v WHERE {table}.{pk} = v.key RETURNING {pk}, last_seq",
+                    [updated_at, json.dumps(counts)],
+                )
             last_seq = {session_id: int(seq) for session_id, seq in cursor.fetchall()}
         if len(last_seq) != len(ids):
             raise NotFound("a session of the group does not exist")
@@ -527,11 +550,18 @@ class DatabaseJournal:
         table = _qn(connection, models.Run._meta.db_table)
         pk = _qn(connection, "id")
         columns = ", ".join(_qn(connection, name) for name in _FENCE_COLUMNS)
+        run_ids = sorted({run_id for _session, (run_id, _token) in fenced})
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {pk}, {columns} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
-                [sorted({run_id for _session, (run_id, _token) in fenced})],
-            )
+            if connection.vendor == "postgresql":
+                cursor.execute(
+                    f"SELECT {pk}, {columns} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
+                    [run_ids],
+                )
+            else:  # SQLite: the transaction is the lock
+                cursor.execute(
+                    f"SELECT {pk}, {columns} FROM {table} WHERE {pk} IN (SELECT value FROM json_each(%s))",  # noqa: S608 - quoted names
+                    [json.dumps(run_ids)],
+                )
             rows = {row[0]: tuple(row[1:]) for row in cursor.fetchall()}
         for session_id, (run_id, lease_token) in fenced:
             self._refuse_stale_fence(session_id, run_id, lease_token, rows.get(run_id))

@@ -92,6 +92,7 @@ def _count_drops(group: str, count: int = 1) -> None:
     _drops += count
     PUBLISH_DROPS.labels(group_kind(group)).inc(count)
 
+
 # Channels accepts group names of ASCII letters, digits, "-", "_" and "." under 100 chars.
 _GROUP_SAFE = re.compile(r"^[a-zA-Z0-9\-_.]+$")
 _GROUP_MAX = 99
@@ -264,13 +265,14 @@ class _OrderedPublisher:
 
     @staticmethod
     async def _send_together(layer: Any, batch: list[tuple[float, str, dict[str, Any]]]) -> bool:
-        """Send the whole batch in one go where the layer can (the Redis layer's
-        group_send_many: a pipeline, in queue order, so each group's order holds); False
+        """Send the whole batch in one go where the layer can (group_send_many: the Redis
+        layer's is a pipeline, the in-memory layer's one pass; in queue order, so each
+        group's order holds), even a batch of one message; False
         when it cannot or failed, and the batch goes group by group with retries (what
         the failed pipeline sent already is then sent again: readers drop a seq they
         have)."""
         send_many = getattr(layer, "group_send_many", None)
-        if send_many is None or len(batch) < 2:
+        if send_many is None:
             return False
         try:
             async with asyncio.timeout(PUBLISH_TIMEOUT):
