@@ -1,7 +1,7 @@
 """Benchmark: CPU per streamed chunk, hop by hop, each in isolation in this one process.
 
     .venv/bin/python bench/chunk_hops.py [--streams 100] [--ticks 30] [--rounds 3]
-        [--postgres URL] [--redis URL] [--hops append,layer,sse]
+        [--postgres URL] [--redis URL] [--hops append,layer,sse,chat]
 
 bench/peers.py measures the whole path (POST, worker, journal, layer, SSE, sockets) on a
 real topology, where the machine's load moves the figures; here each hop runs alone and
@@ -21,6 +21,9 @@ MESSAGE_DELTA per tick, all at once, `--ticks` times:
 * sse: what an SSE stream does with each live message (sessions_app.api.sse.RunStream:
   the envelopes rebuilt, the cursor checked, the run's events mapped and encoded as
   frames), without the socket.
+* chat: what a chat websocket does with each live message (ChatConsumer.send_envelopes:
+  the view model applies the envelope, its changes rendered as OOB swaps, the frame's
+  JSON), without the socket.
 
 Each figure is the median over --rounds of microseconds of CPU per chunk.
 """
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import subprocess
@@ -166,6 +170,35 @@ def bench_sse(streams: int, ticks: int) -> float:
     return cpu_per_chunk(run)
 
 
+def bench_chat(streams: int, ticks: int) -> float:
+    from sectr.events import Envelope, EventType
+    from sessions_app.chat.render import chat_context, render_changes
+    from sessions_app.chat.view_model import ChatViewModel
+    from sessions_app.journal.publish import envelope_messages
+
+    permissions = {"can_write": True, "can_approve": True, "can_fork": True, "viewer": "a", "session_owner": "a"}
+
+    async def run() -> int:
+        models = []
+        for i in range(streams):
+            vm = ChatViewModel(f"ses_bench{i}")
+            start = {"message_id": "msg_bench", "role": "assistant", "model": "demo"}
+            vm.apply(Envelope(f"ses_bench{i}", 1, "inv_bench", EventType.MESSAGE_START, start, datetime.now(UTC)))
+            vm.take_changes()
+            models.append(vm)
+        frames = 0
+        for tick in range(ticks):
+            for vm, (_group, message) in zip(models, envelope_messages(envelopes_of(streams, tick)), strict=True):
+                batch = [Envelope.from_dict(data) for data in message["envelopes"]]
+                for envelope in batch:
+                    vm.apply(envelope)
+                html = render_changes(vm.take_changes(), chat_context(vm, **permissions))
+                frames += bool(json.dumps({"first": batch[0].seq, "seq": batch[-1].seq, "html": html}))
+        return frames
+
+    return cpu_per_chunk(run)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--streams", type=int, default=100)
@@ -173,7 +206,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres", default="", help="scratch PostgreSQL database URL for the append hop")
     parser.add_argument("--redis", default="", help="Redis URL for the layer hop on the Redis pub/sub layer")
-    parser.add_argument("--hops", default="append,layer,sse")
+    parser.add_argument("--hops", default="append,layer,sse,chat")
     parser.add_argument("--database", default="", help=argparse.SUPPRESS)  # the PostgreSQL child
     args = parser.parse_args()
     hops = set(args.hops.split(","))
@@ -208,6 +241,8 @@ def main() -> None:
             )
     if "sse" in hops:
         benches["sse: live message -> frames"] = lambda: bench_sse(args.streams, args.ticks)
+    if "chat" in hops:
+        benches["chat: live message -> websocket frame"] = lambda: bench_chat(args.streams, args.ticks)
 
     import redis.utils
 

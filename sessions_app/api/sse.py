@@ -30,6 +30,7 @@ and ends. A client that reconnects then gets the 401 or 404 that explains why.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -51,6 +52,8 @@ from sessions_app.socket_access import AccessWatch, is_access_changed, user_acce
 from sessions_app.telemetry.metrics import SSE_CLIENTS
 
 POLL_SECONDS = 3.0
+#: Messages a stream holds unread at most (see RunStream._read_layer).
+INBOX_MAX = 1000
 READ_PAGE = 1000
 #: The stream's last frame when the database went away: reconnect (with Last-Event-ID) soon.
 DATABASE_LOST_FRAME = b": the database is unavailable\nretry: %d\n\n" % (DATABASE_RETRY_SECONDS * 1000)
@@ -125,16 +128,19 @@ class RunStream:
         self.token_id = token.pk if token is not None else None
         self.user_id = token.user_id if token is not None else None
         self.revoked = False
-        # Done once access has gone: every wait of the stream waits on it too.
-        self._gone: asyncio.Future[None] | None = None
         self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
         self.cursor = 0
         self.layer: Any = get_channel_layer()
         self.channel: str | None = None
-        # One receive stays pending across waits: cancelling a layer's receive on a
-        # timeout drops messages (the pub/sub layer unsubscribes the channel when its
-        # receive is cancelled), so a wait that times out leaves it running.
-        self._receiving: asyncio.Future[dict[str, Any]] | None = None
+        # One task receives from the layer for the stream's whole life and queues what it
+        # gets in `_inbox`: cancelling a layer's receive on a timeout drops messages (the
+        # pub/sub layer unsubscribes the channel when its receive is cancelled), and a
+        # task plus an asyncio.wait per message was a good part of a stream's CPU per
+        # chunk (bench/peers.py under py-spy).
+        self._reader: asyncio.Task[None] | None = None
+        self._inbox: collections.deque[dict[str, Any]] = collections.deque()
+        # The stream's wait, when it waits: set by a message, a timeout or lost access.
+        self._wakeup: asyncio.Future[None] | None = None
         self.group = session_group(session_id)
 
     @property
@@ -164,8 +170,8 @@ class RunStream:
             yield DATABASE_LOST_FRAME
         finally:
             await self.watch.stop()
-            if self._receiving is not None:
-                self._receiving.cancel()
+            if self._reader is not None:
+                self._reader.cancel()
             if self.channel is not None:
                 for group in groups:
                     with contextlib.suppress(Exception):
@@ -176,8 +182,7 @@ class RunStream:
 
     async def _revoke(self, code: int) -> None:
         self.revoked = True
-        if self._gone is not None and not self._gone.done():
-            self._gone.set_result(None)  # wakes the stream out of its wait at once
+        self._wake()  # out of its wait at once
 
     async def _frames(self) -> AsyncIterator[bytes]:
         yield b": stream of " + self.run.pk.encode() + b"\n\n"  # the headers go out at once
@@ -208,6 +213,10 @@ class RunStream:
                 frame = await self._catch_up()  # the layer may have dropped the newest appends
             else:
                 frame = await self._handle_live(message)
+                # Messages already received go out in the same write: no wait added.
+                while self._inbox and not self.finished and not self.revoked:
+                    if (message := self._take()) is not None:
+                        frame += await self._handle_live(message)
             if frame:
                 yield frame
                 last_write = time.monotonic()
@@ -218,24 +227,50 @@ class RunStream:
     async def _receive(self, wait: float) -> dict[str, Any] | None:
         """The next message for the stream (None after `wait` seconds, or once access has
         gone); an `access.changed` one is handed to the access watch and reads as None."""
-        if self._gone is None:
-            self._gone = asyncio.get_running_loop().create_future()
         if self.revoked:
             return None
-        if self.channel is None:
-            await asyncio.wait({self._gone}, timeout=wait)
-            return None
-        if self._receiving is None:
-            self._receiving = asyncio.ensure_future(self.layer.receive(self.channel))
-        done, _ = await asyncio.wait({self._receiving, self._gone}, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
-        if self._receiving not in done:
-            return None
-        receiving, self._receiving = self._receiving, None
-        message: dict[str, Any] = receiving.result()
+        if not self._inbox:
+            loop = asyncio.get_running_loop()
+            if self.channel is not None and self._reader is None:
+                self._reader = loop.create_task(self._read_layer())
+                self._reader.add_done_callback(lambda _task: self._wake())
+            self._wakeup = loop.create_future()
+            timer = loop.call_later(wait, self._wake)
+            try:
+                await self._wakeup
+            finally:
+                timer.cancel()
+                self._wakeup = None
+            if self.revoked:
+                return None
+            if not self._inbox:
+                if self._reader is not None and self._reader.done():
+                    self._reader.result()  # the layer failed: the stream ends with its error
+                return None
+        return self._take()
+
+    def _take(self) -> dict[str, Any] | None:
+        """The oldest message received (the inbox is not empty); None for an access one."""
+        message = self._inbox.popleft()
         if is_access_changed(message):
             self.watch.changed()
             return None
         return message
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    async def _read_layer(self) -> None:
+        """The stream's one receive loop (see `_setup`). Beyond INBOX_MAX unread messages
+        the oldest are dropped: the stream then sees a gap and reads the journal."""
+        assert self.channel is not None  # noqa: S101 - started only for a joined channel
+        while True:
+            message = await self.layer.receive(self.channel)
+            self._inbox.append(message)
+            if len(self._inbox) > INBOX_MAX:
+                self._inbox.popleft()
+            self._wake()
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
         """Wait until a pending run is promoted (or cancelled before it started)."""

@@ -8,13 +8,17 @@ same partials for what changed, each wrapped or marked as an out-of-band swap:
 * a tool call in a message already on screen: ``_tool_call_append.html``;
 * an item that changed (a finished message now in Markdown, a tool call with its result,
   a decided approval card): the item's partial with ``hx-swap-oob="true"`` replaces it;
-* streamed text: ``_delta.html`` appends escaped text to the open message;
+* streamed text: a ``<span hx-swap-oob="beforeend:#...">`` appends the escaped text to
+  the open message (`delta_swap`);
 * the state word, the token meter, the run controls, the title, the mode and model options, the
   header's agent (when the session moves to another version), the notes: their partials,
   replaced.
 
-Everything goes through Django's auto-escaping templates; nothing is built with string
-formatting, so text from users and models cannot become markup.
+Everything goes through Django's auto-escaping templates, except the streamed text's one
+span, built by django.utils.html.format_html, which escapes every value it inserts just
+as the templates do: a template render per chunk per socket was most of a socket's CPU
+per streamed chunk (bench/chunk_hops.py). Text from users and models cannot become
+markup either way.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils.html import format_html
 
 from sectr.events import MODES
 from sectr.providers import known_models
@@ -84,6 +89,11 @@ def session_agent_label(user: Any, pin: dict[str, Any] | None) -> dict[str, Any]
     return {"label": label, "url": url}
 
 
+def delta_swap(target: str, text: str) -> str:
+    """Streamed text appended to the element #`target` (both escaped)."""
+    return format_html('<span hx-swap-oob="beforeend:#{}">{}</span>\n', target, text)
+
+
 def render_changes(changes: Changes, context: dict[str, Any]) -> str:
     """One batch of changes as a string of OOB swaps (empty when nothing shows)."""
     parts: list[str] = []
@@ -102,9 +112,9 @@ def render_changes(changes: Changes, context: dict[str, Any]) -> str:
         else:
             parts.append(render_to_string("chat/_item.html", {**context, "item": item, "oob": True}))
     for target, texts in changes.text.items():
-        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-text", "text": "".join(texts)}))
+        parts.append(delta_swap(f"{target}-text", "".join(texts)))
     for target, texts in changes.reasoning.items():
-        parts.append(render_to_string("chat/_delta.html", {"target": f"{target}-reasoning", "text": "".join(texts)}))
+        parts.append(delta_swap(f"{target}-reasoning", "".join(texts)))
     oob = {**context, "oob": True}
     if changes.status:
         for name in ("_state.html", "_usage.html", "_run_controls.html"):

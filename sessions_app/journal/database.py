@@ -94,6 +94,10 @@ logger = logging.getLogger("sectr.journal")
 Fence = tuple[str, str]
 
 INVOCATION_ID_MAX = 40
+#: A JSON array of strings as a PostgreSQL text[] (one parameter, `json.dumps(list)`):
+#: psycopg's client-side binding quotes a list parameter element by element in Python,
+#: and a group commit's statements name a hundred sessions and runs under load.
+JSON_TEXTS = "ARRAY(SELECT json_array_elements_text(%s::json))"
 #: load_ranges_sync: ranges per query (3 parameters each, under SQLite's old limit of 999).
 RANGES_PER_QUERY = 300
 
@@ -343,8 +347,8 @@ class DatabaseJournal:
         pk = _qn(connection, "id")
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {pk} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
-                [session_ids],
+                f"SELECT {pk} FROM {table} WHERE {pk} = ANY({JSON_TEXTS}) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
+                [json.dumps(session_ids)],
             )
             if len(cursor.fetchall()) != len(session_ids):
                 raise NotFound("a session of the group does not exist")
@@ -382,13 +386,14 @@ class DatabaseJournal:
             self._lock_sessions(ids)
         updated_at = connection.ops.adapt_datetimefield_value(now)
         with connection.cursor() as cursor:
+            # {"session id": count, ...}: one JSON parameter (see JSON_TEXTS)
             if postgres:
                 cursor.execute(
-                    f"UPDATE {table} AS s SET last_seq = s.last_seq + v.n, updated_at = %s"  # noqa: S608 - quoted names
-                    f" FROM unnest(%s::text[], %s::int[]) AS v(id, n) WHERE s.{pk} = v.id RETURNING s.{pk}, s.last_seq",
-                    [updated_at, ids, [counts[i] for i in ids]],
+                    f"UPDATE {table} AS s SET last_seq = s.last_seq + v.value::int, updated_at = %s"  # noqa: S608 - quoted names
+                    f" FROM json_each_text(%s::json) AS v WHERE s.{pk} = v.key RETURNING s.{pk}, s.last_seq",
+                    [updated_at, json.dumps(counts)],
                 )
-            else:  # SQLite: {"session id": count, ...} read by json_each
+            else:
                 cursor.execute(
                     f"UPDATE {table} SET last_seq = last_seq + v.value, updated_at = %s"  # noqa: S608 - quoted names
                     f" FROM json_each(%s) AS v WHERE {table}.{pk} = v.key RETURNING {pk}, last_seq",
@@ -554,8 +559,9 @@ class DatabaseJournal:
         with connection.cursor() as cursor:
             if connection.vendor == "postgresql":
                 cursor.execute(
-                    f"SELECT {pk}, {columns} FROM {table} WHERE {pk} = ANY(%s) ORDER BY {pk} FOR NO KEY UPDATE",  # noqa: S608 - quoted names
-                    [run_ids],
+                    f"SELECT {pk}, {columns} FROM {table} WHERE {pk} = ANY({JSON_TEXTS})"  # noqa: S608 - quoted names
+                    f" ORDER BY {pk} FOR NO KEY UPDATE",
+                    [json.dumps(run_ids)],
                 )
             else:  # SQLite: the transaction is the lock
                 cursor.execute(
@@ -619,24 +625,21 @@ class DatabaseJournal:
         )
         created_at = connection.ops.adapt_datetimefield_value(envelopes[0].created_at)
         if connection.vendor == "postgresql" and len(envelopes) > 1:
-            # One array per column: the same SQL text for any number of rows, so psycopg
-            # converts it once (a VALUES list of 6 x N placeholders was converted anew for
-            # every group: a tenth of a journal thread's time under 100 streams). One row
-            # keeps VALUES, whose text is the same every time too.
+            # The rows as one JSON parameter, read by json_to_recordset: the same SQL text
+            # for any number of rows, so psycopg converts it once (a VALUES list of 6 x N
+            # placeholders was converted anew for every group), and one json.dumps in C
+            # where psycopg's client-side binding quoted an array per column element by
+            # element in Python (a sixth of a worker's journal thread under 100 streams,
+            # bench/chunk_hops.py). The payloads are JSON values in it, stored as jsonb.
+            records = [
+                {"s": e.session_id, "q": e.seq, "i": e.invocation_id, "t": e.type.value, "p": e.payload}
+                for e in envelopes
+            ]
             with connection.cursor() as cursor:
                 cursor.execute(
-                    f"INSERT INTO {table} ({columns}) SELECT u.s, u.q, u.i, u.t, u.p::jsonb, %s"  # noqa: S608 - quoted names
-                    " FROM unnest(%s::text[], %s::int[], %s::text[], %s::text[], %s::text[]) AS u(s, q, i, t, p)",
-                    [
-                        created_at,
-                        [envelope.session_id for envelope in envelopes],
-                        [envelope.seq for envelope in envelopes],
-                        [envelope.invocation_id for envelope in envelopes],
-                        [envelope.type.value for envelope in envelopes],
-                        # The JSON text as the payload field would write it (it has no
-                        # encoder of its own), cast in SQL: no adapter object per row.
-                        [json.dumps(envelope.payload, allow_nan=False) for envelope in envelopes],
-                    ],
+                    f"INSERT INTO {table} ({columns}) SELECT r.s, r.q, r.i, r.t, r.p, %s"  # noqa: S608 - quoted names
+                    " FROM json_to_recordset(%s::json) AS r(s text, q int, i text, t text, p jsonb)",
+                    [created_at, json.dumps(records, allow_nan=False)],
                 )
             return
         rows = [
