@@ -230,6 +230,7 @@ class RunStream:
         if self.revoked:
             return None
         if not self._inbox:
+            self._raise_if_layer_failed()
             loop = asyncio.get_running_loop()
             if self.channel is not None and self._reader is None:
                 self._reader = loop.create_task(self._read_layer())
@@ -244,10 +245,14 @@ class RunStream:
             if self.revoked:
                 return None
             if not self._inbox:
-                if self._reader is not None and self._reader.done():
-                    self._reader.result()  # the layer failed: the stream ends with its error
+                self._raise_if_layer_failed()
                 return None
         return self._take()
+
+    def _raise_if_layer_failed(self) -> None:
+        """The layer's error, once its receive failed: the stream ends with it."""
+        if self._reader is not None and self._reader.done():
+            self._reader.result()
 
     def _take(self) -> dict[str, Any] | None:
         """The oldest message received (the inbox is not empty); None for an access one."""
@@ -263,13 +268,13 @@ class RunStream:
 
     async def _read_layer(self) -> None:
         """The stream's one receive loop (see `_setup`). Beyond INBOX_MAX unread messages
-        the oldest are dropped: the stream then sees a gap and reads the journal."""
+        the oldest is dropped: the stream then sees a gap and reads the journal."""
         assert self.channel is not None  # noqa: S101 - started only for a joined channel
         while True:
             message = await self.layer.receive(self.channel)
             self._inbox.append(message)
-            if len(self._inbox) > INBOX_MAX:
-                self._inbox.popleft()
+            if len(self._inbox) > INBOX_MAX and is_access_changed(self._inbox.popleft()):
+                self.watch.changed()  # never dropped: access is re-checked
             self._wake()
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
