@@ -40,7 +40,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -61,7 +61,7 @@ def make_session(alias: str) -> str:
     return str(Session.objects.using(alias).create(owner=user).pk)
 
 
-def cpu_per_chunk(run: Callable[[], Awaitable[int]]) -> float:
+def cpu_per_chunk(run: Callable[[], Coroutine[Any, Any, int]]) -> float:
     """Microseconds of this process's CPU per chunk that `run` reports handling."""
     started = time.process_time()
     chunks = asyncio.run(run())
@@ -117,7 +117,7 @@ def bench_layer(layer_factory: Callable[[], Any], streams: int, ticks: int) -> f
     async def run() -> int:
         layer = layer_factory()
         saved = publish.get_channel_layer
-        publish.get_channel_layer = lambda: layer  # type: ignore[assignment]
+        publish.get_channel_layer = lambda: layer
         try:
             channels = []
             for i in range(streams):
@@ -141,7 +141,7 @@ def bench_layer(layer_factory: Callable[[], Any], streams: int, ticks: int) -> f
                 await layer.group_discard(publish.session_group(f"ses_bench{i}"), channel)
             return received
         finally:
-            publish.get_channel_layer = saved  # type: ignore[assignment]
+            publish.get_channel_layer = saved
             if hasattr(layer, "flush"):
                 await layer.flush()
 
@@ -176,7 +176,13 @@ def bench_chat(streams: int, ticks: int) -> float:
     from sessions_app.chat.view_model import ChatViewModel
     from sessions_app.journal.publish import envelope_messages
 
-    permissions = {"can_write": True, "can_approve": True, "can_fork": True, "viewer": "a", "session_owner": "a"}
+    permissions: dict[str, Any] = {
+        "can_write": True,
+        "can_approve": True,
+        "can_fork": True,
+        "viewer": "a",
+        "session_owner": "a",
+    }
 
     async def run() -> int:
         models = []
