@@ -252,8 +252,7 @@ def claim_next_runs(worker_id: str, lease: float, limit: int, executing: Collect
     transaction as its claim. On PostgreSQL a batch is claimed in one transaction that
     never waits for a lock (`_claim_batch`); a batch that found every candidate's
     session held by someone looks again after a moment. On SQLite, which has one writer,
-    the candidates are claimed one by one (`_claim_candidate`), Session row then Run row
-    like every action.
+    the batch is claimed in one IMMEDIATE transaction too (`_claim_sqlite_batch`).
     """
     tidied: list[str] = _stranded_pending_sessions()
     try:
@@ -264,28 +263,7 @@ def claim_next_runs(worker_id: str, lease: float, limit: int, executing: Collect
                     return batch
                 time.sleep(_BUSY_PAUSE)  # their holders commit within milliseconds
             return batch
-        claims: list[Claim] = []
-        claimed: set[str] = set()
-        for _ in range(3):
-            now = timezone.now()
-            candidates = list(
-                Run.objects.filter(_runnable(now))
-                .exclude(pk__in=[*claimed, *executing])
-                .order_by("created_at", "id")
-                .values_list("pk", "session_id")[: max(20, 2 * limit)]
-            )
-            if not candidates:
-                break
-            for run_id, session_id in candidates:
-                claim = _claim_candidate(run_id, session_id, worker_id, lease, tidied)
-                if claim is not None:
-                    claims.append(claim)
-                    claimed.add(claim.run_id)
-                    if len(claims) >= limit:
-                        return claims
-            if claims:
-                break  # the rest were taken by others; the caller comes back for more
-        return claims
+        return _claim_sqlite_batch(worker_id, lease, limit, tidied, executing)
     finally:
         # Runs ended here (their journal had ended them already, or they were lost too
         # often, or cancelled while their worker was dead) may free a queued message.
@@ -409,18 +387,50 @@ class LivenessLock:
             self.connection = None
 
 
-def _claim_candidate(run_id: str, session_id: str, worker_id: str, lease: float, tidied: list[str]) -> Claim | None:
-    """SQLite: the Claim of one candidate, or None (deleted, claimed by another worker
-    or ended since it was listed). The IMMEDIATE transaction is the lock."""
+def _claim_sqlite_batch(
+    worker_id: str, lease: float, limit: int, tidied: list[str], executing: Collection[str] = ()
+) -> list[Claim]:
+    """SQLite: up to `limit` claims in one IMMEDIATE transaction, which holds the
+    database's only write lock from its BEGIN: no other claimer (or action) changes a
+    row between the look and the claim, so every candidate listed is still runnable.
+
+    One transaction a batch, not one a candidate: every BEGIN IMMEDIATE queues behind
+    the appends of the runs already streaming, so claiming a burst of a hundred runs one
+    transaction each kept the last of them waiting for seconds (bench/peers.py at N=100:
+    POST to first chunk p99 11-20 s). Candidates its journal had ended already are
+    tidied (`_take` returns None) and the next oldest are looked at, in the same
+    transaction, until `limit` are claimed or none is left.
+    """
+    claims: list[Claim] = []
+    seen: list[str] = [*executing]
     with transaction.atomic():
-        session = Session.objects.filter(pk=session_id).first()
-        if session is None:
-            return None  # deleted meanwhile
         now = timezone.now()
-        run = Run.objects.filter(_runnable(now), pk=run_id).first()
-        if run is None:
-            return None  # another worker claimed it (or it ended) since we looked
-        return _take(run, session, worker_id, lease, tidied, now)
+        while len(claims) < limit:
+            candidates = list(
+                Run.objects.filter(_runnable(now))
+                .exclude(pk__in=seen)
+                .order_by("created_at", "id")[: limit - len(claims)]
+            )
+            if not candidates:
+                break
+            sessions = Session.objects.in_bulk({run.session_id for run in candidates})
+            for run in candidates:
+                seen.append(run.pk)
+                session = sessions.get(run.session_id)
+                if session is None:
+                    continue  # a run's row cannot outlive its session's; defensive
+                if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
+                    try:
+                        with transaction.atomic():
+                            claim = _take(run, session, worker_id, lease, tidied, now)
+                    except Exception:
+                        log.exception("recovering run %s failed", run.pk)
+                        continue
+                else:
+                    claim = _take(run, session, worker_id, lease, tidied, now)
+                if claim is not None:
+                    claims.append(claim)
+    return claims
 
 
 def _claim_batch(

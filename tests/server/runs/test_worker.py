@@ -21,6 +21,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from sectr import operations
 from sectr.errors import LeaseLost
 from sectr.events import TERMINAL_TYPES, Envelope, EventType
 from sectr.fold import fold_messages, last_assistant_text
@@ -30,7 +31,7 @@ from sectr.runtime import Runtime
 from sessions_app import actions
 from sessions_app import runs as runs_module
 from sessions_app.dbthread import run_in_db_thread
-from sessions_app.journal import DatabaseJournal
+from sessions_app.journal import DatabaseJournal, get_journal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
 from sessions_app.worker import Worker
@@ -554,9 +555,7 @@ async def test_it_starts_a_queued_message_whose_promotion_was_lost(owner: Any, s
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_steer_parked_while_the_run_ends_is_answered_not_lost(
-    owner: Any, start_worker: StartWorker
-) -> None:
+async def test_a_steer_parked_while_the_run_ends_is_answered_not_lost(owner: Any, start_worker: StartWorker) -> None:
     from sectr.agent import default_handler
     from sectr.context import SessionContext
 
@@ -658,3 +657,48 @@ def test_a_claim_leaves_the_runs_the_claimer_is_executing(owner: Any) -> None:
     assert Run.objects.get(pk=claim.run_id).lease_token == claim.token
     (taken,) = runs_module.claim_next_runs("other-worker", 60.0, 4)  # another worker recovers it
     assert taken.run_id == claim.run_id and taken.recovered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_claimers_taking_batches_at_once_claim_every_run_exactly_once(owner: Any) -> None:
+    """A batch is one transaction (SQLite: one BEGIN IMMEDIATE; PostgreSQL: SKIP LOCKED):
+    two workers claiming batches of 16 side by side never take one run twice, and between
+    them take every queued run. A run whose journal ended it before any claim is tidied,
+    not claimed, and the batch takes the next one in its place."""
+    import threading
+
+    posted = [actions.do_post_message(owner, actions.do_create_session(owner).pk, "!slow 5").pk for _ in range(40)]
+    ended = Run.objects.get(pk=posted[0])  # the oldest: ended in its journal, its row still queued
+    cancel = operations.cancelled_events(ended.invocation_id, open_message_id=None, open_calls=(), by=None)
+    get_journal().append_sync(ended.session_id, cancel)
+    claimed: dict[str, list[str]] = {"w-one": [], "w-two": []}
+    # Both claimers live (PostgreSQL: their liveness locks held), so neither takes the
+    # other's running runs for a dead worker's.
+    alive = [runs_module.LivenessLock(worker_id) for worker_id in claimed]
+    for lock in alive:
+        lock.acquire()
+    start = threading.Barrier(2)
+
+    def claim_all(worker_id: str) -> None:
+        try:
+            start.wait(10)
+            while batch := runs_module.claim_next_runs(worker_id, 60.0, 16):
+                claimed[worker_id] += [claim.run_id for claim in batch]
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim_all, args=(worker_id,)) for worker_id in claimed]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    for lock in alive:
+        lock.release()
+    first, second = claimed.values()
+    every = first + second
+    assert len(every) == len(set(every))  # nobody claimed a run twice, nor two claimers one
+    assert set(every) == set(posted[1:])
+    assert Run.objects.get(pk=ended.pk).status == Run.CANCELLED
+    owners = dict(Run.objects.filter(pk__in=posted).values_list("pk", "lease_owner"))
+    assert all(owners[run_id] == worker for worker, ids in claimed.items() for run_id in ids)
+    assert all(Run.objects.get(pk=run_id).attempts == 1 for run_id in posted[1:])
