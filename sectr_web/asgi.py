@@ -23,6 +23,7 @@ from sectr_web.middleware import ApiASGIHandler, is_api_request  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
 from sessions_app.approval_service.server import ENDPOINT as MCP_ENDPOINT  # noqa: E402
+from sessions_app.garbage_collection import tune_for_server  # noqa: E402
 from sessions_app.journal.publish import adopt_server_loop  # noqa: E402
 from sessions_app.worker import start_embedded_worker  # noqa: E402
 
@@ -72,6 +73,8 @@ def _start_when_reactor_runs() -> None:
         return
 
     def schedule() -> None:
+        # Started: every module is imported, so the heap to freeze is the startup's.
+        tune_for_server()
         # callWhenRunning fires before the asyncio loop itself runs: queue the start on
         # that loop, where get_running_loop() works.
         loop = getattr(reactor, "_asyncioEventloop", None)

@@ -394,6 +394,9 @@ SECTR_WORKER_CONCURRENCY = env_int("SECTR_WORKER_CONCURRENCY", 256, minimum=1)
 SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
 #: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX).
 SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
+#: The cyclic garbage collector's young-generation threshold in Daphne and the workers,
+#: whose startup heap is frozen too (sessions_app.garbage_collection); 0 keeps Python's.
+SECTR_GC_THRESHOLD = env_int("SECTR_GC_THRESHOLD", 10_000, minimum=0)
 SECTR_WS_RESYNC_SECONDS = env_float("SECTR_WS_RESYNC_SECONDS", 10.0, above_minimum=True)
 SECTR_WS_ACCESS_SECONDS = env_float("SECTR_WS_ACCESS_SECONDS", 60.0, above_minimum=True)
 # How long a process keeps a team's budget figure before reading it again (docs/agents.md).

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from prometheus_client import start_http_server
 
+from sessions_app.garbage_collection import tune_for_server
 from sessions_app.worker import Worker
 
 
@@ -42,6 +43,7 @@ class Command(BaseCommand):
         logging.getLogger("sectr").setLevel(logging.INFO)
         if options["metrics_port"] is not None:
             start_http_server(options["metrics_port"], addr=options["metrics_addr"])
+        tune_for_server()  # everything is imported: freeze the startup heap
         asyncio.run(self._main(options))
 
     async def _main(self, options: dict[str, Any]) -> None:
