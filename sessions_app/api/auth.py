@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.http import HttpRequest
 
 from sessions_app.api.errors import ApiError
-from sessions_app.budgets import aspend, setting_budget
+from sessions_app.budgets import Spent, aspend, setting_budget, spend
 from sessions_app.models import ApiToken
 
 DEFAULT_RATE_LIMIT = "600/60"
@@ -29,8 +29,8 @@ def bearer_token(request: HttpRequest) -> str | None:
     return credentials.strip()
 
 
-async def authenticate(request: HttpRequest) -> ApiToken:
-    """The request's live token; 401 when it is missing, unknown, revoked or its user inactive."""
+def required_bearer_token(request: HttpRequest) -> str:
+    """The request's bearer token, unchecked; 401 when there is none."""
     raw = bearer_token(request)
     if raw is None:
         raise ApiError(
@@ -39,9 +39,30 @@ async def authenticate(request: HttpRequest) -> ApiToken:
             status=401,
             headers=CHALLENGE,
         )
-    token = await sync_to_async(ApiToken.authenticate)(raw)
+    return raw
+
+
+def _live_token(raw: str) -> ApiToken:
+    token = ApiToken.authenticate(raw)
     if token is None:
         raise ApiError("the API token is invalid or revoked", code="invalid_token", status=401, headers=CHALLENGE)
+    return token
+
+
+async def authenticate(request: HttpRequest) -> ApiToken:
+    """The request's live token; 401 when it is missing, unknown, revoked or its user inactive."""
+    raw = required_bearer_token(request)
+    return await sync_to_async(_live_token)(raw)
+
+
+def admit(raw: str) -> ApiToken:
+    """Sync `authenticate` and `check_rate_limit` in one, for an operation that admits its
+    request in the same database-thread hop as its own work (sessions_app.api.views,
+    `Operation.admits_in_thread`): 401, then 429, as the asynchronous pair would."""
+    token = _live_token(raw)
+    limit, window = rate_limit()
+    if limit:
+        _refuse_past_limit(spend("api", token.prefix, window), limit, window)
     return token
 
 
@@ -57,7 +78,10 @@ async def check_rate_limit(token: ApiToken) -> None:
         return
     # Keyed by the token's public prefix (random), not its row id, which a database
     # rebuilt from scratch hands out again.
-    spent = await aspend("api", token.prefix, window)
+    _refuse_past_limit(await aspend("api", token.prefix, window), limit, window)
+
+
+def _refuse_past_limit(spent: Spent, limit: int, window: int) -> None:
     if spent.count > limit:
         raise ApiError(
             f"rate limit: {limit} requests per {window} s for this token",

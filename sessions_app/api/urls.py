@@ -219,6 +219,7 @@ ROUTES: tuple[Route, ...] = (
                 response="Run",
                 body_limit=RUN_BODY_LIMIT,
                 streams_on_accept=True,
+                admits_in_thread=True,
                 errors=(400, 403, 404, 409, 413),
             )
         },

@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections
@@ -26,10 +26,12 @@ from sectr.errors import NotFound, ValidationFailed
 from sectr.events import add_usage, usage_dict
 from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
-from sessions_app.api.auth import authenticate, check_rate_limit
+from sessions_app.api import auth
+from sessions_app.api.auth import authenticate, check_rate_limit, required_bearer_token
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run
 from sessions_app.attribution import current_api_token_key
+from sessions_app.dbthread import run_in_db_thread
 from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.input_checks import is_whole_number
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
@@ -42,6 +44,8 @@ ID_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 #: The run a `POST /sessions/{id}/runs` answered with a stream started (also in Location).
 RUN_ID_HEADER = "X-Sectr-Run-Id"
 
+R = TypeVar("R")
+
 
 @dataclass
 class ApiCall:
@@ -50,10 +54,33 @@ class ApiCall:
     request: HttpRequest
     token: ApiToken | None
     body: dict[str, Any] = field(default_factory=dict)
+    #: The bearer token still to check, for an operation that admits its request in its
+    #: own database hop (`Operation.admits_in_thread`, `in_db_thread`); None once checked.
+    unchecked_token: str | None = None
 
     @property
     def user(self) -> Any:
         return self.token.user if self.token is not None else None
+
+    def admit(self) -> None:
+        """(Sync, in a database thread) Authenticate the request and count it against its
+        token's rate limit, if the door left that to the operation: 401, 429."""
+        if self.unchecked_token is not None:
+            self.token = auth.admit(self.unchecked_token)
+            self.unchecked_token = None
+            current_api_token_key.set(self.token.pk)  # this thread's context: the work's
+
+    async def in_db_thread(self, work: Callable[[], R]) -> R:
+        """`work` in the journal's database threads, after the admission still owed: one
+        thread hop for the token's lookup and the operation's queries. A POST of a run
+        took four (the token, the rate limit, the action, giving the connection back),
+        three of them in a thread Django starts for each request."""
+
+        def admitted() -> R:
+            self.admit()
+            return work()
+
+        return await run_in_db_thread(admitted)
 
 
 Handler = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
@@ -78,6 +105,9 @@ class Operation:
     stream_end: str = "the stream ends after the `result` event"
     #: also answers with the run's event stream (200) when the request accepts text/event-stream
     streams_on_accept: bool = False
+    #: the handler authenticates the request and counts its rate limit itself, in its one
+    #: database hop (ApiCall.in_db_thread), before anything else it does there
+    admits_in_thread: bool = False
     errors: tuple[int, ...] = ()
 
 
@@ -95,15 +125,25 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
             )
         try:
             call = ApiCall(request, None)
-            if operation.auth:
+            if operation.auth and operation.admits_in_thread:
+                call.unchecked_token = required_bearer_token(request)
+            elif operation.auth:
                 call.token = await authenticate(request)
                 await check_rate_limit(call.token)
                 current_api_token_key.set(call.token.pk)
-            if operation.request is not None:
-                call.body = read_json_body(request, operation.body_limit)
-            elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
-                raise ApiError("this operation takes no body (or {})", code="invalid_body", status=400)
-            return await operation.handler(call, **kwargs)
+            try:
+                if operation.request is not None:
+                    call.body = read_json_body(request, operation.body_limit)
+                elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
+                    raise ApiError("this operation takes no body (or {})", code="invalid_body", status=400)
+            except ApiError:
+                # A bad body is answered after a bad token, as for every operation.
+                await call.in_db_thread(lambda: None)
+                raise
+            response = await operation.handler(call, **kwargs)
+            if call.unchecked_token is not None:  # a handler that never admitted: refuse
+                raise RuntimeError(f"{operation.operation_id} answered without admitting its request")
+            return response
         except Exception as exc:
             return exception_response(exc)
 
@@ -476,21 +516,20 @@ def event_stream_response(frames: AsyncIterator[bytes]) -> StreamingHttpResponse
 
 
 async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
-    body = call.body
-    check_fields(body, "content", "queue")
-    content = required(body, "content", (str, list), allow_empty=True)  # an empty prompt: code "prompt"
-    queue = bool(optional(body, "queue", bool))
-
-    def start() -> Run:
+    def start() -> Run:  # after the admission (401, 429), as the door does for others
+        body = call.body
+        check_fields(body, "content", "queue")
+        content = required(body, "content", (str, list), allow_empty=True)  # an empty prompt: code "prompt"
+        queue = bool(optional(body, "queue", bool))
         return actions.do_post_message_with_media(call.user, check_id(session_id, "session"), content, queue=queue)
 
-    run = await sync_to_async(start)()
+    # One hop (admission and the action), in a database thread that gives its connection
+    # back to the pool when it is done.
+    run = await call.in_db_thread(start)
     if not wants_event_stream(call.request):
         return json_response(run_dict(run), status=202)
     # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
-    # no second request before the first chunk. The request's connection goes back to
-    # the pool first, as run_events does.
-    await sync_to_async(connections.close_all)()
+    # no second request before the first chunk.
     response = event_stream_response(RunStream(run, 0, call.token).frames())
     response["Location"] = f"/api/v1/runs/{run.pk}"
     response[RUN_ID_HEADER] = run.pk

@@ -154,9 +154,7 @@ def test_the_history_view_keeps_what_a_compaction_summarised(make_session: Any, 
         transcript(session, "everything")
 
 
-def test_a_long_history_is_one_consistent_read_and_complete(
-    make_session: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_long_history_is_one_consistent_read_and_complete(make_session: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from sessions_app.display import snapshots
 
     monkeypatch.setattr(snapshots, "HISTORY_CHUNK_ROWS", 100)  # many fetches from one SELECT
@@ -389,3 +387,36 @@ def test_an_empty_query_parameter_is_one_not_given(owner: Any, session: Session)
         for parameter in parameters:
             if parameter["name"] in ("view", "state", "verdict", "kind"):
                 assert {"type": "string", "maxLength": 0} in parameter["schema"]["anyOf"], parameter
+
+
+@pytest.mark.django_db(transaction=True)
+@override_settings(SECTR_API_RATE_LIMIT="2/60")
+def test_a_run_post_admits_its_request_in_its_database_hop_and_refuses_in_order(owner: Any) -> None:
+    """POST /sessions/{id}/runs authenticates, counts the rate limit and posts in one
+    database-thread hop: 401 before 400 (a bad body with a bad token), 429 past the
+    budget, and nothing is queued by a refused request."""
+    from sessions_app.models import Run
+
+    token, raw = do_issue_token(owner, "runs")
+    session = actions.do_create_session(owner)
+    url = f"/api/v1/sessions/{session.pk}/runs"
+    client = Client()
+
+    def post(body: bytes, **headers: str) -> Any:
+        return client.post(url, data=body, content_type="application/json", **headers)
+
+    assert post(b'{"content": "hi"}').json()["error"]["code"] == "unauthenticated"
+    refused = post(b"not json", **bearer("sectr_" + "x" * 40))
+    assert refused.status_code == 401 and refused.json()["error"]["code"] == "invalid_token"
+    assert post(b'{"content": "hi"}', **bearer("sectr_" + "x" * 40)).status_code == 401
+    assert not Run.objects.exists()
+
+    bad = post(b'{"content": "hi", "surprise": 1}', **bearer(raw))  # the budget's first request
+    assert bad.status_code == 400 and not Run.objects.exists()
+    accepted = post(b'{"content": "hi"}', **bearer(raw))
+    assert accepted.status_code == 202
+    run = Run.objects.get(pk=accepted.json()["run_id"])
+    assert run.session_id == session.pk and run.api_token_key == token.pk  # attributed to its token
+    limited = post(b'{"content": "again", "queue": true}', **bearer(raw))
+    assert limited.status_code == 429 and limited.json()["error"]["code"] == "rate_limited"
+    assert list(Run.objects.values_list("pk", flat=True)) == [run.pk]
