@@ -30,6 +30,7 @@ worker that holds the run.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import threading
 import time
@@ -240,7 +241,9 @@ def claim_next_run(worker_id: str, lease: float) -> Claim | None:
 _BUSY_PAUSE = 0.01
 
 
-def claim_next_runs(worker_id: str, lease: float, limit: int, executing: Collection[str] = ()) -> list[Claim]:
+def claim_next_runs(
+    worker_id: str, lease: float, limit: int, executing: Collection[str] = (), *, tidy_stranded: bool = True
+) -> list[Claim]:
     """Claim up to `limit` of the oldest runnable runs: queued, or running with an
     expired lease (or, on PostgreSQL, a dead owner), in one thread hop. Never one of
     `executing`, the runs the caller is executing itself: one that looks abandoned (its
@@ -253,8 +256,12 @@ def claim_next_runs(worker_id: str, lease: float, limit: int, executing: Collect
     never waits for a lock (`_claim_batch`); a batch that found every candidate's
     session held by someone looks again after a moment. On SQLite, which has one writer,
     the batch is claimed in one IMMEDIATE transaction too (`_claim_sqlite_batch`).
+
+    With `tidy_stranded`, sessions whose queued message lost its promotion are looked for
+    first (`_stranded_pending_sessions`); a worker asks for that once a poll interval, not
+    at every claim of a burst.
     """
-    tidied: list[str] = _stranded_pending_sessions()
+    tidied: list[str] = _stranded_pending_sessions() if tidy_stranded else []
     try:
         if connection.vendor == "postgresql":
             for _ in range(3):
@@ -449,37 +456,43 @@ def _claim_batch(
     100 runs posted at once: claims were 40% of a worker's CPU while they started).
     """
     claims: list[Claim] = []
+    busy = False
+    seen: list[str] = [*executing]
     with transaction.atomic():
         now = timezone.now()
-        runnable = Run.objects.filter(_runnable(now))
-        if executing:
-            runnable = runnable.exclude(pk__in=list(executing))
-        candidates = list(runnable.order_by("created_at", "id").select_for_update(skip_locked=True)[:limit])
-        if not candidates:
-            return claims, False
-        sessions = {
-            session.pk: session
-            for session in Session.objects.filter(pk__in={run.session_id for run in candidates}).select_for_update(
-                skip_locked=True
-            )
-        }
-        busy = False
-        for run in candidates:
-            session = sessions.get(run.session_id)
-            if session is None:
-                busy = True  # an action holds it (a run's row cannot outlive its session's)
-                continue
-            if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
-                try:
-                    with transaction.atomic():
-                        claim = _take(run, session, worker_id, lease, tidied, now)
-                except Exception:
-                    log.exception("recovering run %s failed", run.pk)
+        # Again while candidates come back and the batch is short (some were tidied, or
+        # their sessions busy): a short batch tells the worker the queue is empty.
+        while len(claims) < limit:
+            runnable = Run.objects.filter(_runnable(now))
+            if seen:
+                runnable = runnable.exclude(pk__in=seen)
+            wanted = limit - len(claims)
+            candidates = list(runnable.order_by("created_at", "id").select_for_update(skip_locked=True)[:wanted])
+            if not candidates:
+                break
+            seen += [run.pk for run in candidates]
+            sessions = {
+                session.pk: session
+                for session in Session.objects.filter(pk__in={run.session_id for run in candidates}).select_for_update(
+                    skip_locked=True
+                )
+            }
+            for run in candidates:
+                session = sessions.get(run.session_id)
+                if session is None:
+                    busy = True  # an action holds it (a run's row cannot outlive its session's)
                     continue
-            else:
-                claim = _take(run, session, worker_id, lease, tidied, now)
-            if isinstance(claim, Claim):
-                claims.append(claim)
+                if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
+                    try:
+                        with transaction.atomic():
+                            claim = _take(run, session, worker_id, lease, tidied, now)
+                    except Exception:
+                        log.exception("recovering run %s failed", run.pk)
+                        continue
+                else:
+                    claim = _take(run, session, worker_id, lease, tidied, now)
+                if isinstance(claim, Claim):
+                    claims.append(claim)
     return claims, busy
 
 
@@ -605,7 +618,10 @@ def _cancel_lost_run(run: Run, state: SessionState) -> None:
 
 
 def finish_run(claim: Claim, terminal: Envelope) -> bool:
-    """Record a run's end on its row (only while this worker still holds the lease)."""
+    """Record a run's end on its row (only while this worker still holds the lease).
+
+    One plain UPDATE, not the ORM's: every run of a burst ends with it, and compiling the
+    query cost more than running it."""
     status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
     payload = terminal.payload
     stop = payload.get("stop_reason") or {
@@ -613,16 +629,31 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
         Run.FAILED: "error",
         Run.CANCELLED: "cancelled",
     }.get(status, "")
-    updated = Run.objects.filter(pk=claim.run_id, lease_token=claim.token).update(
-        status=status,
-        stop_reason=stop,
-        usage=payload.get("usage") or {},
-        error=payload.get("error", ""),
-        lease_token=None,
-        lease_expires_at=None,
-        finished_at=timezone.now(),
-    )
-    return updated == 1
+    ops = connection.ops
+    table = ops.quote_name(Run._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET status = %s, stop_reason = %s, usage = %s, error = %s,"  # noqa: S608 - quoted name
+            " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s",
+            [
+                status,
+                stop,
+                json.dumps(payload.get("usage") or {}),
+                str(payload.get("error") or ""),
+                ops.adapt_datetimefield_value(timezone.now()),
+                claim.run_id,
+                claim.token,
+            ],
+        )
+        return cursor.rowcount == 1
+
+
+def end_run(claim: Claim, terminal: Envelope) -> bool:
+    """`finish_run`, then start the session's next queued message if it has one
+    (`promote_pending_run`): what a worker does as each run ends, in one thread hop."""
+    finished = finish_run(claim, terminal)
+    promote_pending_run(claim.session_id)
+    return finished
 
 
 def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:

@@ -127,6 +127,15 @@ class Worker:
         #: runs whose invocation is executing: the heartbeat renews their leases
         self.beating: dict[str, runs.Claim] = {}
         self._wake = asyncio.Event()
+        #: Wake-ups that say a run may have been queued (a commit's, a poll's), counted; and
+        #: that count when a claim last found fewer runs than it asked for. Equal: the queue
+        #: is empty as far as this worker knows, and a slot or a start-window place freeing
+        #: up is no reason to look (a burst of a hundred runs ending made a hundred empty
+        #: claims, each two queries).
+        self._queued_signals = 0
+        self._drained_at = -1
+        #: when the worker last looked for queued messages whose promotion was lost
+        self._tidied_at = 0.0
         self._stopping = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._rejoining: asyncio.Task[None] | None = None
@@ -136,7 +145,12 @@ class Worker:
     # thread-safe entry points
     def wake_threadsafe(self) -> None:
         if self._loop is not None and not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._wake.set)
+            self._loop.call_soon_threadsafe(self._run_queued)
+
+    def _run_queued(self) -> None:
+        """A run may have been queued: the next fill looks, whatever it found last time."""
+        self._queued_signals += 1
+        self._wake.set()
 
     def poke_threadsafe(self, run_id: str) -> None:
         if self._loop is not None and not self._loop.is_closed() and run_id in self.controls:
@@ -187,8 +201,11 @@ class Worker:
                 claimed = await self._fill()
                 if claimed:
                     continue
-                with contextlib.suppress(asyncio.TimeoutError):
+                try:
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+                except TimeoutError:
+                    # The poll: a lease may have expired, a wake-up been lost. Look again.
+                    self._queued_signals += 1
         finally:
             runs.local_listeners.discard(self)
             if listener is not None:
@@ -229,18 +246,28 @@ class Worker:
             if not alive:
                 return claimed
         while len(self.tasks) < self.concurrency and len(self.starting) < START_WINDOW and not self._stopping.is_set():
+            if self._drained_at == self._queued_signals:
+                return claimed  # nothing queued since the last claim came back short
             # A few at a time: one thread hop and one candidate query for several runs,
             # while the first of a burst still starts without waiting for many claims.
             free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, START_WINDOW - len(self.starting))
+            signals = self._queued_signals  # before the claim: a wake-up during it counts
+            tidy = time.monotonic() - self._tidied_at >= self.poll_interval
             try:
                 executing = tuple(self.tasks)  # never claimed again by this worker, whatever they look like
-                claims = await run_in_db_thread(runs.claim_next_runs, self.worker_id, self.lease, free, executing)
+                claims = await run_in_db_thread(
+                    runs.claim_next_runs, self.worker_id, self.lease, free, executing, tidy_stranded=tidy
+                )
             except JournalUnavailable as exc:  # a restart: the next look will do
                 log.warning("claiming failed: %s", exc)
                 return claimed
             except Exception:
                 log.exception("claiming failed")
                 return claimed
+            if tidy:
+                self._tidied_at = time.monotonic()
+            if len(claims) < free:
+                self._drained_at = signals  # the queue is empty until the next signal
             if not claims:
                 return claimed
             claimed = True
@@ -301,8 +328,7 @@ class Worker:
             self.beating.pop(claim.run_id, None)
             await self._group_discard(channel_group)
         try:
-            await run_in_db_thread(runs.finish_run, claim, terminal)
-            await run_in_db_thread(runs.promote_pending_run, claim.session_id)
+            await run_in_db_thread(runs.end_run, claim, terminal)
         except Exception:
             log.exception("run %s: could not record its end", claim.run_id)
 
@@ -458,7 +484,7 @@ class Worker:
                 await asyncio.sleep(1)
                 continue
             if message.get("type") == "runs.wake":
-                self._wake.set()
+                self._run_queued()
             elif message.get("type") == RUN_CONTROL_MESSAGE_TYPE and message.get("run_id") in self.controls:
                 log.debug("run %s: control poke", message["run_id"])
                 asyncio.ensure_future(self._check_cancel(message["run_id"]))

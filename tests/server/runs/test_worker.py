@@ -433,8 +433,8 @@ async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
     posted: list[Run] = []
     real_claim = runs_module.claim_next_runs
 
-    def claim_then_post(worker_id: str, lease: float, limit: int, executing: Sequence[str] = ()) -> Any:
-        claim = real_claim(worker_id, lease, limit, executing)
+    def claim_then_post(worker_id: str, lease: float, limit: int, executing: Sequence[str] = (), **kw: Any) -> Any:
+        claim = real_claim(worker_id, lease, limit, executing, **kw)
         if not posted:
             # Committed after this claim looked and found nothing: its wake-up arrives
             # while the worker is still busy claiming.
