@@ -702,3 +702,29 @@ def test_two_claimers_taking_batches_at_once_claim_every_run_exactly_once(owner:
     owners = dict(Run.objects.filter(pk__in=posted).values_list("pk", "lease_owner"))
     assert all(owners[run_id] == worker for worker, ids in claimed.items() for run_id in ids)
     assert all(Run.objects.get(pk=run_id).attempts == 1 for run_id in posted[1:])
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_does_not_claim_again_while_the_queue_is_known_empty(
+    owner: Any, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that came back short says the queue is empty: runs ending (slots freeing)
+    are no reason to look again, a run queued since is."""
+    posted = [await post(owner, await new_session(owner), "!slow 2") for _ in range(8)]
+    real_claim = runs_module.claim_next_runs
+    calls: list[int] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        claims = real_claim(*args, **kwargs)
+        calls.append(len(claims))
+        return claims
+
+    monkeypatch.setattr(runs_module, "claim_next_runs", counted)
+    await start_worker(concurrency=16, poll_interval=30.0, lease=30.0)
+    for run in posted:
+        assert (await wait_until(finished(run.pk), timeout=15)).status == Run.COMPLETED
+    # All eight in the first claim, which came back short; eight ends made no claim.
+    assert calls == [8]
+    late = await post(owner, await new_session(owner), "hi")  # queued since: looked for
+    assert (await wait_until(finished(late.pk), timeout=10)).status == Run.COMPLETED
+    assert calls[1:2] == [1]
