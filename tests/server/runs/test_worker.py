@@ -728,3 +728,17 @@ async def test_it_does_not_claim_again_while_the_queue_is_known_empty(
     late = await post(owner, await new_session(owner), "hi")  # queued since: looked for
     assert (await wait_until(finished(late.pk), timeout=10)).status == Run.COMPLETED
     assert calls[1:2] == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_its_start_window_narrows_while_its_loop_runs_late(owner: Any, start_worker: StartWorker) -> None:
+    from sessions_app import worker as worker_module
+
+    worker = await start_worker()
+    await wait_until(lambda: worker.start_window() == worker_module.START_WINDOW or None, timeout=5)
+    time.sleep(0.2)  # the loop blocked: the next probe wakes late
+    for _ in range(5):  # the probe's timer fires, then its task runs
+        await asyncio.sleep(0)
+    assert worker.loop_lag > worker_module.START_LAG_SECONDS
+    assert worker.start_window() == worker_module.START_WINDOW_UNDER_LAG
+    await wait_until(lambda: worker.start_window() == worker_module.START_WINDOW or None, timeout=5)
