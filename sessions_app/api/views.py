@@ -136,7 +136,7 @@ def api_view(operations: Mapping[str, Operation]) -> Handler:
                     call.body = read_json_body(request, operation.body_limit)
                 elif request.method == "POST" and read_json_body(request, DEFAULT_BODY_LIMIT):
                     raise ApiError("this operation takes no body (or {})", code="invalid_body", status=400)
-            except ApiError:
+            except Exception:
                 # A bad body is answered after a bad token, as for every operation.
                 await call.in_db_thread(lambda: None)
                 raise
