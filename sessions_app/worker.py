@@ -143,6 +143,8 @@ class Worker:
         #: claims, each two queries).
         self._queued_signals = 0
         self._drained_at = -1
+        #: when the next poll is due (Worker.run)
+        self._poll_due = 0.0
         #: when the worker last looked for queued messages whose promotion was lost
         self._tidied_at = 0.0
         self._stopping = asyncio.Event()
@@ -208,14 +210,16 @@ class Worker:
                 # claim (a run committed just after our query) must not be lost for a
                 # whole poll interval.
                 self._wake.clear()
+                if time.monotonic() >= self._poll_due:
+                    # The poll, however often other wake-ups came meanwhile: a lease may
+                    # have expired, a wake-up been lost. Look, even if the queue was empty.
+                    self._poll_due = time.monotonic() + self.poll_interval
+                    self._queued_signals += 1
                 claimed = await self._fill()
                 if claimed:
                     continue
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self.poll_interval)
-                except TimeoutError:
-                    # The poll: a lease may have expired, a wake-up been lost. Look again.
-                    self._queued_signals += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(0.0, self._poll_due - time.monotonic()))
         finally:
             runs.local_listeners.discard(self)
             if listener is not None:

@@ -742,3 +742,25 @@ async def test_its_start_window_narrows_while_its_loop_runs_late(owner: Any, sta
     assert worker.loop_lag > worker_module.START_LAG_SECONDS
     assert worker.start_window() == worker_module.START_WINDOW_UNDER_LAG
     await wait_until(lambda: worker.start_window() == worker_module.START_WINDOW or None, timeout=5)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_it_polls_on_time_however_often_it_is_woken(owner: Any, start_worker: StartWorker) -> None:
+    """Wake-ups that queue nothing (a slot freeing up, the start window widening) do not
+    put the poll off: a run whose worker died is still recovered once its lease expires."""
+    run = await post(owner, await new_session(owner), "!slow 3")
+    (claim,) = await db(runs_module.claim_next_runs, "dead-worker", 0.3, 1)  # and it dies at once
+    worker = await start_worker(poll_interval=0.5)
+
+    async def nag() -> None:
+        while True:
+            worker._wake.set()
+            await asyncio.sleep(0.05)
+
+    nagging = asyncio.ensure_future(nag())
+    try:
+        done = await wait_until(finished(run.pk), timeout=15)
+    finally:
+        nagging.cancel()
+    assert (done.status, done.attempts, done.lease_owner) == (Run.COMPLETED, 2, worker.worker_id)
+    assert claim.run_id == run.pk
