@@ -64,13 +64,6 @@ CLAIM_BATCH = 16
 #: claimed at once all loading at once starved the event loop of the runs already
 #: streaming (bench/live.py at N=100: the model's production ran 0.6 s late, p99).
 START_WINDOW = 16
-#: The start window while the worker's event loop runs late (a probe every LAG_PROBE_SECONDS
-#: woke more than START_LAG_SECONDS after it was due): loading sixteen runs' contexts at
-#: once is what makes it late, and every run already streaming waits behind them. The
-#: rest of a burst starts as the loop catches up.
-START_WINDOW_UNDER_LAG = 4
-START_LAG_SECONDS = 0.03
-LAG_PROBE_SECONDS = 0.05
 #: A run that has not reached a step boundary this long after its claim stops counting
 #: as starting (a handler that never calls one).
 START_SECONDS = 1.0
@@ -130,9 +123,7 @@ class Worker:
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
         self.claims: dict[str, runs.Claim] = {}
-        self.starting: set[str] = set()  # claimed, not at their first step yet (start_window())
-        #: how late the event loop ran the last lag probe (seconds; _probe_lag)
-        self.loop_lag = 0.0
+        self.starting: set[str] = set()  # claimed, not at their first step yet (START_WINDOW)
         #: runs whose invocation is executing: the heartbeat renews their leases
         self.beating: dict[str, runs.Claim] = {}
         self._wake = asyncio.Event()
@@ -198,7 +189,6 @@ class Worker:
             await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
-        lag_probe = asyncio.ensure_future(self._probe_lag())
         watcher = asyncio.ensure_future(self._watch_liveness()) if connection.vendor == "postgresql" else None
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
@@ -238,7 +228,6 @@ class Worker:
                     await asyncio.wait_for(aflush_publications(), 5.0)
             finally:
                 heartbeat.cancel()
-                lag_probe.cancel()
                 if watcher is not None:
                     watcher.cancel()
                 if notifier is not None:
@@ -260,16 +249,12 @@ class Worker:
                 alive = False
             if not alive:
                 return claimed
-        while (
-            len(self.tasks) < self.concurrency
-            and len(self.starting) < (window := self.start_window())
-            and not self._stopping.is_set()
-        ):
+        while len(self.tasks) < self.concurrency and len(self.starting) < START_WINDOW and not self._stopping.is_set():
             if self._drained_at == self._queued_signals:
                 return claimed  # nothing queued since the last claim came back short
             # A few at a time: one thread hop and one candidate query for several runs,
             # while the first of a burst still starts without waiting for many claims.
-            free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, window - len(self.starting))
+            free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, START_WINDOW - len(self.starting))
             signals = self._queued_signals  # before the claim: a wake-up during it counts
             tidy = time.monotonic() - self._tidied_at >= self.poll_interval
             try:
@@ -301,23 +286,6 @@ class Worker:
                 self.tasks[claim.run_id] = task
                 task.add_done_callback(functools.partial(self._forget, claim.run_id))
         return claimed
-
-    def start_window(self) -> int:
-        """How many runs may be starting at once now: START_WINDOW, fewer while the loop
-        runs late."""
-        if self.loop_lag > START_LAG_SECONDS:
-            return min(START_WINDOW, START_WINDOW_UNDER_LAG)
-        return START_WINDOW
-
-    async def _probe_lag(self) -> None:
-        """Measure how late the event loop runs (`loop_lag`), for the start window."""
-        loop = asyncio.get_running_loop()
-        while True:
-            due = loop.time() + LAG_PROBE_SECONDS
-            await asyncio.sleep(LAG_PROBE_SECONDS)
-            previous, self.loop_lag = self.loop_lag, max(0.0, loop.time() - due)
-            if previous > START_LAG_SECONDS >= self.loop_lag:
-                self._wake.set()  # caught up: the window is wide again
 
     def _started(self, run_id: str) -> None:
         if run_id in self.starting:
