@@ -124,7 +124,8 @@ def through_server(n: int) -> list[float]:
     servers = Path(tempfile.mkdtemp(prefix="sectr-bench-mcp-")) / "mcp-servers.json"
     servers.write_text(json.dumps({"time": {"command": SERVER}}))
     steps: list[float] = []
-    with LiveSectr(env={"SECTR_MCP_SERVERS": str(servers), "SECTR_DEMO_DELAY_MS": "0"}) as live:
+    env = {"SECTR_MCP_SERVERS": str(servers), "SECTR_DEMO_DELAY_MS": "0", "SECTR_API_RATE_LIMIT": "0/60"}
+    with LiveSectr(env=env) as live:
         driver = LiveDriver(live)
         try:
             session_ids = driver.act(
