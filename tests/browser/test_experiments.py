@@ -3,19 +3,27 @@ agent version from /review/ (Replay with…), reads the comparison, and a review
 the pair blind; at 1280 and 390 px wide, against a real Sectr (Daphne, its embedded
 worker, the demo model).
 
-Team `lab`: alice (member, owns the session), erin (moderator), finn (reviewer)."""
+Team `lab`: alice (member, owns the session), erin (moderator), finn (reviewer).
+
+Set SECTR_SCREENSHOTS=1 to refresh docs/screenshots/experiment-*.png (otherwise they go
+to a temp dir, so a test run leaves the repository as it was)."""
 
 from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
-from tests.liveserver import LiveSectr
+from tests.liveserver import ROOT, LiveSectr
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(300)]
 PHONE = {"width": 390, "height": 844}
 DESK = {"width": 1280, "height": 800}
+SHOTS = ROOT / "docs" / "screenshots" if os.environ.get("SECTR_SCREENSHOTS") else Path(tempfile.gettempdir())
 
 
 @pytest.fixture(scope="module")
@@ -72,9 +80,9 @@ def test_replay_compare_and_judge_blind(alice: Page, browser: Browser, live: Liv
     expect(turns.nth(1).locator(".compare-side").nth(0)).to_contain_text("system: one")
     erin.set_viewport_size(PHONE)
     no_sideways_scroll(erin)
-    erin.screenshot(path="docs/screenshots/experiment-compare-390.png", full_page=True)
+    erin.screenshot(path=str(SHOTS / "experiment-compare-390.png"), full_page=True)
     erin.set_viewport_size(DESK)
-    erin.screenshot(path="docs/screenshots/experiment-compare-1280.png", full_page=True)
+    erin.screenshot(path=str(SHOTS / "experiment-compare-1280.png"), full_page=True)
 
     finn = browser.new_context(base_url=live.base_url, viewport=PHONE, is_mobile=True).new_page()
     log_in(finn, "finn")
@@ -84,15 +92,15 @@ def test_replay_compare_and_judge_blind(alice: Page, browser: Browser, live: Liv
     expect(finn.get_by_role("heading", name="Which answers better?")).to_be_visible()
     expect(finn.get_by_text("as recorded")).to_have_count(0)  # blind
     no_sideways_scroll(finn)
-    finn.screenshot(path="docs/screenshots/experiment-judge-390.png", full_page=True)
+    finn.screenshot(path=str(SHOTS / "experiment-judge-390.png"), full_page=True)
     finn.get_by_role("button", name="Tie").click()
     expect(finn.get_by_role("status")).to_contain_text("You have judged every pair")
     finn.get_by_role("link", name="See the verdicts").click()
     expect(finn.locator("td[data-label=Verdicts]")).to_have_text("0 better · 0 worse · 1 tie")
     no_sideways_scroll(finn)
-    finn.screenshot(path="docs/screenshots/experiment-390.png", full_page=True)
+    finn.screenshot(path=str(SHOTS / "experiment-390.png"), full_page=True)
     erin.goto(finn.url)
-    erin.screenshot(path="docs/screenshots/experiment-1280.png", full_page=True)
+    erin.screenshot(path=str(SHOTS / "experiment-1280.png"), full_page=True)
 
     # Replays stay out of people's own lists.
     alice.goto("/")
