@@ -20,7 +20,7 @@ import pytest
 from tests.liveserver import LiveSectr
 from tests.server.runs.test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # kills a worker mid-call: alone
 
 SLOW_SERVER = Path(__file__).with_name("slow_mcp_server.py")
 

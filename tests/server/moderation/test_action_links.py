@@ -158,6 +158,9 @@ def test_a_webhook_link_lets_whoever_may_decide_decide_after_login(
         signing.dumps({"a": "ask_1", "c": "email", "u": None, "n": "x"}, salt=links.LINK_SALT),
         signing.dumps(["ask_1"], salt=links.LINK_SALT),
     ],
+    # Fixed ids: a signed token carries its time, and parallel test workers (pytest-xdist)
+    # must collect the same test names.
+    ids=["nonsense", "other-salt", "email-without-user", "not-a-dict"],
 )
 def test_a_forged_or_altered_token_decides_nothing(
     make_session: SessionFactory, ops: Team, teammate: Any, token: str

@@ -26,6 +26,7 @@ from tests.cluster import HAPROXY, Cluster
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # times each chunk's arrival to 60 ms: alone (scripts/test.sh)
     pytest.mark.timeout(300),
     pytest.mark.skipif(
         not os.environ.get("DATABASE_URL", "").startswith(("postgres://", "postgresql://")),

@@ -23,7 +23,7 @@ from tests.server.runs.test_worker_processes import (
     worker_args,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # kills a worker mid-replay: alone
 
 
 @pytest.fixture

@@ -54,6 +54,7 @@ from tests.server.runs.test_worker_processes import LiveDriver, reply_ticks, str
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.serial,  # kills processes, restarts PostgreSQL and Redis: alone (scripts/test.sh)
     # The cluster starts once for the module: 2 Daphne, a migrated database. On a machine
     # shared with other jobs that alone may take a minute or two.
     pytest.mark.timeout(600),

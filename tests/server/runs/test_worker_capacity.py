@@ -22,7 +22,7 @@ import pytest
 
 from tests.liveserver import PYTHON, ROOT, LiveSectr
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(400)]  # measures capacity: alone
 
 RUNS = 256
 TICKS = 30

@@ -29,7 +29,7 @@ import pytest
 
 from tests.liveserver import LiveSectr
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # kills workers against a short lease: alone
 
 LEASE = 3.0  # seconds, for the workers started here
 POLL = 0.2

@@ -18,7 +18,7 @@ from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, te
 from tests.server.runs.test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
 
 # Their own server, migrations, a restart and workers: slow on a loaded machine.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(300)]  # kills workers: alone
 
 HANDLERS = ("pydantic-ai-release", "openai-agents-release")
 TICKS = 40
