@@ -73,13 +73,14 @@ bg_wait tools "Node and npm, MCP test servers, TypeScript SDK build, HAProxy, Ch
 pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e sees it
   "$PY" -m pytest "$@"
 }
-# A pass: the tests not marked `serial` on N xdist workers (a whole file per worker),
-# then the `serial` ones alone. The slowest tests are listed to keep tests/conftest.py's
-# SLOW_FIRST true.
+# A pass: the tests not marked `serial` on N xdist workers (a whole file per worker, in
+# the order tests/conftest.py gives: its SLOW_FIRST files first; --no-loadscope-reorder
+# stops xdist from ordering the files by their number of tests instead), then the
+# `serial` ones alone. The slowest tests are listed to keep SLOW_FIRST true.
 suite_pass() {  # suite_pass WORKERS PYTEST-ARGS...
   local workers=$1; shift
   local started=$SECONDS
-  pytest_run -q -n "$workers" --dist loadfile -m "not serial" --durations=15 "$@"
+  pytest_run -q -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 "$@"
   echo "-- parallel part: $((SECONDS - started)) s; the serial tests alone:"
   started=$SECONDS
   pytest_run -q -m serial --durations=5 "$@"

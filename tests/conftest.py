@@ -18,10 +18,27 @@ import os
 
 import pytest
 
-#: The slowest files (seconds, measured with `--durations` in the SQLite and PostgreSQL
-#: passes), handed out first so that no worker starts a long file when the others are
-#: nearly done. Files not listed keep pytest's order after these.
-SLOW_FIRST = ("tests/server/api/test_openapi_schemathesis.py",)
+#: The slowest files (the sum of their tests' times in scripts/test.sh's parallel passes,
+#: slowest first; each starts servers or subprocesses), handed out first so that no worker
+#: starts a long file when the others are nearly done. Files not listed keep pytest's
+#: order after these.
+SLOW_FIRST = (
+    "tests/server/mcp_approval/test_approval_service.py",
+    "tests/server/api/test_openapi_schemathesis.py",
+    "tests/server/ops/test_settings.py",
+    "tests/server/api/test_sse_access_live.py",
+    "tests/core/test_fold_properties.py",
+    "tests/server/mcp/test_mcp_runs.py",
+    "tests/server/api/test_sdk.py",
+    "tests/server/api/test_api_hostile.py",
+    "tests/core/test_mcp.py",
+    "tests/server/ops/test_dev_server.py",
+    "tests/server/ops/test_ops.py",
+    "tests/server/moderation/test_decisions.py",
+    "tests/server/api/test_sdk_contract.py",
+    "tests/server/actions/test_actions.py",
+    "tests/server/review/test_review.py",
+)
 
 
 def _own_redis_namespace(worker: str) -> None:

@@ -66,6 +66,7 @@ def delta_text(envelopes: Sequence[Envelope], key: str = "text") -> str:
     return "".join(e.payload.get(key, "") for e in envelopes if e.type is EventType.MESSAGE_DELTA)
 
 
+@pytest.mark.serial  # counts deltas per 10 ms round trip against 0.5 ms sleeps: alone (scripts/test.sh)
 async def test_a_slow_journal_gets_fewer_bigger_delta_envelopes() -> None:
     journal = SlowJournal(latency=0.01)
     writer, sid, _ = new_writer(journal)
