@@ -10,6 +10,7 @@ nothing changes), the change for moderators and staff.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -385,7 +386,9 @@ def test_a_session_without_an_agent_says_default(people: dict[str, Any]) -> None
     client.post("/sessions/new", {"title": "", "mode": "", "model": "", "team": ""})
     session = Session.objects.get(owner=people["newbie"])
     assert session.agent_id is None
-    assert '<span class="agent-name"' in client.get(f"/sessions/{session.pk}/").content.decode()
+    html = client.get(f"/sessions/{session.pk}/").content.decode()
+    header = re.search(r'<span id="chat-agent" class="agent-name"[^>]*>(.*?)</span>', html)
+    assert header is not None and header.group(1) == "Default"  # the built-in agent
 
 
 # ---- the API ----
