@@ -107,6 +107,9 @@ else
 fi
 
 if [ -d tests/browser ] && ls tests/browser/test_*.py >/dev/null 2>&1; then
-  echo "== browser tests (Debian's headless Chromium)"
-  DATABASE_URL= REDIS_URL= pytest_run -q -p no:asyncio -W ignore::pytest.PytestConfigWarning tests/browser
+  echo "== browser tests (Debian's headless Chromium), on two xdist workers (each its own live server)"
+  started=$SECONDS
+  DATABASE_URL= REDIS_URL= pytest_run -q -n 2 --dist loadfile -p no:asyncio -W ignore::pytest.PytestConfigWarning \
+    tests/browser
+  echo "-- browser tests: $((SECONDS - started)) s"
 fi

@@ -82,7 +82,7 @@ def test_a_reviewer_finds_rates_queues_exports_and_shares(page: Page, browser: B
 
     # Export JSON (the journal exactly) and Markdown.
     with page.expect_download() as json_download:
-        page.get_by_role("link", name="Export JSON").click()
+        page.get_by_role("link", name="Export JSON", exact=True).click()
     exported = json.loads(open(json_download.value.path(), encoding="utf-8").read())
     assert exported["format"] == "sectr.journal"
     assert [e["seq"] for e in exported["envelopes"]] == list(range(1, len(exported["envelopes"]) + 1))
