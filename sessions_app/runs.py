@@ -426,15 +426,7 @@ def _claim_sqlite_batch(
                 session = sessions.get(run.session_id)
                 if session is None:
                     continue  # a run's row cannot outlive its session's; defensive
-                if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
-                    try:
-                        with transaction.atomic():
-                            claim = _take(run, session, worker_id, lease, tidied, now)
-                    except Exception:
-                        log.exception("recovering run %s failed", run.pk)
-                        continue
-                else:
-                    claim = _take(run, session, worker_id, lease, tidied, now)
+                claim = _take_in_batch(run, session, worker_id, lease, tidied, now)
                 if claim is not None:
                     claims.append(claim)
     return claims
@@ -482,16 +474,8 @@ def _claim_batch(
                 if session is None:
                     busy = True  # an action holds it (a run's row cannot outlive its session's)
                     continue
-                if run.status == Run.RUNNING:  # a recovery journals: on its own, if it fails
-                    try:
-                        with transaction.atomic():
-                            claim = _take(run, session, worker_id, lease, tidied, now)
-                    except Exception:
-                        log.exception("recovering run %s failed", run.pk)
-                        continue
-                else:
-                    claim = _take(run, session, worker_id, lease, tidied, now)
-                if isinstance(claim, Claim):
+                claim = _take_in_batch(run, session, worker_id, lease, tidied, now)
+                if claim is not None:
                     claims.append(claim)
     return claims, busy
 
@@ -504,6 +488,22 @@ _CLAIM_FIELDS = (
     "invocation_id", "invocation_ids", "claimed_seq", "status", "attempts", "lease_owner", "lease_token",
     "lease_expires_at", "heartbeat_at", "started_at",
 )  # fmt: skip
+
+
+def _take_in_batch(
+    run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any
+) -> Claim | None:
+    """`_take` inside a batch's transaction. A recovery (a RUNNING run) journals, so it
+    runs in a savepoint of its own: when it fails, it is logged and skipped, and the rest
+    of the batch goes on."""
+    if run.status != Run.RUNNING:
+        return _take(run, session, worker_id, lease, tidied, now)
+    try:
+        with transaction.atomic():
+            return _take(run, session, worker_id, lease, tidied, now)
+    except Exception:
+        log.exception("recovering run %s failed", run.pk)
+        return None
 
 
 def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any) -> Claim | None:
