@@ -16,6 +16,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from tests.browser.conftest import PASSWORD, log_in, new_session, send
+from tests.browser.test_experiments import no_sideways_scroll
 from tests.liveserver import ROOT, LiveSectr
 
 #: SECTR_SCREENSHOTS=1 refreshes docs/screenshots/; otherwise they go to a temporary folder.
@@ -41,10 +42,6 @@ def duo(live: LiveSectr) -> str:
     )
     live.manage("shell", "-c", code)
     return "duo"
-
-
-def no_sideways_scroll(page: Page) -> None:
-    assert page.evaluate("document.scrollingElement.scrollWidth") <= page.viewport_size["width"]  # type: ignore[index]
 
 
 def test_send_to_a_queue_judge_a_pair_blind_on_a_phone_and_read_the_verdict(
