@@ -46,8 +46,15 @@ from sectr.asks import ask_changes
 from sectr.events import Envelope
 from sessions_app import access
 from sessions_app.journal.publish import MODERATION_GROUP
-from sessions_app.models import AskIndex, Session
-from sessions_app.moderation.queue import AGE_CHOICES, QueueCard, QueueFilters, build_card, pending_asks
+from sessions_app.models import Session
+from sessions_app.moderation.queue import (
+    AGE_CHOICES,
+    QueueCard,
+    QueueFilters,
+    asks_in_reach,
+    build_card,
+    pending_asks,
+)
 from sessions_app.socket_access import CLOSE_FORBIDDEN, RecheckedConsumer
 from sessions_app.telemetry.metrics import WEBSOCKET_CLIENTS
 
@@ -137,14 +144,7 @@ def parse_since(values: list[str] | None) -> datetime | None:
 def changed_since(user: Any, filters: QueueFilters, since: datetime) -> bool:
     """Whether an ask the user may decide, under the page's `Team` and `Tool` filters, was
     made or decided at or after `since` (one query)."""
-    scope = QueueFilters(team=filters.team, tool=filters.tool)
-    asks = AskIndex.objects.all()
-    if not access.is_staff(user):
-        asks = asks.filter(session_id__in=access.session_ids_with_role(user, "moderator"))
-    if scope.team:
-        asks = asks.filter(session__team__name=scope.team)
-    if scope.tool:
-        asks = asks.filter(tool=scope.tool)
+    asks = asks_in_reach(user, filters)
     return asks.filter(Q(requested_at__gte=since) | Q(decided_at__gte=since)).exists()
 
 

@@ -187,10 +187,10 @@ def build_card(session: Session, ask: dict[str, Any], *, with_context: bool = Tr
     return card
 
 
-def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[AskIndex]:
-    """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
-    filters = filters or QueueFilters()
-    asks = AskIndex.objects.filter(status=AskIndex.PENDING)
+def asks_in_reach(user: Any, filters: QueueFilters) -> QuerySet[AskIndex]:
+    """Every ask (in any state) of the sessions `user` may decide, narrowed by the `Team`
+    and `Tool` filters."""
+    asks = AskIndex.objects.all()
     if not access.is_staff(user):  # staff may decide every ask
         if user is None or not user.is_authenticated:
             return asks.none()
@@ -199,6 +199,13 @@ def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[Ask
         asks = asks.filter(session__team__name=filters.team)
     if filters.tool:
         asks = asks.filter(tool=filters.tool)
+    return asks
+
+
+def pending_asks(user: Any, filters: QueueFilters | None = None) -> QuerySet[AskIndex]:
+    """The pending asks `user` may decide, oldest first, narrowed by `filters` (one query)."""
+    filters = filters or QueueFilters()
+    asks = asks_in_reach(user, filters).filter(status=AskIndex.PENDING)
     if filters.age:
         asks = asks.filter(requested_at__lte=timezone.now() - AGE_CHOICES[filters.age])
     return asks.order_by("requested_at", "ask_id")
