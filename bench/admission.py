@@ -17,8 +17,11 @@ N users at once post `!slow <ticks>` and read the run's events as a plain SSE cl
 `GET /api/v1/runs/{id}/events`; `--mode post` asks the POST itself for the stream
 (`Accept: text/event-stream`). Admission is, per user, the first `message.delta`'s
 arrival minus the moment its POST was sent; the bench prints its p50, p99 and max, and
-how many runs completed. The POSTs and streams go through bench/lean_http.py's client
-(cheap enough not to take the servers' CPU).
+how many runs completed, and each server process's CPU over the timed block in ms per
+run (`cpu_ms_per_run`; with the embedded worker, the Daphne's includes running the runs).
+`--py-spy PATH` records each Daphne meanwhile (raw stacks, --gil) into --py-spy-dir.
+The POSTs and streams go through bench/lean_http.py's client (cheap enough not to take
+the servers' CPU).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ import asyncio
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -38,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lean_http import LeanClient  # noqa: E402
+from live import cpu_meter, server_pids  # noqa: E402
 
 from tests.cluster import Cluster  # noqa: E402
 from tests.liveserver import LiveSectr  # noqa: E402
@@ -93,7 +99,32 @@ async def first_chunk(http: LeanClient, chunks: Any) -> float | None:
     return first
 
 
-async def measure(live: LiveSectr, token: str, sessions: list[str], ticks: int, mode: str) -> dict[str, Any]:
+def record_daphnes(live: LiveSectr, py_spy: str, out: str) -> list[subprocess.Popen[bytes]]:
+    """py-spy recorders of the topology's Daphnes (none without a py-spy path)."""
+    if not py_spy:
+        return []
+    Path(out).mkdir(parents=True, exist_ok=True)
+    return [
+        subprocess.Popen(
+            [py_spy, "record", "--gil", "-r", "200", "-f", "raw", "-p", str(pid), "-o", f"{out}/admission-{role}.txt"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for role, pid in server_pids(live).items()
+        if role.startswith("daphne")
+    ]
+
+
+def stop_recorders(recorders: list[subprocess.Popen[bytes]]) -> None:
+    for recorder in recorders:
+        recorder.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+    for recorder in recorders:
+        recorder.wait(30)
+
+
+async def measure(
+    live: LiveSectr, token: str, sessions: list[str], ticks: int, mode: str, spy: tuple[str, str] = ("", "")
+) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"}
     posts = LeanClient(live.base_url, headers=headers, connections=len(sessions))
     streams = LeanClient(
@@ -126,9 +157,13 @@ async def measure(live: LiveSectr, token: str, sessions: list[str], ticks: int, 
     try:
         # One connection per user for each client, opened before the clock starts.
         await asyncio.gather(*(posts.get("/healthz") for _ in sessions), *(streams.get("/healthz") for _ in sessions))
-        started = time.monotonic()
-        await asyncio.gather(*(user(session_id) for session_id in sessions))
-        wall = time.monotonic() - started
+        recorders = record_daphnes(live, *spy)
+        await asyncio.sleep(0.5 if recorders else 0)  # attached before the clock starts
+        with cpu_meter(server_pids(live)) as cpu:
+            started = time.monotonic()
+            await asyncio.gather(*(user(session_id) for session_id in sessions))
+            wall = time.monotonic() - started
+        stop_recorders(recorders)
     finally:
         await posts.aclose()
         await streams.aclose()
@@ -142,6 +177,7 @@ async def measure(live: LiveSectr, token: str, sessions: list[str], ticks: int, 
         "answer_p50": percentile(answers, 0.5) * 1000,
         "answer_p99": percentile(answers, 0.99) * 1000,
         "wall": wall,
+        "cpu_ms_per_run": {role: round(used * 1000 / len(sessions), 2) for role, used in cpu.items()},
     }
 
 
@@ -177,6 +213,8 @@ def main() -> None:
     parser.add_argument("--tick-ms", type=int, default=100)
     parser.add_argument("--topology", choices=("embedded", "cluster"), default="embedded")
     parser.add_argument("--mode", choices=("get", "post"), default="get")
+    parser.add_argument("--py-spy", default="", help="path of a py-spy binary: record the Daphnes meanwhile")
+    parser.add_argument("--py-spy-dir", default="var/py-spy", help="where --py-spy writes admission-<role>.txt")
     args = parser.parse_args()
     env = {
         "SECTR_DEMO_SLOW_MS": str(args.tick_ms),
@@ -185,14 +223,14 @@ def main() -> None:
     }
     with start_topology(args.topology, env) as live:
         token, sessions = create_sessions(live, args.n)
-        result = asyncio.run(measure(live, token, sessions, args.ticks, args.mode))
+        result = asyncio.run(measure(live, token, sessions, args.ticks, args.mode, (args.py_spy, args.py_spy_dir)))
         result.update(server_side(live))
     load = os.getloadavg()[0]
     print(json.dumps(result))
     print(
         f"{args.topology} N={result['n']} mode={args.mode}: admission p50 {result['p50']:.0f} ms,"
         f" p99 {result['p99']:.0f} ms, max {result['max']:.0f} ms; {result['admitted']}/{result['n']} runs"
-        f" streamed, wall {result['wall']:.1f} s, load average {load:.2f}"
+        f" streamed, wall {result['wall']:.1f} s, load average {load:.2f}; CPU ms per run {result['cpu_ms_per_run']}"
     )
 
 
