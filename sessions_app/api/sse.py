@@ -117,6 +117,29 @@ class RunStream:
 
     def __init__(self, run: Run, after: int, token: ApiToken | None = None) -> None:
         self._setup(run.session_id, after, token)
+        self._follow_run(run)
+
+    @classmethod
+    async def joined_before_run(cls, session_id: str) -> RunStream:
+        """A stream that joins the session's group now, before the run it will stream is
+        posted (`of_posted_run`): every envelope the post appends then reaches it through
+        the layer, so it starts without reading the journal. `close()` it if no run comes."""
+        stream = cls.__new__(cls)
+        stream._setup(session_id, 0, None)
+        await stream._join([stream.group])
+        return stream
+
+    def of_posted_run(self, run: Run, token: ApiToken | None) -> RunStream:
+        """The stream of `run`, posted after `joined_before_run`, for the holder of `token`."""
+        self._set_token(token)
+        self._follow_run(run)
+        # The run's envelopes were appended after the join, so the layer carries them all
+        # (a lost message shows as a gap and the journal is read). A run waiting behind
+        # another one is read from the journal once it starts, as usual.
+        self._live_from_start = run.start_seq is not None
+        return self
+
+    def _follow_run(self, run: Run) -> None:
         self.run = run
         self.tracker = run_tracker(run)
         self.cursor = first_cursor(run)
@@ -125,8 +148,9 @@ class RunStream:
         """What every stream of a session's journal holds (this class's and SessionStream's)."""
         self.session_id = session_id
         self.after = after
-        self.token_id = token.pk if token is not None else None
-        self.user_id = token.user_id if token is not None else None
+        self._set_token(token)
+        self._live_from_start = False
+        self._joined: list[str] = []
         self.revoked = False
         self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
         self.cursor = 0
@@ -143,22 +167,23 @@ class RunStream:
         self._wakeup: asyncio.Future[None] | None = None
         self.group = session_group(session_id)
 
+    def _set_token(self, token: ApiToken | None) -> None:
+        self.token_id = token.pk if token is not None else None
+        self.user_id = token.user_id if token is not None else None
+
     @property
     def finished(self) -> bool:
         """The stream has sent its last event (the run's result)."""
         return self.tracker.finished
 
     async def frames(self) -> AsyncIterator[bytes]:
-        groups = [self.group]
-        if self.user_id is not None:
-            groups.append(user_access_group(self.user_id))
-        if self.layer is not None:
-            self.channel = await self.layer.new_channel("sectr.sse.")
-            for group in groups:
-                await self.layer.group_add(group, self.channel)
-        if self.token_id is not None:
-            self.watch.start()
         try:
+            groups = [self.group]
+            if self.user_id is not None:
+                groups.append(user_access_group(self.user_id))
+            await self._join(groups)
+            if self.token_id is not None:
+                self.watch.start()
             with SSE_CLIENTS.track_inprogress():
                 async for frame in self._frames():
                     if self.revoked:
@@ -169,13 +194,33 @@ class RunStream:
             # `retry:` with its Last-Event-ID and misses nothing (the journal is the record).
             yield DATABASE_LOST_FRAME
         finally:
-            await self.watch.stop()
-            if self._reader is not None:
-                self._reader.cancel()
-            if self.channel is not None:
-                for group in groups:
-                    with contextlib.suppress(Exception):
-                        await self.layer.group_discard(group, self.channel)
+            await self.close()
+
+    async def _join(self, groups: list[str]) -> None:
+        """Join the groups not joined yet, on the stream's channel (made by the first join),
+        and start reading the channel."""
+        if self.layer is None:
+            return
+        if self.channel is None:
+            self.channel = await self.layer.new_channel("sectr.sse.")
+            # Read from now on: cancelling the reader is also what unsubscribes the
+            # channel from a pub/sub layer (see _read_layer), however the stream ends.
+            self._reader = asyncio.get_running_loop().create_task(self._read_layer())
+            self._reader.add_done_callback(lambda _task: self._wake())
+        for group in groups:
+            if group not in self._joined:
+                self._joined.append(group)
+                await self.layer.group_add(group, self.channel)
+
+    async def close(self) -> None:
+        """Stop the access watch, the channel's reader, and leave the groups."""
+        await self.watch.stop()
+        if self._reader is not None:
+            self._reader.cancel()
+        joined, self._joined = self._joined, []
+        for group in joined:
+            with contextlib.suppress(Exception):
+                await self.layer.group_discard(group, self.channel)
 
     async def _recheck(self) -> int | None:
         return await run_in_db_thread(stream_access_now, self.token_id, self.session_id)
@@ -201,7 +246,8 @@ class RunStream:
         # Seconds of silence before a ``: ping`` comment.
         heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
         last_write = time.monotonic()
-        frame = await self._catch_up()
+        # Joined before the run's first append: the layer brings it all (no journal read).
+        frame = b"" if self._live_from_start else await self._catch_up()
         if frame:
             yield frame
             last_write = time.monotonic()
@@ -232,9 +278,6 @@ class RunStream:
         if not self._inbox:
             self._raise_if_layer_failed()
             loop = asyncio.get_running_loop()
-            if self.channel is not None and self._reader is None:
-                self._reader = loop.create_task(self._read_layer())
-                self._reader.add_done_callback(lambda _task: self._wake())
             self._wakeup = loop.create_future()
             timer = loop.call_later(wait, self._wake)
             try:
@@ -329,8 +372,35 @@ class RunStream:
         if not fresh:
             return b""  # all seen already (replayed before this message was read)
         if fresh[0].seq != self.cursor + 1:
-            return await self._catch_up()  # a gap: the layer dropped a message
+            if not self._opens_the_run(fresh):
+                return await self._catch_up()  # a gap: the layer dropped a message
+            self.cursor = fresh[0].seq - 1
         return self._process(fresh)
+
+    def _opens_the_run(self, fresh: list[Envelope]) -> bool:
+        """The first envelopes a stream joined before its run's post gets are the post's
+        batch, with the run's start (and its prompt's title when it has one): the envelope
+        before them, if any, is older than the run and none of its own."""
+        return (
+            self._live_from_start
+            and self.cursor == first_cursor(self.run)
+            and fresh[0].seq <= (self.run.start_seq or 0) <= fresh[-1].seq
+        )
+
+
+async def started(frames: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """`frames`, its first frame taken now: a stream that joined its groups before its
+    response exists leaves them in its `finally`, which a generator never started would
+    not run (a client gone before the first frame); a started one runs it when it ends,
+    is cancelled, or is collected."""
+    first = await anext(frames)
+
+    async def then() -> AsyncIterator[bytes]:
+        yield first
+        async for frame in frames:
+            yield frame
+
+    return then()
 
 
 def session_resume_point(session_id: str, after: int) -> tuple[Run | None, int]:

@@ -29,7 +29,7 @@ from sessions_app.access import Need, check_access, get_session_for_user, visibl
 from sessions_app.api import auth
 from sessions_app.api.auth import authenticate, check_rate_limit, required_bearer_token
 from sessions_app.api.errors import ApiError, error_response, exception_response
-from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run
+from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run, started
 from sessions_app.attribution import current_api_token_key
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
@@ -525,12 +525,21 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
 
     # One hop (admission and the action), in a database thread that gives its connection
     # back to the pool when it is done.
-    run = await call.in_db_thread(start)
     if not wants_event_stream(call.request):
-        return json_response(run_dict(run), status=202)
+        return json_response(run_dict(await call.in_db_thread(start)), status=202)
     # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
-    # no second request before the first chunk.
-    response = event_stream_response(RunStream(run, 0, call.token).frames())
+    # no second request before the first chunk. It joins the session's group before the
+    # post, so it needs no journal read to start (RunStream.joined_before_run); it sends
+    # nothing unless the post succeeds (401, 429, 400, 404 close it unread).
+    if not ID_PATTERN.fullmatch(session_id):
+        await call.in_db_thread(start)  # 401, 429, 400 or this id's 404, in that order
+    stream = await RunStream.joined_before_run(session_id)
+    try:
+        run = await call.in_db_thread(start)
+    except BaseException:
+        await stream.close()
+        raise
+    response = event_stream_response(await started(stream.of_posted_run(run, call.token).frames()))
     response["Location"] = f"/api/v1/runs/{run.pk}"
     response[RUN_ID_HEADER] = run.pk
     return response

@@ -1,0 +1,144 @@
+"""How `POST /sessions/{id}/runs` with `Accept: text/event-stream` sets up its stream: it
+joins the session's channel-layer group before the post, so the run's events reach it
+through the layer and it starts without reading the journal; a refused post, or a client
+gone before the first frame, leaves no group joined.
+
+Through the real ASGI application, on the database and channel layer the environment
+gives (SQLite with the in-memory layer, or PostgreSQL with Redis); the test journals the
+run's words itself (no worker)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from asgiref.testing import ApplicationCommunicator
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+
+from sessions_app.api import sse
+from sessions_app.journal.publish import session_group
+from sessions_app.models import ApiToken, Run, Session
+from tests.server.chat.test_consumers import journal
+from tests.server.chat.test_web import completed, reply
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture(autouse=True)
+def _no_worker(settings: Any) -> None:
+    settings.SECTR_EMBEDDED_WORKER = False  # the test writes the run's envelopes itself
+
+
+def post(raw_token: str, session_id: str, body: dict[str, Any]) -> ApplicationCommunicator:
+    from sectr_web.asgi import application
+
+    path = f"/api/v1/sessions/{session_id}/runs"
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"authorization", f"Bearer {raw_token}".encode()),
+            (b"accept", b"text/event-stream"),
+            (b"content-type", b"application/json"),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 80),
+    }
+    return ApplicationCommunicator(application, scope)
+
+
+async def send_post(raw_token: str, session_id: str, body: dict[str, Any]) -> ApplicationCommunicator:
+    communicator = post(raw_token, session_id, body)
+    await communicator.send_input({"type": "http.request", "body": json.dumps(body).encode(), "more_body": False})
+    return communicator
+
+
+async def read_until(communicator: ApplicationCommunicator, needle: str, timeout: float = 10.0) -> str:
+    text = ""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while needle not in text:
+        message = await communicator.receive_output(timeout=max(deadline - loop.time(), 0.01))
+        assert message["type"] == "http.response.body", message
+        text += message.get("body", b"").decode()
+        assert message.get("more_body", False) or needle in text, text
+    return text
+
+
+def joined(session_id: str) -> int:
+    """How many channels of this process are in the session's group (either layer)."""
+    layer: Any = get_channel_layer()
+    group = session_group(session_id)
+    if hasattr(layer, "_get_layer"):  # channels_redis' pub/sub layer: one per event loop
+        inner = layer._get_layer()
+        return len(inner.groups.get(inner._get_group_channel_name(group), ()))
+    return len(layer.groups.get(group, {}))
+
+
+@pytest.fixture
+def token(owner: Any) -> str:
+    return ApiToken.issue(owner, "posting")[1]
+
+
+async def test_the_posts_stream_starts_without_reading_the_journal(
+    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reads: list[int] = []
+    read_envelopes = sse.read_envelopes
+
+    def counted(session_id: str, after_seq: int, limit: int = sse.READ_PAGE) -> Any:
+        reads.append(after_seq)
+        return read_envelopes(session_id, after_seq, limit)
+
+    monkeypatch.setattr(sse, "read_envelopes", counted)
+    communicator = await send_post(token, session.pk, {"content": "hello"})
+    start = await communicator.receive_output(timeout=10)
+    assert start["status"] == 200, start
+    text = await read_until(communicator, ": stream of")
+    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
+    await journal(session, [*reply("live words", inv=run.invocation_id), completed(run.invocation_id)])
+    text += await read_until(communicator, "event: result")
+    assert "live " in text and "words" in text and run.pk in text
+    assert reads == []  # the prompt's events and the words all came through the layer
+    await communicator.wait(timeout=5)
+    assert joined(session.pk) == 0
+
+
+@pytest.mark.parametrize(
+    ("case", "status"),
+    [("bad token", 401), ("bad body", 400), ("no such session", 404), ("bad id", 404)],
+)
+async def test_a_refused_post_leaves_no_group_joined(
+    token: str, session: Session, outsider: Any, case: str, status: int
+) -> None:
+    session_id = {"no such session": "ses_missing", "bad id": "not*an*id"}.get(case, session.pk)
+    raw = "sectr_wrong" if case == "bad token" else token
+    body = {"content": "hello", "extra": 1} if case == "bad body" else {"content": "hello"}
+    communicator = await send_post(raw, session_id, body)
+    start = await communicator.receive_output(timeout=10)
+    assert start["status"] == status, start
+    await communicator.wait(timeout=5)
+    assert joined(session_id if case != "bad id" else session.pk) == 0
+    assert not await database_sync_to_async(Run.objects.filter(session_id=session.pk).exists)()
+
+
+async def test_a_client_gone_before_the_first_frame_leaves_no_group_joined(token: str, session: Session) -> None:
+    communicator = await send_post(token, session.pk, {"content": "hello"})
+    await communicator.send_input({"type": "http.disconnect"})
+    await communicator.wait(timeout=5)
+    for _ in range(50):  # a stream cut short leaves its groups in its `finally`
+        if joined(session.pk) == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert joined(session.pk) == 0
