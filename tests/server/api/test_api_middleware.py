@@ -106,3 +106,44 @@ class SyncOnly:
 
     def __call__(self, request: Any) -> Any:
         return self.get_response(request)
+
+
+async def test_each_request_has_a_thread_of_its_own_reused_after_it(
+    bearer: list[tuple[bytes, bytes]], session: Any
+) -> None:
+    """Django's signals of a request run on its thread-sensitive thread: one per request
+    at a time, lent again to a later request rather than started anew."""
+    import threading
+
+    from django.core.signals import request_started
+
+    from sectr_web.asgi import application
+
+    threads: list[threading.Thread] = []
+
+    def record(**kwargs: Any) -> None:
+        threads.append(threading.current_thread())
+
+    request_started.connect(record)
+    try:
+        for _ in range(3):
+            assert (await call("/api/v1/sessions", headers=bearer))["status"] == 200
+        assert threads[0] is threads[1] is threads[2] and threads[0] is not threading.current_thread()
+        # A request still open (a session's stream) keeps its thread: another request
+        # meanwhile gets a different one.
+        path = f"/api/v1/sessions/{session.pk}/events"
+        scope = {
+            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
+            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
+            "headers": [(b"host", b"127.0.0.1"), *bearer],
+            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
+        }  # fmt: skip
+        streaming = ApplicationCommunicator(application, scope)
+        await streaming.send_input({"type": "http.request", "body": b"", "more_body": False})
+        assert (await streaming.receive_output(timeout=10))["status"] == 200
+        assert (await call("/api/v1/sessions", headers=bearer))["status"] == 200
+        assert len(threads) == 5 and threads[3] is not threads[4], threads
+        await streaming.send_input({"type": "http.disconnect"})
+        await streaming.wait(timeout=5)
+    finally:
+        request_started.disconnect(record)
