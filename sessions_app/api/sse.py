@@ -16,6 +16,10 @@ so proxies keep an idle stream open. When the database goes away mid-stream (a r
 the stream ends with a ``retry:`` field and the client reconnects with its Last-Event-ID;
 before the stream starts, the API answers 503 with Retry-After.
 
+The stream a `POST /sessions/{id}/runs` answers with joins the group before the post
+itself (RunStream.joined_before_run): the run's envelopes all come after the join, so it
+takes them from the layer and reads the journal only on a gap or a quiet spell.
+
 Every journal read starts at the run's first envelope, whatever the client asked for:
 the run's ``result`` (its text and usage) is computed from all its envelopes, and events
 at or below the client's cursor are simply not sent.
