@@ -7,20 +7,26 @@
         live.restart()                     # kill and start Daphne again
         worker = live.start_worker()       # a separate `manage.py sectr_worker`
 
-The database is created fresh (migrated) per LiveSectr and dropped after. REDIS_URL is
-passed through with a per-instance channel prefix, so parallel servers never cross-talk.
+The database is created fresh per LiveSectr and dropped after: a copy of a template that
+`manage.py migrate` built once per test process (migrating every server's database took
+seconds of CPU each). REDIS_URL is passed through with a per-instance channel prefix, so
+parallel servers never cross-talk.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
+from contextlib import closing
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -42,6 +48,46 @@ def free_port() -> int:
 def _postgres_admin_url(url: str) -> str:
     parts = urlsplit(url)
     return urlunsplit(parts._replace(path="/postgres"))
+
+
+def _postgres_admin(url: str, sql: str) -> None:
+    import psycopg
+
+    with psycopg.connect(_postgres_admin_url(url), autocommit=True) as conn:
+        conn.execute(sql)
+
+
+#: This process's migrated template databases, by the database server's URL ("" for
+#: SQLite): a SQLite file, or a PostgreSQL database name. Dropped when the process exits.
+_TEMPLATES: dict[str, str] = {}
+
+
+def _migrated_template(server_url: str, env: dict[str, str]) -> str:
+    """The template of `server_url` ("" for SQLite), migrated with `env` the first time."""
+    if server_url in _TEMPLATES:
+        return _TEMPLATES[server_url]
+    directory = tempfile.mkdtemp(prefix="sectr-live-template-")
+    atexit.register(shutil.rmtree, directory, True)
+    if server_url:
+        template = f"sectr_live_template_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        url = urlunsplit(urlsplit(server_url)._replace(path=f"/{template}"))
+        _postgres_admin(url, f'CREATE DATABASE "{template}"')
+        atexit.register(_postgres_admin, url, f'DROP DATABASE IF EXISTS "{template}" WITH (FORCE)')
+    else:
+        template = os.path.join(directory, "template.sqlite3")
+        url = f"sqlite:///{template}"
+    done = subprocess.run(  # noqa: S603 - our own manage.py
+        [PYTHON, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env={**env, "DATABASE_URL": url, "SECTR_VAR_DIR": directory},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"manage.py migrate (the template) failed:\n{done.stdout}\n{done.stderr}")
+    _TEMPLATES[server_url] = template
+    return template
 
 
 class LiveSectr:
@@ -82,7 +128,6 @@ class LiveSectr:
 
     def __enter__(self) -> LiveSectr:
         self.create_database()
-        self.manage("migrate", "--noinput")
         self.start()
         return self
 
@@ -92,18 +137,23 @@ class LiveSectr:
         self.close()
 
     def create_database(self) -> None:
+        """A migrated database: a copy of this process's template."""
         if self.postgres:
-            import psycopg
-
-            with psycopg.connect(_postgres_admin_url(self.database_url), autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{self.db_name}"')
+            server = urlunsplit(urlsplit(self.database_url)._replace(path="/postgres"))
+            template = _migrated_template(server, self.env)
+            _postgres_admin(self.database_url, f'CREATE DATABASE "{self.db_name}" TEMPLATE "{template}"')
+        else:
+            template = _migrated_template("", self.env)
+            # SQLite's backup: a consistent copy whatever its journal (WAL) holds.
+            with (
+                closing(sqlite3.connect(template)) as source,
+                closing(sqlite3.connect(self.tmp / "live.sqlite3")) as copy,
+            ):
+                source.backup(copy)
 
     def drop_database(self) -> None:
         if self.postgres:
-            import psycopg
-
-            with psycopg.connect(_postgres_admin_url(self.database_url), autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
+            _postgres_admin(self.database_url, f'DROP DATABASE IF EXISTS "{self.db_name}" WITH (FORCE)')
 
     def start(self) -> None:
         log = open(self.tmp / "daphne.log", "ab")  # noqa: SIM115 - closed with the process
