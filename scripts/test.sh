@@ -8,8 +8,10 @@
 # (pytest-xdist, `--dist loadfile`: a file stays on one worker; tests/conftest.py hands
 # the slowest files out first and gives each worker its own Redis prefix), then the
 # `serial` ones (they kill processes, restart PostgreSQL, or measure capacity and timing)
-# alone, in one process. The slow installs (npm, the MCP 1.x venv, the TypeScript build)
-# run in the background during ruff and mypy; the run waits for them, and fails with them.
+# alone, in one process; the `one_pass` ones (crash handling whose point does not depend
+# on the database) in the PostgreSQL pass only when it runs. The slow installs (npm, the
+# MCP 1.x venv, the TypeScript build) run in the background during ruff and mypy; the run
+# waits for them, and fails with them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -76,34 +78,43 @@ pytest_run() {  # pytest's exit 5 (nothing collected) fails the run too: set -e 
 # A pass: the tests not marked `serial` on N xdist workers (a whole file per worker, in
 # the order tests/conftest.py gives: its SLOW_FIRST files first; --no-loadscope-reorder
 # stops xdist from ordering the files by their number of tests instead), then the
-# `serial` ones alone. The slowest tests are listed to keep SLOW_FIRST true.
-suite_pass() {  # suite_pass WORKERS PYTEST-ARGS...
-  local workers=$1; shift
+# `serial` ones alone (those of SERIAL-MARKS). The slowest tests are listed to keep
+# SLOW_FIRST true.
+suite_pass() {  # suite_pass WORKERS SERIAL-MARKS PYTEST-ARGS...
+  local workers=$1 serial=$2; shift 2
   local started=$SECONDS
   pytest_run -q -n "$workers" --dist loadfile --no-loadscope-reorder -m "not serial" --durations=15 "$@"
   echo "-- parallel part: $((SECONDS - started)) s; the serial tests alone:"
   started=$SECONDS
-  pytest_run -q -m serial --durations=5 "$@"
+  pytest_run -q -m "$serial" --durations=5 "$@"
   echo "-- serial part: $((SECONDS - started)) s"
+}
+# The PostgreSQL pass runs the `one_pass` serial tests (crash handling whose point does not
+# depend on the database) and the TypeScript SDK's suite (a client of the HTTP API, which
+# both passes' Python tests cover) through the production topology; without PostgreSQL
+# and Redis the SQLite pass runs them instead.
+postgres=0
+"$PY" scripts/reachable.py "$PG_URL" "$REDIS_URL_T" && postgres=1
+ts_sdk() {  # ts_sdk: the TypeScript SDK's node tests against a live Sectr (this environment's)
+  (cd sdk/typescript && SECTR_PYTHON="$PWD/../../$PY" node --test --test-concurrency=1 test/)
 }
 
 echo "== tests: SQLite + in-memory channel layer"
-DATABASE_URL= REDIS_URL= suite_pass 3 tests/core tests/server
+if [ "$postgres" = 1 ]; then sqlite_serial="serial and not one_pass"; else sqlite_serial=serial; fi
+DATABASE_URL= REDIS_URL= suite_pass 3 "$sqlite_serial" tests/core tests/server
 
-echo "== TypeScript SDK (sdk/typescript): node --test against a live Sectr"
-(cd sdk/typescript && DATABASE_URL= REDIS_URL= SECTR_PYTHON="$PWD/../../$PY" node --test --test-concurrency=1 test/)
-
-if "$PY" scripts/reachable.py "$PG_URL" "$REDIS_URL_T"; then
+if [ "$postgres" = 1 ]; then
   echo "== tests: PostgreSQL + Redis channel layer (the fault tests run a cluster behind HAProxy)"
   # Two workers, each a test process plus the servers its tests start, each with its own
   # connection pool: 10 connections a pool keeps them well under PostgreSQL's
   # max_connections (100 by default), beside whatever else uses that server.
-  SECTR_DB_POOL_MAX=10 DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" suite_pass 2 tests/server
-  echo "== TypeScript SDK through the production topology (PostgreSQL, Redis, a separate worker)"
-  (cd sdk/typescript && DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" SECTR_PYTHON="$PWD/../../$PY" \
-    node --test --test-concurrency=1 test/)
+  SECTR_DB_POOL_MAX=10 DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" suite_pass 2 serial tests/server
+  echo "== TypeScript SDK (sdk/typescript) through the production topology (PostgreSQL, Redis, a separate worker)"
+  DATABASE_URL="$PG_URL" REDIS_URL="$REDIS_URL_T" ts_sdk
 else
   echo "== PostgreSQL/Redis not reachable at $PG_URL / $REDIS_URL_T: skipped that pass"
+  echo "== TypeScript SDK (sdk/typescript): node --test against a live Sectr (the embedded defaults)"
+  DATABASE_URL= REDIS_URL= ts_sdk
 fi
 
 if [ -d tests/browser ] && ls tests/browser/test_*.py >/dev/null 2>&1; then

@@ -18,7 +18,10 @@ from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, SSEStream, te
 from tests.server.runs.test_worker_processes import LEASE, RECOVERY_MARGIN, LiveDriver, wait_for, worker_args
 
 # Their own server, migrations, a restart and workers: slow on a loaded machine.
-pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.timeout(300)]  # kills workers: alone
+# Kills workers: alone. What it checks is the adapters' handlers across a crash and a
+# restart; the database-specific part, claiming an expired lease, is test_worker_processes.py's
+# on both databases: one pass (pyproject.toml, scripts/test.sh).
+pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.one_pass, pytest.mark.timeout(300)]
 
 HANDLERS = ("pydantic-ai-release", "openai-agents-release")
 TICKS = 40
