@@ -28,6 +28,10 @@ from tests.server.runs.test_worker_processes import (
 # on both databases: one pass (pyproject.toml, scripts/test.sh).
 pytestmark = [pytest.mark.slow, pytest.mark.serial, pytest.mark.one_pass]
 
+#: The recorded turn's ticks (TICK apart, both when recorded and when replayed): the replay
+#: is killed after 8 of them, so the rest leave seconds for the kill to land mid-turn.
+TICKS = 60
+
 
 @pytest.fixture
 def live() -> Iterator[LiveSectr]:
@@ -43,13 +47,13 @@ def test_a_killed_worker_mid_replay_is_recovered_and_the_experiment_ends(live: L
         driver.create_user("mod")
         workers = {name: live.start_worker(*worker_args(name)) for name in ("w0", "w1")}
         source = driver.act(
-            """
+            f"""
             actions.do_create_team("crew")
             actions.do_set_membership("crew", "alice", "member")
             actions.do_set_membership("crew", "mod", "moderator")
             alice = User.objects.get(username="alice")
             session = actions.do_create_session(alice, team="crew")
-            actions.do_post_message(alice, session.pk, "!slow 150")
+            actions.do_post_message(alice, session.pk, "!slow {TICKS}")
             actions.do_post_message(alice, session.pk, "calculate 6*7", queue=True)
             result = session.pk
             """
@@ -94,7 +98,7 @@ def test_a_killed_worker_mid_replay_is_recovered_and_the_experiment_ends(live: L
         assert kinds == ["user_message", "recover", "user_message"]
         assert [e["payload"]["stop_reason"] for e in completed] == ["end_turn", "end_turn"]
         # Turn 1's reply was finished from where it stopped: every tick once, in order.
-        assert reply_ticks(journal) == list(range(1, 151))
+        assert reply_ticks(journal) == list(range(1, TICKS + 1))
         # Turn 2's calculator call got the recorded result (the replay ran nothing new).
         results = [e["payload"]["content"] for e in journal if e["type"] == "TOOL_RESULT"]
         recorded = [e["payload"]["content"] for e in driver.envelopes(source) if e["type"] == "TOOL_RESULT"]
