@@ -57,15 +57,17 @@ def _postgres_admin(url: str, sql: str) -> None:
         conn.execute(sql)
 
 
-#: This process's migrated template databases, by the database server's URL ("" for
-#: SQLite): a SQLite file, or a PostgreSQL database name. Dropped when the process exits.
-_TEMPLATES: dict[str, str] = {}
+#: This process's migrated template databases, by database server (its admin URL, "" for
+#: SQLite) and settings module: a SQLite file, or a PostgreSQL database name. Dropped when
+#: the process exits.
+_TEMPLATES: dict[tuple[str, str], str] = {}
 
 
 def _migrated_template(server_url: str, env: dict[str, str]) -> str:
     """The template of `server_url` ("" for SQLite), migrated with `env` the first time."""
-    if server_url in _TEMPLATES:
-        return _TEMPLATES[server_url]
+    key = (server_url, env["DJANGO_SETTINGS_MODULE"])
+    if key in _TEMPLATES:
+        return _TEMPLATES[key]
     directory = tempfile.mkdtemp(prefix="sectr-live-template-")
     atexit.register(shutil.rmtree, directory, True)
     if server_url:
@@ -86,7 +88,7 @@ def _migrated_template(server_url: str, env: dict[str, str]) -> str:
     )
     if done.returncode != 0:
         raise RuntimeError(f"manage.py migrate (the template) failed:\n{done.stdout}\n{done.stderr}")
-    _TEMPLATES[server_url] = template
+    _TEMPLATES[key] = template
     return template
 
 
@@ -139,8 +141,7 @@ class LiveSectr:
     def create_database(self) -> None:
         """A migrated database: a copy of this process's template."""
         if self.postgres:
-            server = urlunsplit(urlsplit(self.database_url)._replace(path="/postgres"))
-            template = _migrated_template(server, self.env)
+            template = _migrated_template(_postgres_admin_url(self.database_url), self.env)
             _postgres_admin(self.database_url, f'CREATE DATABASE "{self.db_name}" TEMPLATE "{template}"')
         else:
             template = _migrated_template("", self.env)
