@@ -449,12 +449,14 @@ async def measure_sectr(
             tokens = {session_id: token for session_id, token in pairs}
             await asyncio.gather(*(http.get("/healthz") for _ in range(n)))
             with sectr_cpu(live, spec) as cpu:
+                clock = [time.time()]
                 started = time.monotonic()
                 outcomes = await asyncio.wait_for(
                     asyncio.gather(*(run(c, tokens[c.key], ticks) for c in conversations), return_exceptions=True),
                     ticks * tick_ms / 1000 * 4 + 120,
                 )
                 wall = time.monotonic() - started
+                clock.append(time.time())
         finally:
             await http.aclose()
         setup = ("PostgreSQL" if live.postgres else "SQLite") + (
@@ -472,7 +474,10 @@ async def measure_sectr(
     errors = [repr(outcome) for outcome in outcomes if isinstance(outcome, BaseException)]
     if errors:
         how += f"; {len(errors)} conversation(s) failed, e.g. {errors[0][:120]}"
-    result.update(target=target, setup=f"{setup}; {how}", wall=wall, cpu_by_process=cpu, failed=len(errors))
+    # clock: the measured block's wall-clock start and end (bench/pg_statements.py's window)
+    result.update(
+        target=target, setup=f"{setup}; {how}", wall=wall, clock=clock, cpu_by_process=cpu, failed=len(errors)
+    )
     return result
 
 
