@@ -378,13 +378,18 @@ class Session(models.Model):
     status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="idle", db_index=True)
     # The cached projection: sectr.state.SessionState.to_dict() as of the last append that
     # changed it. A batch of MESSAGE_DELTA only bumps last_seq/updated_at (they change
-    # nothing else), so `state["last_seq"]` may lag behind the `last_seq` column.
+    # nothing else), so `state["last_seq"]` may lag behind the `last_seq` column; it moves
+    # updated_at only when that is a second behind (journal.database.UPDATED_AT_STEP),
+    # and appended_at always.
     state = models.JSONField(default=dict, blank=True)
     last_seq = models.IntegerField(default=0)
     compaction_seq = models.IntegerField(default=0)  # seq of the newest TRANSCRIPT_COMPACTED, 0 = none
     token_total = models.BigIntegerField(default=0)  # input + output tokens, every model
     created_at = models.DateTimeField(default=timezone.now)
     updated_at = models.DateTimeField(default=timezone.now, db_index=True)  # the last envelope's time
+    # The last batch of deltas' time, exact where updated_at (indexed) lags behind it by
+    # up to a second: the projection's updated_at while the state JSON lags last_seq.
+    appended_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     # The pinned agent and version (SESSION_CREATED.agent, moved by SESSION_UPDATED.agent),
     # cached like the rest; None: the built-in default agent. PROTECT: an agent is never
@@ -415,7 +420,7 @@ class Session(models.Model):
         return self.title or self.id
 
     def projection(self) -> SessionState:
-        """The cached projection, with last_seq (and updated_at) from the columns."""
+        """The cached projection, with last_seq (and updated_at: appended_at) from the columns."""
         if self.state:
             state = SessionState.from_dict({**self.state, "session_id": self.id})
         else:
@@ -423,7 +428,7 @@ class Session(models.Model):
         if state.last_seq != self.last_seq:
             # Deltas were appended since the state JSON was written (the fast path).
             state.last_seq = self.last_seq
-            state.updated_at = self.updated_at
+            state.updated_at = self.appended_at or self.updated_at
         return state
 
     @staticmethod

@@ -21,15 +21,17 @@ finished.
 Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
 updated_at, so a batch made only of deltas bumps those two columns with one
 ``UPDATE ... RETURNING last_seq`` (which is also the row lock) and leaves the state JSON
-alone; `Session.projection()` takes last_seq from the column. On PostgreSQL the deltas
-of a group commit (many streams at once) go further: one locking SELECT of their
-sessions in id order, one UPDATE of all their last_seq, one locking SELECT of their
-fences' Run rows, and one INSERT (`_append_deltas_together`), instead of two or three
-statements per append; the group's other sessions (a run starting or ending) go append
-by append in the same transaction, every session locked first in id order. SQLite (3.35
-or newer: UPDATE ... FROM and RETURNING) takes the same path, its sessions and fences
-named by one JSON parameter read with json_each, and no row locks (its transaction holds
-the database's write lock).
+alone; `Session.projection()` takes last_seq from the column. updated_at moves only when
+it is UPDATED_AT_STEP (a second) behind, so most of these UPDATEs change no indexed
+column (PostgreSQL's HOT updates). On PostgreSQL the deltas of a group commit (many
+streams at once) go further: one statement locks their sessions in id order, bumps all
+their last_seq and inserts every envelope, and one locking SELECT checks their fences'
+Run rows (`_append_deltas_together`), instead of two or three statements per append;
+the group's other sessions (a run starting or ending) go append by append in the same
+transaction, every session locked first in id order. SQLite (3.35 or newer: UPDATE ...
+FROM and RETURNING) takes the same path, its sessions and fences named by one JSON
+parameter read with json_each, and no row locks (its transaction holds the database's
+write lock).
 
 A lost database (PostgreSQL restarted, a backend terminated, the pool timed out) is
 JournalUnavailable to every async caller of `run_in_db_thread`, the journal's own methods
@@ -53,7 +55,7 @@ import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from django.db import (
@@ -143,13 +145,33 @@ def _sqlite_batches(connection: BaseDatabaseWrapper) -> bool:
 def _row_fields() -> tuple[Any, ...]:
     """The Session fields DatabaseJournal._session_row reads: the projection, and the
     owner and team an append's review rows need."""
-    names = {"id", "owner_id", "team_id", "state", "last_seq", "updated_at"}
+    names = {"id", "owner_id", "team_id", "state", "last_seq", "updated_at", "appended_at"}
     # In the model's order: Model.from_db matches the values to the fields in that order.
     return tuple(field for field in models.Session._meta.concrete_fields if field.attname in names)
 
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+
+
+#: How far Session.updated_at may lag behind a stream's last delta. A batch of deltas
+#: moves it only when it is this much behind: on PostgreSQL an UPDATE that leaves every
+#: indexed column as it was is a HOT update, while one that moves updated_at (six of the
+#: Session indexes name it) writes a new entry into each of its fifteen indexes, for
+#: every stream at every tick (a sixth of PostgreSQL's CPU under 100 streams, perf).
+UPDATED_AT_STEP = timedelta(seconds=1)
+
+
+def _touch_updated_at(connection: BaseDatabaseWrapper, now: datetime) -> tuple[str, list[Any]]:
+    """The SET clause (and its parameters) with which a batch of deltas moves the Session
+    row's updated_at to `now`, unless it is less than UPDATED_AT_STEP behind, and its
+    appended_at (not indexed: the exact time `Session.projection` reads) to `now`."""
+    column = _qn(connection, "updated_at")
+    adapt = connection.ops.adapt_datetimefield_value
+    return (
+        f"{column} = CASE WHEN {column} < %s THEN %s ELSE {column} END, {_qn(connection, 'appended_at')} = %s",
+        [adapt(now - UPDATED_AT_STEP), adapt(now), adapt(now)],
+    )
 
 
 def _split_fence(fence: Any) -> tuple[str, Any]:
@@ -332,7 +354,7 @@ class DatabaseJournal:
         if fast:
             if postgres:
                 self._lock_sessions(sorted(streaming))
-            together = self._append_deltas_together([items[i] for i in fast], sessions_locked=True)
+            together = self._append_deltas_together([items[i] for i in fast])
             for index, envelopes in zip(fast, together, strict=True):
                 results[index] = envelopes
         for index, item in enumerate(items):
@@ -353,15 +375,12 @@ class DatabaseJournal:
             if len(cursor.fetchall()) != len(session_ids):
                 raise NotFound("a session of the group does not exist")
 
-    def _append_deltas_together(
-        self, items: list[_PendingAppend], *, sessions_locked: bool = False
-    ) -> list[list[Envelope]]:
+    def _append_deltas_together(self, items: list[_PendingAppend]) -> list[list[Envelope]]:
         """A group made only of deltas (many streams at once), on PostgreSQL and SQLite, in
         a fixed number of statements instead of two or three per append: lock the sessions' rows
-        (in id order, like every group; not again when the caller has, `sessions_locked`,
-        nor for one session, which the UPDATE locks), bump each last_seq by its appends'
-        count in one UPDATE, lock and check every fence in one SELECT of their Run rows
-        (after the sessions), one INSERT for all.
+        (in id order, like every group), bump each last_seq by its appends' count and
+        insert every envelope (one statement on PostgreSQL, `_bump_and_insert_deltas`),
+        lock and check every fence in one SELECT of their Run rows (after the sessions).
 
         The same result as `_append_locked` item by item (seqs gapless, in order per
         session; a refusal raises, and the caller retries each alone). Under 100 streams
@@ -377,32 +396,15 @@ class DatabaseJournal:
         counts: dict[str, int] = {}
         for item, events in zip(items, prepared, strict=True):
             counts[item.session_id] = counts.get(item.session_id, 0) + len(events)
-        ids = sorted(counts)
-        table = _qn(connection, models.Session._meta.db_table)
-        pk = _qn(connection, "id")
-        if postgres and not sessions_locked and len(ids) > 1:
-            # Several rows: locked in id order first (the UPDATE below locks in no set
-            # order). One row needs no order: the UPDATE's own lock is the session lock.
-            self._lock_sessions(ids)
-        updated_at = connection.ops.adapt_datetimefield_value(now)
-        with connection.cursor() as cursor:
-            # {"session id": count, ...}: one JSON parameter (see JSON_TEXTS)
-            if postgres:
-                cursor.execute(
-                    f"UPDATE {table} AS s SET last_seq = s.last_seq + v.value::int, updated_at = %s"  # noqa: S608 - quoted names
-                    f" FROM json_each_text(%s::json) AS v WHERE s.{pk} = v.key RETURNING s.{pk}, s.last_seq",
-                    [updated_at, json.dumps(counts)],
-                )
-            else:
-                cursor.execute(
-                    f"UPDATE {table} SET last_seq = last_seq + v.value, updated_at = %s"  # noqa: S608 - quoted names
-                    f" FROM json_each(%s) AS v WHERE {table}.{pk} = v.key RETURNING {pk}, last_seq",
-                    [updated_at, json.dumps(counts)],
-                )
-            last_seq = {session_id: int(seq) for session_id, seq in cursor.fetchall()}
-        if len(last_seq) != len(ids):
+        if postgres:
+            last_seq = self._bump_and_insert_deltas(items, prepared, counts, now)
+        else:
+            last_seq = self._bump_deltas_sqlite(counts, now)
+        if len(last_seq) != len(counts):
             raise NotFound("a session of the group does not exist")
-        next_seq = {session_id: last_seq[session_id] - counts[session_id] for session_id in ids}
+        next_seq = {session_id: last_seq[session_id] - count for session_id, count in counts.items()}
+        # After the sessions, like every fence check. On PostgreSQL the rows are already
+        # inserted: a refusal rolls the whole transaction back all the same.
         self._check_fences_together(items)
         results: list[list[Envelope]] = []
         for item, events in zip(items, prepared, strict=True):
@@ -414,8 +416,85 @@ class DatabaseJournal:
                 ]
             )
             next_seq[item.session_id] = first + len(events)
-        self._insert(connection, [envelope for envelopes in results for envelope in envelopes])
+        if not postgres:
+            self._insert(connection, [envelope for envelopes in results for envelope in envelopes])
         return results
+
+    def _bump_and_insert_deltas(
+        self,
+        items: list[_PendingAppend],
+        prepared: list[list[tuple[EventType, dict[str, Any], str | None]]],
+        counts: dict[str, int],
+        now: datetime,
+    ) -> dict[str, int]:
+        """PostgreSQL: lock the group's sessions in id order, bump their last_seq and
+        insert the envelopes, in one statement; {session id: its new last_seq}.
+
+        Each row names its place among its session's deltas of the group (o, from 1): its
+        seq is the new last_seq - the session's count + o, as `_append_deltas_together`
+        numbers them. The locking CTE takes every lock (in id order: the UPDATE joins
+        only rows it has emitted, so it never locks one first); a session gone is
+        missing from the answer, and its rows from the INSERT. Three statements were
+        three round trips, parses and plans per group (bench/pg_statements.py).
+        """
+        connection = connections[self.using]
+        session_table = _qn(connection, models.Session._meta.db_table)
+        envelope_table = _qn(connection, models.Envelope._meta.db_table)
+        columns = ", ".join(
+            _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+        )
+        pk = _qn(connection, "id")
+        placed = dict.fromkeys(counts, 0)
+        records = []
+        for item, events in zip(items, prepared, strict=True):
+            for event_type, payload, invocation_id in events:
+                placed[item.session_id] += 1
+                records.append(
+                    {
+                        "s": item.session_id,
+                        "o": placed[item.session_id],
+                        "i": invocation_id,
+                        "t": event_type.value,
+                        "p": payload,
+                    }
+                )
+        touch, touch_params = _touch_updated_at(connection, now)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {session_table}"  # noqa: S608 - quoted names
+                f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
+                f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
+                f" FROM json_each_text(%s::json) AS v, locked WHERE s.{pk} = v.key AND locked.{pk} = s.{pk}"
+                f" RETURNING s.{pk} AS id, s.last_seq, v.value::int AS n),"
+                f" inserted AS (INSERT INTO {envelope_table} ({columns})"
+                " SELECT r.s, b.last_seq - b.n + r.o, r.i, r.t, r.p, %s"
+                " FROM json_to_recordset(%s::json) AS r(s text, o int, i text, t text, p jsonb)"
+                " JOIN bumped AS b ON b.id = r.s)"
+                " SELECT id, last_seq FROM bumped",
+                [
+                    json.dumps(counts),
+                    *touch_params,
+                    json.dumps(counts),
+                    connection.ops.adapt_datetimefield_value(now),
+                    json.dumps(records, allow_nan=False),
+                ],
+            )
+            return {session_id: int(seq) for session_id, seq in cursor.fetchall()}
+
+    def _bump_deltas_sqlite(self, counts: dict[str, int], now: datetime) -> dict[str, int]:
+        """SQLite: bump the sessions' last_seq in one UPDATE (its transaction holds the
+        database's write lock); {session id: its new last_seq}."""
+        connection = connections[self.using]
+        table = _qn(connection, models.Session._meta.db_table)
+        pk = _qn(connection, "id")
+        touch, touch_params = _touch_updated_at(connection, now)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET last_seq = last_seq + v.value, {touch}"  # noqa: S608 - quoted names
+                f" FROM json_each(%s) AS v WHERE {table}.{pk} = v.key RETURNING {pk}, last_seq",
+                [*touch_params, json.dumps(counts)],
+            )
+            return {session_id: int(seq) for session_id, seq in cursor.fetchall()}
 
     def _connection_broken(self) -> bool:
         """After a database error: whether the connection itself is gone (not merely the
@@ -521,12 +600,12 @@ class DatabaseJournal:
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
         """Add `count` to the session's last_seq (locking its row); the new last_seq."""
         table = _qn(connection, models.Session._meta.db_table)
-        updated_at = connection.ops.adapt_datetimefield_value(now)
+        touch, touch_params = _touch_updated_at(connection, now)
         with connection.cursor() as cursor:
             if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite >= 3.35
                 cursor.execute(
-                    f"UPDATE {table} SET last_seq = last_seq + %s, updated_at = %s WHERE id = %s RETURNING last_seq",  # noqa: S608 - quoted names
-                    [count, updated_at, session_id],
+                    f"UPDATE {table} SET last_seq = last_seq + %s, {touch} WHERE id = %s RETURNING last_seq",  # noqa: S608 - quoted names
+                    [count, *touch_params, session_id],
                 )
                 row = cursor.fetchone()
                 if row is None:
@@ -541,7 +620,9 @@ class DatabaseJournal:
         )
         if last_seq is None:
             raise NotFound(f"no session {session_id}")
-        models.Session.objects.using(self.using).filter(pk=session_id).update(last_seq=last_seq + count, updated_at=now)
+        models.Session.objects.using(self.using).filter(pk=session_id).update(
+            last_seq=last_seq + count, updated_at=now, appended_at=now
+        )
         return last_seq + count
 
     def _check_fences_together(self, items: list[_PendingAppend]) -> None:

@@ -30,7 +30,7 @@ from sectr.events import (
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
 from sessions_app.journal import DatabaseJournal, publish
-from sessions_app.journal.database import _PendingAppend
+from sessions_app.journal.database import UPDATED_AT_STEP, _PendingAppend
 from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads
@@ -289,7 +289,16 @@ def _refusing(journal: DatabaseJournal, refused: str, times: int) -> None:
             raise OperationalError("deadlock detected")
         real(connection, envelopes)
 
+    real_together = journal._bump_and_insert_deltas  # PostgreSQL's group: the INSERT is in it
+
+    def together(items: Any, prepared: Any, counts: dict[str, int], now: Any) -> dict[str, int]:
+        if left[0] and refused in counts:
+            left[0] -= 1
+            raise OperationalError("deadlock detected")
+        return real_together(items, prepared, counts, now)
+
     journal._insert = insert  # type: ignore[method-assign]
+    journal._bump_and_insert_deltas = together  # type: ignore[method-assign]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -316,9 +325,35 @@ def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(ma
         assert seqs(s.id) == [1, 2, 3, 4]
         mine = [e for result in results for e in result if e.session_id == s.id]  # type: ignore[union-attr]
         assert [(e.seq, e.payload["text"]) for e in mine] == [(2 + i, f"{s.id}:{i}") for i in range(3)]
-    # PostgreSQL: lock, bump, one fence, insert (+ the transaction's own); SQLite, whose
-    # transaction is the lock: bump, one fence, insert (the same on both: 12 appends).
-    assert len(queries) <= (6 if connection.vendor == "postgresql" else 5), [q["sql"][:60] for q in queries]
+    # PostgreSQL: lock, bump and insert in one statement, one fence (+ the transaction's
+    # own); SQLite, whose transaction is the lock: bump, one fence, insert (12 appends).
+    assert len(queries) <= (4 if connection.vendor == "postgresql" else 5), [q["sql"][:60] for q in queries]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session: Any) -> None:
+    """PostgreSQL: most of the delta groups' Session UPDATEs are HOT (no index entries):
+    updated_at is left alone within its step and the table's pages keep room (fillfactor)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("HOT updates and fillfactor are PostgreSQL's")
+    sessions = sorted(make_session().id for _ in range(20))
+    journal = DatabaseJournal(publish=False)
+
+    def updates() -> tuple[int, int]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_stat_force_next_flush()")
+            cursor.execute(
+                "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables WHERE relname = 'sessions_app_session'"
+            )
+            return cursor.fetchone()  # type: ignore[return-value]
+
+    updated, hot = updates()
+    for tick in range(10):
+        results = journal._append_group(_group_items(*((session_id, str(tick)) for session_id in sessions)))
+        assert all(isinstance(result, list) for result in results), results
+    updated, hot = (after - before for after, before in zip(updates(), (updated, hot), strict=True))
+    assert updated == 200
+    assert hot >= 150, (updated, hot)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -510,8 +545,43 @@ def test_it_caches_a_projection_equal_to_the_fold_of_the_journal(session: Sessio
     assert session.token_total == 17 + 8
     assert session.compaction_seq == folded.compaction_seq > 0
     assert session.last_seq == envelopes[-1].seq
-    assert session.updated_at == envelopes[-1].created_at
+    # The last batch was a delta: appended_at is its time, updated_at at most a step behind.
+    assert session.appended_at == envelopes[-1].created_at
+    assert envelopes[-1].created_at - UPDATED_AT_STEP <= session.updated_at <= envelopes[-1].created_at
     assert folded.grants == ["shell"] and folded.notes == {"a": "b"}
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("grouped", [False, True], ids=["alone", "grouped"])
+def test_deltas_move_updated_at_only_a_step_behind_and_appended_at_always(make_session: Any, grouped: bool) -> None:
+    """A delta batch leaves updated_at (six indexes name it) alone while it is less than
+    UPDATED_AT_STEP behind: on PostgreSQL that UPDATE is a HOT one. The projection's
+    updated_at stays exact through appended_at."""
+    session, other = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+
+    def append(text: str) -> Any:
+        if grouped:  # the group commit's path: several sessions' deltas together
+            results = journal._append_group(_group_items((session.id, text), (other.id, text)))
+            return results[0][-1]  # type: ignore[index]
+        return journal.append_sync(session.id, [delta(text)])[-1]
+
+    first = append("a")
+    session.refresh_from_db()
+    before = session.updated_at
+    assert before <= first.created_at
+    second = append("b")
+    session.refresh_from_db()
+    if second.created_at - before < UPDATED_AT_STEP:
+        assert session.updated_at == before
+    assert session.appended_at == second.created_at
+    assert session.projection().updated_at == second.created_at == journal.state_sync(session.id).updated_at
+    # A step behind: the next batch moves it.
+    Session.objects.filter(pk=session.pk).update(updated_at=second.created_at - 2 * UPDATED_AT_STEP)
+    third = append("c")
+    session.refresh_from_db()
+    assert session.updated_at == third.created_at == session.appended_at
+    assert project(journal.load_sync(session.id)).to_dict() == session.projection().to_dict()
 
 
 @pytest.mark.django_db
