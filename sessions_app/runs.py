@@ -622,6 +622,13 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
 
     One plain UPDATE, not the ORM's: every run of a burst ends with it, and compiling the
     query cost more than running it."""
+    return _finish_run(claim, terminal)[0]
+
+
+def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
+    """`finish_run`: (whether it recorded the end, whether the session has a pending
+    run). The second comes back with the UPDATE (RETURNING), where the database can: one
+    statement, not two, as every run ends; True where it cannot tell."""
     status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
     payload = terminal.payload
     stop = payload.get("stop_reason") or {
@@ -631,10 +638,16 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
     }.get(status, "")
     ops = connection.ops
     table = ops.quote_name(Run._meta.db_table)
+    returning = connection.features.can_return_columns_from_insert  # PostgreSQL, SQLite >= 3.35
+    pending = (
+        f" RETURNING EXISTS (SELECT 1 FROM {table} AS queued"  # noqa: S608 - quoted name
+        f" WHERE queued.session_id = {table}.session_id AND queued.status = %s)"
+    )
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET status = %s, stop_reason = %s, usage = %s, error = %s,"  # noqa: S608 - quoted name
-            " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s",
+            " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s"
+            + (pending if returning else ""),
             [
                 status,
                 stop,
@@ -643,16 +656,21 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
                 ops.adapt_datetimefield_value(timezone.now()),
                 claim.run_id,
                 claim.token,
+                *([Run.PENDING] if returning else []),
             ],
         )
-        return cursor.rowcount == 1
+        if not returning:
+            return cursor.rowcount == 1, True
+        row = cursor.fetchone()
+        return row is not None, row is None or bool(row[0])
 
 
 def end_run(claim: Claim, terminal: Envelope) -> bool:
     """`finish_run`, then start the session's next queued message if it has one
     (`promote_pending_run`): what a worker does as each run ends, in one thread hop."""
-    finished = finish_run(claim, terminal)
-    promote_pending_run(claim.session_id)
+    finished, pending = _finish_run(claim, terminal)
+    if pending:  # nearly never: a message queued behind this run
+        promote_pending_run(claim.session_id)
     return finished
 
 
