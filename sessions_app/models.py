@@ -364,10 +364,17 @@ class Session(models.Model):
     MODE_CHOICES = [(m, m) for m in ("default", "plan", "accept_edits")]
 
     id = models.CharField(primary_key=True, max_length=40, default=new_session_id, editable=False)
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_sessions")
+    # No index of its own for owner, team, agent or status: the Meta indexes lead with
+    # each. Every append that changes the cached projection writes a new version of the
+    # row into every index of the table, and planning its statements reads them all.
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="sectr_sessions", db_index=False
+    )
     # Chosen at creation; None = a personal session (its owner's and staff's only).
     # Deleting a team makes its sessions personal rather than visible to anyone else.
-    team = models.ForeignKey(Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="sessions")
+    team = models.ForeignKey(
+        Team, on_delete=models.SET_NULL, null=True, blank=True, related_name="sessions", db_index=False
+    )
     title = models.CharField(max_length=120, blank=True, default="")
     # None until a title is set; "user" (created with one or renamed) or "prompt" (first message).
     title_source = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - mirrors SessionState
@@ -375,7 +382,7 @@ class Session(models.Model):
     model = models.CharField(max_length=200, default="demo")
     reasoning_effort = models.CharField(max_length=16, null=True, blank=True)  # noqa: DJ001 - None = provider default
     limits = models.JSONField(default=default_limits)
-    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="idle", db_index=True)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default="idle")
     # The cached projection: sectr.state.SessionState.to_dict() as of the last append that
     # changed it. A batch of MESSAGE_DELTA only bumps last_seq/updated_at (they change
     # nothing else), so `state["last_seq"]` may lag behind the `last_seq` column; it moves
@@ -397,7 +404,13 @@ class Session(models.Model):
     # and a pin of an imported session may name an agent this installation never had (the
     # append that caches it must not fail for that).
     agent = models.ForeignKey(
-        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="sessions", db_constraint=False
+        Agent,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="sessions",
+        db_constraint=False,
+        db_index=False,
     )
     agent_version = models.PositiveIntegerField(null=True, blank=True)
     # A replay of another session for an experiment (SESSION_CREATED.replay): kept out of
@@ -535,11 +548,13 @@ class Run(models.Model):
     FINISHED_STATUSES = frozenset({SUSPENDED, COMPLETED, FAILED, CANCELLED})
 
     id = models.CharField(primary_key=True, max_length=40, default=new_run_id, editable=False)
-    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs")
+    # No index of its own for session or status: run_session_status and run_status_lease
+    # lead with them (a run's claim, heartbeats and end update every index of the row).
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="runs", db_index=False)
     invocation_id = models.CharField(max_length=40, unique=True, null=True, blank=True)  # noqa: DJ001 - unique
     invocation_ids = models.JSONField(default=list, blank=True)
     reason = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default=PENDING, db_index=True)
+    status = models.CharField(max_length=16, choices=STATUS_CHOICES, default=PENDING)
     lease_owner = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001 - None = not leased
     lease_token = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001 - None = not leased
     lease_expires_at = models.DateTimeField(null=True, blank=True, db_index=True)

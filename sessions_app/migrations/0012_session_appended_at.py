@@ -21,15 +21,14 @@ def reset_fillfactor(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('sessions_app', '0011_mcp_tools_fresh_until'),
+        ("sessions_app", "0011_mcp_tools_fresh_until"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='session',
-            name='appended_at',
+            model_name="session",
+            name="appended_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.RunPython(set_fillfactor, reset_fillfactor),
