@@ -4,7 +4,7 @@ from django.db import migrations, models
 
 #: Room in each page of the Session table for new versions of its rows. A stream's deltas
 #: update its Session row (last_seq) ten times a second; an update that changes no
-#: indexed column is a HOT update (no new entry in any of the table's fifteen indexes)
+#: indexed column is a HOT update (no new entry in any of the table's indexes)
 #: only when the new version fits in the same page, and packed pages had room for
 #: almost none (3% of them HOT under 50 streams, 87% with half of each page kept free).
 SESSION_FILLFACTOR = 50
