@@ -1,0 +1,201 @@
+"""Benchmark of a run's whole life in a worker: the CPU from a queued run to its finished
+row (claim, context, the handler's one-chunk reply, the terminal append, the end), for a
+burst of N runs queued at once and executed by one Worker in this process.
+
+    DATABASE_URL=sqlite:////tmp/run-life.sqlite3 .venv/bin/python bench/run_lifecycle.py --runs 100
+    DATABASE_URL=postgres://postgres@127.0.0.1/sectr_run_life .venv/bin/python bench/run_lifecycle.py
+
+Migrates the database and makes N sessions (`--team`: of a team with an agent and a
+budget, as bench/run_start.py; else plain sessions, as bench/admission.py's), each with a
+queued `!slow 1` message (one chunk, no pause). Then starts a Worker (the default
+concurrency) and waits until every run has finished; prints the process's CPU (the event
+loop and the database threads) per run, the wall time of the burst, and the SQL
+statements per run by kind. The same burst is run `--rounds` times (fresh runs each
+time, the first one a warm-up; profile the later ones from outside, e.g.
+`py-spy record --pid`). Runs on older versions of Sectr too, so the same script
+compares before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sectr_web.settings")
+os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
+os.environ["SECTR_DEMO_SLOW_MS"] = "0"
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.conf import settings  # noqa: E402
+from django.contrib.auth import get_user_model  # noqa: E402
+from django.core.management import call_command  # noqa: E402
+from django.db.backends import utils as db_utils  # noqa: E402
+
+from sessions_app import actions  # noqa: E402
+from sessions_app.dbthread import run_in_db_thread  # noqa: E402
+from sessions_app.models import Run, Session, Team  # noqa: E402
+from sessions_app.worker import Worker  # noqa: E402
+
+OWNER = "bench-life-owner"
+
+
+class StatementCounter:
+    """Counts the SQL statements of every thread by their first words (Django's cursor)."""
+
+    def __init__(self) -> None:
+        #: the statements themselves, counted
+        self.full: collections.Counter[str] = collections.Counter()
+        self.on = False
+        self._lock = threading.Lock()
+        counter = self
+        original = db_utils.CursorWrapper._execute_with_wrappers
+
+        def counted(self: Any, sql: str, params: Any, many: bool, executor: Any) -> Any:
+            if counter.on:
+                with counter._lock:  # classified at the end: counting must cost next to nothing
+                    counter.full[sql] += 1
+            return original(self, sql, params, many, executor)
+
+        db_utils.CursorWrapper._execute_with_wrappers = counted  # type: ignore[method-assign]
+
+    @staticmethod
+    def kind(sql: str) -> str:
+        words = sql.split()
+        head = words[0].upper() if words else "?"
+        table = ""
+        upper = [w.upper() for w in words]
+        for marker in ("FROM", "INTO", "UPDATE"):
+            if marker in upper:
+                i = upper.index(marker) + (0 if marker == "UPDATE" and head != "UPDATE" else 1)
+                if marker == "UPDATE" and head == "UPDATE":
+                    i = 1
+                if i < len(words):
+                    table = words[i].strip('"`(').split('"')[0]
+                    break
+        return f"{head} {table}".strip()
+
+
+def setup(team: bool) -> dict[str, object]:
+    """The owner (and the team, its agent and budget): the sessions' extra arguments."""
+    call_command("migrate", verbosity=0)
+    User = get_user_model()  # noqa: N806
+    owner, _ = User.objects.get_or_create(username=OWNER)
+    moderator, _ = User.objects.get_or_create(username="bench-life-mod")
+    extras: dict[str, object] = {}
+    if team:
+        if not Team.objects.filter(name="bench-life").exists():
+            actions.do_create_team("bench-life")
+            actions.do_set_membership("bench-life", owner.username, "member")
+            actions.do_set_membership("bench-life", moderator.username, "moderator")
+        extras["team"] = "bench-life"
+        if hasattr(actions, "do_create_agent"):
+            from sessions_app.actions.team_budgets import do_set_budget
+            from sessions_app.models import Agent
+
+            if not Agent.objects.filter(slug="life").exists():
+                actions.do_create_agent(
+                    moderator,
+                    "bench-life",
+                    "life",
+                    {"name": "Life", "instructions": "Be brief.", "tools": ["get_time"]},
+                )
+            extras["agent"] = "bench-life/life"
+            do_set_budget(moderator, "bench-life", {"monthly_tokens": 10**12})
+    return extras
+
+
+def queue(count: int, extras: dict[str, object]) -> None:
+    """N fresh sessions (the last round's deleted), each with a queued message."""
+    owner = get_user_model().objects.get(username=OWNER)
+    Run.objects.filter(session__owner=owner).delete()
+    Session.objects.filter(owner=owner).delete()
+    for _ in range(count):
+        session = actions.do_create_session(owner, **extras)  # type: ignore[arg-type]
+        actions.do_post_message(owner, session.pk, "!slow 1")
+
+
+def unfinished() -> int:
+    return Run.objects.filter(session__owner__username=OWNER, status__in=(Run.QUEUED, Run.RUNNING)).count()
+
+
+async def burst(counter: StatementCounter) -> tuple[float, float]:
+    """Run the queued runs with a fresh Worker: (CPU s, wall s) until all finished."""
+    worker = Worker(
+        concurrency=settings.SECTR_WORKER_CONCURRENCY,
+        poll_interval=0.5,
+        expiry_interval=0,
+        retention_interval=0,
+        notify=False,
+        listen=False,
+    )
+    counter.full.clear()
+    counter.on = True
+    c0, w0 = time.process_time(), time.perf_counter()
+    task = asyncio.ensure_future(worker.run())
+    while True:
+        await asyncio.sleep(0.05)
+        if await run_in_db_thread(unfinished) == 0:
+            break
+    cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    counter.on = False
+    worker.stop()
+    await task
+    failed = await run_in_db_thread(
+        lambda: Run.objects.filter(session__owner__username=OWNER).exclude(status=Run.COMPLETED).count()
+    )
+    if failed:
+        print(f"warning: {failed} runs did not complete", file=sys.stderr)
+    return cpu, wall
+
+
+async def rounds(runs: int, extras: dict[str, object], count: int, counter: StatementCounter) -> list[float]:
+    """CPU per run (ms) of each round after the first (one event loop for all, as a server)."""
+    cpus: list[float] = []
+    for round_ in range(count):
+        await run_in_db_thread(queue, runs, extras)
+        cpu, wall = await burst(counter)
+        per_run = cpu / runs * 1000
+        print(f"round {round_}: CPU per run {per_run:.2f} ms, burst wall {wall:.2f} s")
+        if round_:
+            cpus.append(per_run)
+    return cpus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--team", action="store_true", help="sessions of a team with an agent and a budget")
+    parser.add_argument("--sql", action="store_true", help="print each statement of the last round, counted")
+    args = parser.parse_args()
+    extras = setup(args.team)
+    counter = StatementCounter()
+    cpus = asyncio.run(rounds(args.runs, extras, args.rounds, counter))
+    statements = sum(counter.full.values())
+    kinds: collections.Counter[str] = collections.Counter()
+    for sql, count in counter.full.items():
+        kinds[counter.kind(sql)] += count
+    print(f"runs per burst: {args.runs}; team: {args.team}; load average {os.getloadavg()[0]:.2f}")
+    print(f"CPU per run (rounds after the first): median {statistics.median(cpus):.2f} ms, min {min(cpus):.2f} ms")
+    print(f"SQL statements per run (last round): {statements / args.runs:.1f}")
+    for kind, count in kinds.most_common():
+        print(f"  {count / args.runs:6.2f}  {kind}")
+    if args.sql:
+        for sql, count in counter.full.most_common():
+            print(f"{count / args.runs:6.2f}  {sql[:300]}")
+
+
+if __name__ == "__main__":
+    main()
