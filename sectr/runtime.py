@@ -58,6 +58,10 @@ AgentSource = Callable[[SessionState], Awaitable[AgentSpec]]
 #: The tools a session gets beside the runtime's own (its team's MCP servers' tools, in
 #: the Django worker), asked as each invocation starts.
 ToolSource = Callable[[SessionState], Awaitable[Iterable[Tool]]]
+#: The three reads an invocation starts with (its transcript since the newest compaction,
+#: the session's state, its rules), in one go: the Django worker's makes them in one
+#: database-thread hop instead of three.
+StartSource = Callable[[str], Awaitable[tuple[list[Envelope], SessionState, Policy]]]
 #: Whether the session's team has spent its budget (the Django worker's answers from a
 #: figure it keeps for a few seconds). Asked as each invocation starts and before each
 #: model step of the default handler.
@@ -88,6 +92,7 @@ class Runtime:
         handlers: Mapping[str, Handler] | None = None,
         budget: BudgetSource | None = None,
         extra_tools: ToolSource | None = None,
+        start: StartSource | None = None,
     ) -> None:
         from sectr.agent import default_handler
 
@@ -107,6 +112,9 @@ class Runtime:
         self._budget_source = budget
         self.tools = tools if isinstance(tools, ToolRegistry) else builtin_registry(tools)
         self._tool_source = extra_tools
+        #: Replaces the journal's and the rules' separate reads at each start (`rules`
+        #: must then be what it reads: the runtime does not ask the rules source too).
+        self._start_source = start
         self.provider = provider or provider_from_env()
 
     async def folded_messages(self, session_id: str) -> list[dict[str, Any]]:
@@ -121,11 +129,17 @@ class Runtime:
         fence: Any = None,
     ) -> SessionContext:
         """The SessionContext of an invocation: O(envelopes since the newest compaction)."""
-        # Three independent reads, at once: a database journal answers each from a thread,
-        # and one after the other they were three round trips before the first token.
-        transcript, journal_state, policy = await asyncio.gather(
-            self.journal.load_since_compaction(session_id), self.journal.state(session_id), self.policy_for(session_id)
-        )
+        if self._start_source is not None:
+            transcript, journal_state, policy = await self._start_source(session_id)
+        else:
+            # Three independent reads, at once: a database journal answers each from a
+            # thread, and one after the other they were three round trips before the first
+            # token.
+            transcript, journal_state, policy = await asyncio.gather(
+                self.journal.load_since_compaction(session_id),
+                self.journal.state(session_id),
+                self.policy_for(session_id),
+            )
         # A private copy: the context applies its own appends to it (SessionContext._extend),
         # whatever the journal's `state()` returns (a live object, a fresh row...).
         state = journal_state.copy()

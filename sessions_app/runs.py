@@ -83,6 +83,9 @@ class Claim:
     invocation_id: str
     token: str
     recovered: bool
+    #: The claim found the run's steer slot empty: its first step boundary need not read
+    #: it again a moment later (take_parked_steer says why a steer parked since is safe).
+    steer_slot_empty: bool = False
 
     @property
     def fence(self) -> tuple[str, str]:
@@ -194,8 +197,15 @@ def promote_pending_run(session_id: str) -> Run | None:
     # a pending run only while a run is active (do_post_message, under the session's
     # lock), so one queued before the caller's run ended is seen here, and one posted
     # after it starts at once.
-    if not Run.objects.filter(session_id=session_id, status=Run.PENDING).exists():
-        return None
+    # Plain SQL: every run's end asks, and the queryset's compilation cost more than the read.
+    table = connection.ops.quote_name(Run._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table} WHERE session_id = %s AND status = %s LIMIT 1",  # noqa: S608 - quoted name
+            [session_id, Run.PENDING],
+        )
+        if cursor.fetchone() is None:
+            return None
     with transaction.atomic():
         session = Session.objects.select_for_update().filter(pk=session_id).first()
         if session is None:
@@ -558,8 +568,25 @@ def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list
     run.lease_expires_at = now + timedelta(seconds=lease)
     run.heartbeat_at = now
     run.started_at = run.started_at or now
-    run.save(update_fields=_CLAIM_FIELDS)  # the row is locked: only what a claim sets
-    return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered)
+    _update_columns(run, _CLAIM_FIELDS)  # the row is locked: only what a claim sets
+    return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered, not run.pending_steer)
+
+
+def _update_columns(run: Run, fields: Sequence[str]) -> None:
+    """`run.save(update_fields=fields)` in plain SQL, each value through its field's own
+    adapter: every claim saves its row, and compiling the ORM's UPDATE cost more than
+    running it."""
+    qn = connection.ops.quote_name
+    assignments, params = [], []
+    for name in fields:
+        field = Run._meta.get_field(name)
+        assignments.append(f"{qn(field.column)} = %s")
+        params.append(field.get_db_prep_save(getattr(run, field.attname), connection))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {qn(Run._meta.db_table)} SET {', '.join(assignments)} WHERE id = %s",  # noqa: S608 - quoted names
+            [*params, run.pk],
+        )
 
 
 def _count_lease_expiry(outcome: str) -> None:

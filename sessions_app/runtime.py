@@ -18,6 +18,7 @@ from typing import Any
 
 from sectr.agents import DEFAULT_AGENT, AgentSpec
 from sectr.errors import ValidationFailed
+from sectr.events import Envelope
 from sectr.providers.base import ModelInfo
 from sectr.rules import Policy
 from sectr.runtime import Runtime
@@ -51,6 +52,8 @@ def get_runtime() -> Runtime:
         budget=session_budget_spent,
         # The MCP tools of the session's team its agent selects (sessions_app.mcp_servers).
         extra_tools=session_mcp_tools,
+        # The journal's two reads and the rules' in one thread hop (session_start).
+        start=session_start,
     )
 
 
@@ -61,6 +64,21 @@ async def session_policy(session_id: str) -> Policy:
     # The budget check that follows needs the team: it has it now, without a query.
     remember_session_team(session_id, team_id)
     return policy
+
+
+def read_start(session_id: str) -> tuple[list[Envelope], SessionState, Policy, int | None]:
+    """An invocation's transcript, state and rules, and its session's team (three plain
+    statements; two for a personal session)."""
+    transcript, state, team_id = get_journal().start_sync(session_id)
+    return transcript, state, ApprovalRule.policy_of_team(team_id), team_id
+
+
+async def session_start(session_id: str) -> tuple[list[Envelope], SessionState, Policy]:
+    """The runtime's `start` source: what `session_policy` and the journal's `state` and
+    `load_since_compaction` read, in one database-thread hop."""
+    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id)
+    remember_session_team(session_id, team_id)  # for the budget check, as session_policy
+    return transcript, state, policy
 
 
 #: Agent versions already read, by (agent id, version number). A version never changes,

@@ -78,13 +78,18 @@ class DatabaseRunControl(RunControl):
         super().__init__()
         self.claim = claim
         self._on_first_step = on_first_step
+        #: the claim read the steer slot just now and found it empty (one read less a run)
+        self._slot_read = claim.steer_slot_empty
 
     async def take_steer(self) -> tuple[str, str | None] | None:
         if self._on_first_step is not None:  # the run reached its first step: it has started
             started, self._on_first_step = self._on_first_step, None
             started()
         local = await super().take_steer()
-        durable = await run_in_db_thread(runs.take_parked_steer, self.claim)
+        if self._slot_read:
+            self._slot_read, durable = False, None
+        else:
+            durable = await run_in_db_thread(runs.take_parked_steer, self.claim)
         if local and durable:
             return f"{local[0]}\n\n{durable[0]}", local[1]
         return local or durable

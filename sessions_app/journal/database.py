@@ -281,6 +281,14 @@ class DatabaseJournal:
                 )
         return found
 
+    def start_sync(self, session_id: str) -> tuple[list[Envelope], SessionState, int | None]:
+        """What an invocation starts from: the transcript since the newest compaction, the
+        session's state and its team's id, in two statements (the state says where the
+        newest compaction is). NotFound when the session is gone."""
+        session = self._session_row(connections[self.using], session_id, lock=False)
+        state = session.projection()
+        return self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1), state, session.team_id
+
     def state_sync(self, session_id: str) -> SessionState:
         return self._session_row(connections[self.using], session_id, lock=False).projection()
 

@@ -40,6 +40,10 @@ _INDEXED = frozenset(
 )
 
 
+#: Search entries per INSERT (4 parameters each, under SQLite's old limit of 999).
+ENTRIES_PER_INSERT = 200
+
+
 def searchable(text: str) -> str:
     return text.replace(MARK_START, " ").replace(MARK_END, " ").replace("\x00", " ").strip()
 
@@ -131,11 +135,26 @@ class ReviewProjection:
         for end, start_seq in self.ended:
             self._entry(end, "assistant", self._message_text(end, start_seq))
         if self.entries:
-            models.SearchEntry.objects.using(self.using).bulk_create(self.entries)
+            self._insert_entries()
         if self.usage and usage:
             self._upsert_usage()
         if self.forks:
             models.ForkLink.objects.using(self.using).bulk_create(self.forks, ignore_conflicts=True)
+
+    def _insert_entries(self) -> None:
+        """The entries in one plain INSERT: a run's reply is indexed at its MESSAGE_END and
+        a message at its start, and the ORM's bulk_create compiled more than it wrote."""
+        connection = connections[self.using]
+        qn = connection.ops.quote_name
+        table = qn(models.SearchEntry._meta.db_table)
+        with connection.cursor() as cursor:
+            for start in range(0, len(self.entries), ENTRIES_PER_INSERT):  # a rebuild has many
+                batch = self.entries[start : start + ENTRIES_PER_INSERT]
+                cursor.execute(
+                    f"INSERT INTO {table} (session_id, seq, kind, text) VALUES "  # noqa: S608 - quoted name
+                    + ", ".join("(%s, %s, %s, %s)" for _ in batch),
+                    [v for e in batch for v in (e.session_id, e.seq, e.kind, e.text)],
+                )
 
     def _message_text(self, end: Envelope, start_seq: int | None) -> str:
         """The text of the message `end` closes, from its deltas (already inserted)."""

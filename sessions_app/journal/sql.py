@@ -22,3 +22,26 @@ def column_converter(connection: BaseDatabaseWrapper, model: type[Any], name: st
         return value
 
     return convert
+
+
+def model_columns(connection: BaseDatabaseWrapper, model: type[Any], alias: str) -> str:
+    """Every concrete column of `model`, qualified by the table's `alias`, in the model's
+    order: the select list whose rows `model_instances` turns into instances."""
+    qn = connection.ops.quote_name
+    return ", ".join(f"{alias}.{qn(field.column)}" for field in model._meta.concrete_fields)
+
+
+def model_instances(connection: BaseDatabaseWrapper, model: type[Any], rows: list[tuple[Any, ...]]) -> list[Any]:
+    """Instances of `model` from plain rows of `model_columns` (extra trailing values are
+    ignored), converted as the ORM would, without compiling a queryset."""
+    if not rows:
+        return []
+    fields = model._meta.concrete_fields
+    converters = [column_converter(connection, model, field.name) for field in fields]
+    names = [field.attname for field in fields]
+    return [
+        model.from_db(
+            connection.alias, names, [convert(value) for convert, value in zip(converters, row, strict=False)]
+        )
+        for row in rows
+    ]
