@@ -49,6 +49,8 @@ from sessions_app.models import Run, Session, Team  # noqa: E402
 from sessions_app.worker import Worker  # noqa: E402
 
 OWNER = "bench-life-owner"
+#: A burst in which no run finishes for this long is stuck: the bench stops.
+STALL_SECONDS = 60.0
 
 
 class StatementCounter:
@@ -144,10 +146,14 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
     counter.on = True
     c0, w0 = time.process_time(), time.perf_counter()
     task = asyncio.ensure_future(worker.run())
-    while True:
+    left, moved_at = -1, time.monotonic()
+    while left:
         await asyncio.sleep(0.05)
-        if await run_in_db_thread(unfinished) == 0:
-            break
+        now_left = await run_in_db_thread(unfinished)
+        if now_left != left:
+            left, moved_at = now_left, time.monotonic()
+        elif time.monotonic() - moved_at > STALL_SECONDS:
+            raise SystemExit(f"no run finished for {STALL_SECONDS} s ({left} left): see the worker's log above")
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
     counter.on = False
     worker.stop()
