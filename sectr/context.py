@@ -30,7 +30,7 @@ from sectr.errors import (
 )
 from sectr.events import Envelope, EventType, add_usage
 from sectr.fold import copy_json, fold_messages
-from sectr.journal import new_id
+from sectr.journal import NewEvent, new_id
 from sectr.providers.base import (
     CompletionRequest,
     Finish,
@@ -136,24 +136,34 @@ class MessageStream:
         self.ended = False
         self.turn = ModelTurn(self.message_id)
 
+    def _start_event(self) -> NewEvent:
+        self.started = True
+        payload: dict[str, Any] = {"message_id": self.message_id, "role": "assistant"}
+        if self.model:
+            payload["model"] = self.model
+        self.ctx._open_message = self
+        return self.ctx.writer.event(EventType.MESSAGE_START, payload)
+
     async def _start(self) -> None:
         if not self.started:
-            self.started = True
-            payload: dict[str, Any] = {"message_id": self.message_id, "role": "assistant"}
-            if self.model:
-                payload["model"] = self.model
-            self.ctx._open_message = self
-            await self.ctx.writer.emit(EventType.MESSAGE_START, payload)
+            await self.ctx.writer.append(self._start_event())
+
+    def _start_with_delta(self) -> None:
+        """Queue MESSAGE_START for the first delta's write: one journal append (and one
+        publication) for both instead of two in a row before the first token shows.
+        Like a delta's, its write's error is raised by the writer's next call."""
+        if not self.started:
+            self.ctx.writer.append_soon(self._start_event())
 
     async def text(self, text: str) -> None:
         if text:
-            await self._start()
+            self._start_with_delta()
             self.turn.text += text
             await self.ctx.writer.delta(self.message_id, text=text)
 
     async def reasoning(self, text: str) -> None:
         if text:
-            await self._start()
+            self._start_with_delta()
             self.turn.reasoning += text
             await self.ctx.writer.delta(self.message_id, reasoning=text)
 

@@ -272,8 +272,6 @@ class ApprovalRule(models.Model):
         ten times the indexed reads."""
         from django.db import connection
 
-        from sessions_app.journal.sql import column_converter
-
         qn = connection.ops.quote_name
         team, rule, session = (qn(m._meta.db_table) for m in (Team, cls, Session))
         tail = f"FROM {team} t" if by == "t" else f"FROM {session} s JOIN {team} t ON t.id = s.team_id"
@@ -287,9 +285,9 @@ class ApprovalRule(models.Model):
             rows = cursor.fetchall()
         if not rows:
             return Policy(), None
-        arguments_of = column_converter(connection, cls, "arguments")
+        arguments = cls._meta.get_field("arguments")  # a JSON field: its text (or value) as the ORM reads it
         stored = [
-            {"id": r[2], "tool": r[3], "arguments": arguments_of(r[4]), "action": r[5],
+            {"id": r[2], "tool": r[3], "arguments": arguments.from_db_value(r[4], None, connection), "action": r[5],
              "approvals_required": r[6], "expires_after_s": r[7]}
             for r in rows if r[2] is not None
         ]  # fmt: skip

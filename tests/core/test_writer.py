@@ -110,6 +110,34 @@ async def test_an_idle_stream_through_the_runtime_is_not_batched() -> None:
     assert len(deltas) == 20
 
 
+async def test_a_message_starts_in_the_same_append_as_its_first_delta() -> None:
+    journal = SlowJournal(latency=0)
+    rt = LocalRuntime(provider=DemoProvider(delay=0), journal=journal)
+    sid = await rt.create_session()
+    await rt.send(sid, "!long 3")
+    (first,) = [call for call in journal.calls if any(e.type is EventType.MESSAGE_START for e in call)]
+    assert [e.type for e in first] == [EventType.MESSAGE_START, EventType.MESSAGE_DELTA]
+    assert first[0].payload["message_id"] == first[1].payload["message_id"]
+    assert len(of_type(journal.read(sid), EventType.MESSAGE_DELTA)) == 3  # the others as before
+
+
+async def test_a_failed_start_with_its_first_delta_surfaces_on_the_next_call() -> None:
+    """MESSAGE_START is no longer awaited on its own: its write's error (a lost lease, a
+    refused payload) is the next writer call's, as a delta's is."""
+
+    class Refusing(MemoryJournal):
+        async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+            if any(e.type is EventType.MESSAGE_START for e in events):
+                raise LeaseLost("taken over")
+            return await super().append(session_id, events, fence=fence)
+
+    rt = LocalRuntime(provider=DemoProvider(delay=0), journal=Refusing())
+    sid = await rt.create_session()
+    with pytest.raises(LeaseLost):
+        await rt.send(sid, "!long 3")
+    assert not of_type(rt.journal.read(sid), EventType.MESSAGE_DELTA)
+
+
 async def test_a_slow_journal_through_the_runtime_coalesces_and_keeps_the_text() -> None:
     journal = SlowJournal(latency=0.005)
     rt = LocalRuntime(provider=DemoProvider(delay=0.0005), journal=journal)

@@ -1,0 +1,137 @@
+"""A run's start and claim as the process's runtime makes them (sessions_app.runtime's
+`session_start`, sessions_app.runs' claim): one hop reads the transcript since the newest
+compaction, the state and the team's rules, which are read afresh at every start (a
+moderator's change applies to the next run); a claim that found the steer slot empty
+spares the first step boundary its read, and a steer parked since is still answered.
+
+Run on SQLite and on PostgreSQL (its JSON columns come back differently).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from sectr.events import EventType
+from sectr.journal import NewEvent
+from sessions_app import actions
+from sessions_app import runs as runs_module
+from sessions_app.journal import get_journal
+from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection
+from sessions_app.models import SearchEntry, Session
+from sessions_app.runtime import read_start, session_start
+from sessions_app.team_budgets import _SESSION_TEAMS
+from sessions_app.worker import DatabaseRunControl
+
+
+@pytest.fixture
+def crew(db: None) -> dict[str, Any]:
+    """A team `crew` with a member (owner) and a moderator."""
+    User = get_user_model()  # noqa: N806
+    people = {name: User.objects.create_user(name, email=f"{name}@example.org") for name in ("owner", "mod")}
+    actions.do_create_team("crew")
+    actions.do_set_membership("crew", "owner", "member")
+    actions.do_set_membership("crew", "mod", "moderator")
+    return people
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_reads_the_transcript_state_and_current_rules_in_order(crew: dict[str, Any]) -> None:
+    mod, owner = crew["mod"], crew["owner"]
+    milk = {"tool": "write_note", "arguments": {"body": "*milk*"}, "action": "deny"}
+    deny = actions.do_create_rule(mod, "crew", milk)
+    ask = actions.do_create_rule(
+        mod, "crew", {"tool": "deploy", "action": "ask", "approvals_required": 2, "expires_after_s": 60, "position": 0}
+    )
+    session = actions.do_create_session(owner, team="crew")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    journal = get_journal()
+
+    transcript, state, policy, team_id = read_start(session.pk)
+    assert team_id == Session.objects.get(pk=session.pk).team_id
+    assert transcript == journal.load_since_compaction_sync(session.pk)
+    assert state == journal.state_sync(session.pk) and state.current_invocation_id == run.invocation_id
+    assert [(r.id, r.tool, r.action, r.arguments) for r in policy.rules] == [
+        (str(ask.pk), "deploy", "ask", ()),
+        (str(deny.pk), "write_note", "deny", (("body", "*milk*"),)),
+    ]
+    assert (policy.rules[0].approvals_required, policy.rules[0].expires_after_s) == (2, 60)
+    assert policy.first_match("write_note", {"body": "buy milk"}) == policy.rules[1]
+
+    # A moderator's change applies to the next start: nothing is kept between starts.
+    actions.do_delete_rule(mod, "crew", ask.pk)
+    assert [r.id for r in read_start(session.pk)[2].rules] == [str(deny.pk)]
+    actions.do_delete_rule(mod, "crew", deny.pk)
+    assert read_start(session.pk)[2].rules == ()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_start_reads_from_the_newest_compaction_and_a_personal_session_has_no_rules(
+    crew: dict[str, Any],
+) -> None:
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    compacted = NewEvent(
+        EventType.TRANSCRIPT_COMPACTED, {"messages": [{"role": "user", "content": "earlier"}], "through_seq": 1}
+    )
+    (envelope,) = get_journal().append_sync(session.pk, [compacted])
+    actions.do_post_message(owner, session.pk, "after the compaction")
+
+    transcript, state, policy, team_id = asyncio.run(_start_and_team(session.pk))
+    assert (team_id, policy.rules, policy.default_expires_after_s) == (None, (), None)
+    assert state.compaction_seq == envelope.seq
+    assert transcript[0].seq == envelope.seq and transcript[0].type is EventType.TRANSCRIPT_COMPACTED
+    assert transcript == get_journal().load_since_compaction_sync(session.pk)
+
+
+async def _start_and_team(session_id: str) -> tuple[Any, ...]:
+    _SESSION_TEAMS.pop(session_id, None)
+    transcript, state, policy = await session_start(session_id)
+    # The budget check that follows knows the session's team without a query.
+    return transcript, state, policy, _SESSION_TEAMS[session_id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_spares_the_first_boundary_its_read_and_a_later_steer_is_still_taken(
+    crew: dict[str, Any],
+) -> None:
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team="crew")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("start-worker", 60.0, 1)
+    assert claim.run_id == run.pk and claim.steer_slot_empty
+    actions.do_steer(owner, run.pk, "turn left")  # parked after the claim's read
+
+    async def boundaries() -> list[Any]:
+        control = DatabaseRunControl(claim)
+        return [await control.take_steer(), await control.take_steer(), await control.take_steer()]
+
+    # The first boundary takes what the claim saw (nothing); the next one reads the slot.
+    assert asyncio.run(boundaries()) == [None, ("turn left", "owner"), None]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_of_a_run_with_a_parked_steer_reads_it_at_the_first_boundary(crew: dict[str, Any]) -> None:
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team="crew")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    actions.do_steer(owner, run.pk, "be brief")  # parked while the run is queued
+    (claim,) = runs_module.claim_next_runs("start-worker", 60.0, 1)
+    assert not claim.steer_slot_empty
+    assert asyncio.run(DatabaseRunControl(claim).take_steer()) == ("be brief", "owner")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_search_entries_of_a_long_rebuild_go_in_several_inserts(crew: dict[str, Any]) -> None:
+    session = actions.do_create_session(crew["owner"], team=None)
+    row = Session.objects.get(pk=session.pk)
+    projection = ReviewProjection(row, "default")
+    count = ENTRIES_PER_INSERT * 2 + 7
+    for seq in range(1, count + 1):
+        projection.entries.append(SearchEntry(session_id=session.pk, seq=seq, kind="user", text=f"note {seq}"))
+    projection.write()
+    stored = list(SearchEntry.objects.filter(session_id=session.pk).order_by("seq").values_list("seq", "text"))
+    assert stored == [(seq, f"note {seq}") for seq in range(1, count + 1)]
