@@ -62,7 +62,7 @@ class StatementCounter:
         self.on = False
         self._lock = threading.Lock()
         counter = self
-        original = db_utils.CursorWrapper._execute_with_wrappers
+        original = getattr(db_utils.CursorWrapper, "_execute_with_wrappers")  # noqa: B009 - private
 
         def counted(self: Any, sql: str, params: Any, many: bool, executor: Any) -> Any:
             if counter.on:
@@ -70,7 +70,7 @@ class StatementCounter:
                     counter.full[sql] += 1
             return original(self, sql, params, many, executor)
 
-        db_utils.CursorWrapper._execute_with_wrappers = counted  # type: ignore[method-assign]
+        setattr(db_utils.CursorWrapper, "_execute_with_wrappers", counted)  # noqa: B010 - private
 
     @staticmethod
     def kind(sql: str) -> str:

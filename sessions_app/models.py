@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Iterable
 from datetime import timedelta
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import models, transaction
@@ -285,9 +285,13 @@ class ApprovalRule(models.Model):
             rows = cursor.fetchall()
         if not rows:
             return Policy(), None
-        arguments = cls._meta.get_field("arguments")  # a JSON field: its text (or value) as the ORM reads it
+        field = cast(models.JSONField, cls._meta.get_field("arguments"))
+
+        def arguments(value: Any) -> Any:  # a JSON column's text (or value), as the ORM reads it
+            return field.from_db_value(value, field.cached_col, connection)
+
         stored = [
-            {"id": r[2], "tool": r[3], "arguments": arguments.from_db_value(r[4], None, connection), "action": r[5],
+            {"id": r[2], "tool": r[3], "arguments": arguments(r[4]), "action": r[5],
              "approvals_required": r[6], "expires_after_s": r[7]}
             for r in rows if r[2] is not None
         ]  # fmt: skip

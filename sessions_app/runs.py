@@ -38,11 +38,11 @@ import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BooleanField, Q
+from django.db.models import BooleanField, Field, Q
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -579,7 +579,7 @@ def _update_columns(run: Run, fields: Sequence[str]) -> None:
     qn = connection.ops.quote_name
     assignments, params = [], []
     for name in fields:
-        field = Run._meta.get_field(name)
+        field = cast(Field, Run._meta.get_field(name))  # a concrete column of the model
         assignments.append(f"{qn(field.column)} = %s")
         params.append(field.get_db_prep_save(getattr(run, field.attname), connection))
     with connection.cursor() as cursor:
