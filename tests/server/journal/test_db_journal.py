@@ -257,6 +257,65 @@ async def test_it_group_commits_concurrent_appends_of_many_sessions(make_session
         assert [e.payload["text"] for e in sorted(mine, key=lambda e: e.seq)] == [f"{s.id}:{i}" for i in range(8)]
 
 
+def hold_session_row(session_id: str, held: threading.Event, release: threading.Event) -> None:
+    """Lock a Session row from another connection until `release` (a writer in the way)."""
+    try:
+        with transaction.atomic():
+            Session.objects.select_for_update().get(pk=session_id)
+            held.set()
+            release.wait(10)
+    finally:
+        connection.close()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_streaming_deltas_do_not_wait_behind_another_sessions_slow_append(make_session: Any) -> None:
+    """PostgreSQL: a session's deltas go in the streaming lane, beside a transaction of
+    other appends (a run starting) that is slow; a session keeps its lane while it has
+    an append in flight, so its own appends stay in order."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has one writer: one lane")
+    streaming, starting = [await sync_to_async(make_session)() for _ in range(2)]
+    journal = DatabaseJournal(publish=False)
+    held, release = threading.Event(), threading.Event()
+    holder = threading.Thread(target=hold_session_row, args=(starting.id, held, release))
+    holder.start()
+    try:
+        assert await asyncio.to_thread(held.wait, 5)
+        slow = asyncio.ensure_future(journal.append(starting.id, [NewEvent(E.STEER_RECEIVED, {"text": "go"})]))
+        await asyncio.sleep(0.05)
+        # behind it in its lane: the session's delta waits for its earlier append
+        behind = asyncio.ensure_future(journal.append(starting.id, [delta("after")]))
+        for i in range(3):
+            await asyncio.wait_for(journal.append(streaming.id, [delta(str(i))]), 5)
+        assert not slow.done() and not behind.done()
+    finally:
+        release.set()
+        await asyncio.to_thread(holder.join, 10)
+    (steer,), (after,) = await asyncio.wait_for(asyncio.gather(slow, behind), 5)
+    assert (steer.seq, after.seq) == (2, 3)  # in the order they were appended
+    assert await sync_to_async(seqs)(streaming.id) == [1, 2, 3, 4]
+    (group,) = journal._group.values()
+    assert group.appends == 5 and not group._held  # every lane let go of its sessions
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_on_sqlite_every_append_shares_one_lane(make_session: Any) -> None:
+    sessions = [await sync_to_async(make_session)() for _ in range(3)]
+    journal = DatabaseJournal(publish=False)
+    await asyncio.gather(
+        *(
+            journal.append(s.id, [delta("x")] if i else [NewEvent(E.STEER_RECEIVED, {"text": "go"})])
+            for i, s in enumerate(sessions)
+        )
+    )
+    (group,) = journal._group.values()
+    used = [lane.drainer is not None for lane in group.lanes]
+    assert used == ([True, True] if connection.vendor == "postgresql" else [False, True])
+    for s in sessions:
+        assert await sync_to_async(seqs)(s.id) == [1, 2]
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_refused_append_in_a_group_does_not_undo_the_others(make_session: Any) -> None:
     good, fenced = [await sync_to_async(make_session)() for _ in range(2)]
