@@ -785,6 +785,12 @@ def get_journal() -> DatabaseJournal:
     return DatabaseJournal()
 
 
+#: Lanes of a group commit for the appends other than deltas (PostgreSQL; see
+#: _GroupCommit): a burst of runs starting writes its first chunks in several
+#: transactions at once instead of one long one.
+OTHER_LANES = 4
+
+
 @dataclass
 class _PendingAppend:
     session_id: str
@@ -811,23 +817,25 @@ class _GroupCommit:
     while an idle append is never delayed. Each append is published only after the
     commit that holds it, and its caller returns after that publication, as before.
 
-    On PostgreSQL there are two lanes, each its own transaction after transaction: the
-    streaming lane for sessions whose appends are text deltas (the fast path of a few
-    statements for the whole group), the other for everything else (a run starting or
-    ending: statements per append). A burst of runs starting made groups of their
-    appends that took 150-400 ms on a busy machine, and every streaming run's next chunk
-    waited behind them (bench/peers.py at N=100: the first second's chunks 0.5-1 s
-    late). A session's appends stay in the lane that has one of them queued or in
-    flight, so each session's are still written in order; the two lanes' transactions
-    lock disjoint sessions (and their runs), so they cannot deadlock each other. SQLite
-    has one writer: one lane.
+    On PostgreSQL there are several lanes, each its own transaction after transaction:
+    the streaming lane for sessions whose appends are text deltas (the fast path of a
+    few statements for the whole group), and OTHER_LANES for everything else (a run
+    starting or ending: statements per append), a session with nothing in flight going
+    to the idlest. A burst of runs starting made groups of their appends that took
+    150-400 ms on a busy machine; every streaming run's next chunk waited behind them,
+    and each starting run's first chunk behind all the others' (bench/peers.py at
+    N=100: the first second's chunks 0.5-1 s late). A session's appends stay in the
+    lane that has one of them queued or in flight, so each session's are still written
+    in order; lanes' transactions lock disjoint sessions (and their runs), so they
+    cannot deadlock each other. SQLite has one writer: one lane.
     """
 
-    STREAMING, OTHER = 0, 1
+    STREAMING = 0
 
     def __init__(self, journal: DatabaseJournal) -> None:
         self.journal = journal
-        self.lanes = (_Lane(), _Lane())
+        #: the streaming lane, then OTHER_LANES lanes for the other appends
+        self.lanes = [_Lane() for _ in range(1 + OTHER_LANES)]
         #: session id -> [its lane, its appends queued or in flight there]
         self._held: dict[str, list[int]] = {}
         self.groups = 0  # transactions, for tests and benchmarks
@@ -836,14 +844,24 @@ class _GroupCommit:
     def _lane_for(self, session_id: str, events: list[NewEvent]) -> _Lane:
         held = self._held.get(session_id)
         if held is None:
-            streaming = (
-                bool(events)
-                and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events)
-                and connections[self.journal.using].vendor != "sqlite"
-            )
-            held = self._held[session_id] = [self.STREAMING if streaming else self.OTHER, 0]
+            held = self._held[session_id] = [self._new_lane(events), 0]
         held[1] += 1
         return self.lanes[held[0]]
+
+    def _new_lane(self, events: list[NewEvent]) -> int:
+        """The lane of a session with nothing queued or in flight: its deltas stream, its
+        other appends go where the fewest wait (an idle lane first). SQLite: one lane."""
+        if connections[self.journal.using].vendor == "sqlite":
+            return 1
+        if events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events):
+            return self.STREAMING
+        return min(
+            range(1, len(self.lanes)),
+            key=lambda i: (
+                self.lanes[i].drainer is not None and not self.lanes[i].drainer.done(),
+                len(self.lanes[i].pending),
+            ),
+        )
 
     def _release(self, session_id: str) -> None:
         held = self._held[session_id]
