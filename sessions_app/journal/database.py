@@ -834,6 +834,9 @@ class _GroupCommit:
 
     def __init__(self, journal: DatabaseJournal) -> None:
         self.journal = journal
+        # From the settings, not `connections[...]`: on the event loop that made a new
+        # DatabaseWrapper in each task's context, 0.1 ms per append (bench/chunk_hops.py).
+        self.sqlite = "sqlite" in connections.settings[journal.using]["ENGINE"]
         #: the streaming lane, then OTHER_LANES lanes for the other appends
         self.lanes = [_Lane() for _ in range(1 + OTHER_LANES)]
         #: session id -> [its lane, its appends queued or in flight there]
@@ -851,7 +854,7 @@ class _GroupCommit:
     def _new_lane(self, events: list[NewEvent]) -> int:
         """The lane of a session with nothing queued or in flight: its deltas stream, its
         other appends go where the fewest wait (an idle lane first). SQLite: one lane."""
-        if connections[self.journal.using].vendor == "sqlite":
+        if self.sqlite:
             return 1
         if events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events):
             return self.STREAMING
@@ -893,7 +896,7 @@ class _GroupCommit:
         # one order by every group, so two processes' groups cannot deadlock on them.
         group.sort(key=lambda item: item.session_id)
         journal = self.journal
-        run = run_in_sqlite_writer_thread if connections[journal.using].vendor == "sqlite" else run_in_db_thread
+        run = run_in_sqlite_writer_thread if self.sqlite else run_in_db_thread
         try:
             results = await run(journal._append_group, group)
         except BaseException as exc:  # the thread itself failed: every caller learns it
