@@ -807,6 +807,11 @@ class _Lane:
         self.pending: list[_PendingAppend] = []
         self.drainer: asyncio.Task[None] | None = None
 
+    @property
+    def busy(self) -> bool:
+        """A transaction of this lane is in flight (or about to be)."""
+        return self.drainer is not None and not self.drainer.done()
+
 
 class _GroupCommit:
     """Group commit of one event loop's appends (a worker's runs, or a server's).
@@ -858,13 +863,7 @@ class _GroupCommit:
             return 1
         if events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events):
             return self.STREAMING
-        return min(
-            range(1, len(self.lanes)),
-            key=lambda i: (
-                self.lanes[i].drainer is not None and not self.lanes[i].drainer.done(),
-                len(self.lanes[i].pending),
-            ),
-        )
+        return min(range(1, len(self.lanes)), key=lambda i: (self.lanes[i].busy, len(self.lanes[i].pending)))
 
     def _release(self, session_id: str) -> None:
         held = self._held[session_id]
@@ -876,7 +875,7 @@ class _GroupCommit:
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         lane = self._lane_for(session_id, events)
         lane.pending.append(_PendingAppend(session_id, events, fence, future))
-        if lane.drainer is None or lane.drainer.done():
+        if not lane.busy:
             lane.drainer = asyncio.ensure_future(self._drain(lane))
         # Shielded: a cancelled caller does not take its append out of a transaction.
         return await asyncio.shield(future)
