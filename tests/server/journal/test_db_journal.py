@@ -10,12 +10,15 @@ import asyncio
 import logging
 import math
 import threading
+from datetime import timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import OperationalError, connection, transaction
+from django.db.models import Min
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -409,9 +412,15 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
             )
             return cursor.fetchone()  # type: ignore[return-value]
 
+    # The journal's clock advances 50 ms a tick from the sessions' creation: ten ticks stay
+    # within one step, however slowly this machine runs them, and each tick's `now` differs
+    # (so an UPDATE that moved updated_at at every tick would write index entries each time).
+    created = Session.objects.filter(pk__in=sessions).aggregate(at=Min("updated_at"))["at"]
     updated, hot = updates()
     for tick in range(10):
-        results = journal._append_group(_group_items(*((session_id, str(tick)) for session_id in sessions)))
+        at = created + timedelta(milliseconds=50 * (tick + 1))
+        with patch("sessions_app.journal.database.timezone.now", return_value=at):
+            results = journal._append_group(_group_items(*((session_id, str(tick)) for session_id in sessions)))
         assert all(isinstance(result, list) for result in results), results
     updated, hot = (after - before for after, before in zip(updates(), (updated, hot), strict=True))
     assert updated == 200
