@@ -18,7 +18,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import OperationalError, connection, transaction
-from django.db.models import Min
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -415,7 +414,8 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
     # The journal's clock advances 50 ms a tick from the sessions' creation: ten ticks stay
     # within one step, however slowly this machine runs them, and each tick's `now` differs
     # (so an UPDATE that moved updated_at at every tick would write index entries each time).
-    created = Session.objects.filter(pk__in=sessions).aggregate(at=Min("updated_at"))["at"]
+    created = timezone.now()
+    Session.objects.filter(pk__in=sessions).update(updated_at=created)
     updated, hot = updates()
     for tick in range(10):
         at = created + timedelta(milliseconds=50 * (tick + 1))
@@ -424,7 +424,11 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
         assert all(isinstance(result, list) for result in results), results
     updated, hot = (after - before for after, before in zip(updates(), (updated, hot), strict=True))
     assert updated == 200
-    assert hot >= 150, (updated, hot)
+    # Where nothing holds an old snapshot, pruning frees each page as it fills and nearly
+    # every UPDATE is HOT; where another connection does (a test run beside others), the
+    # half of each page fillfactor keeps free still takes about half of them. An UPDATE
+    # moving updated_at at every tick, or full pages, make none HOT.
+    assert hot >= 90, (updated, hot)
 
 
 @pytest.mark.django_db(transaction=True)
