@@ -342,27 +342,39 @@ class LivenessLock:
     own for as long as the worker lives: PostgreSQL frees it the moment that connection
     dies, which tells claimers the worker is gone (see _runnable). Nothing on SQLite.
 
-    The connection may die while the worker lives (PostgreSQL restarted, the connection
-    reset or its backend terminated): `ensure()`, which the worker calls before it claims
-    and every second, notices and takes the lock again on a new connection. Until then
-    the worker's runs look abandoned and another worker may take them over; the lease
-    token fences the first worker's writes off, and its heartbeat stops those runs.
+    `ensure()` takes it, and takes it again after its connection died while the worker
+    lives (PostgreSQL restarted, the connection reset or its backend terminated); the
+    worker calls it at its start, before each claim pass and every second. A refusal
+    (PostgreSQL full: "sorry, too many clients already", or still starting) is logged and
+    the next call tries again: the worker claims nothing meanwhile, but lives on. Until
+    the lock is taken again the worker's runs look abandoned and another worker may take
+    them over; the lease token fences the first worker's writes off, and its heartbeat
+    stops those runs. `close()` releases it for good when the worker stops.
     """
 
     def __init__(self, worker_id: str) -> None:
         self.worker_id = worker_id
         self.connection: Any = None
         self._guard = threading.Lock()  # the worker's claim loop and its watcher both ensure()
+        #: taken at least once: a later take is a take-over after a lost connection
+        self._taken = False
+        #: consecutive failed takes (one warning a streak, not one a second)
+        self._refused = 0
+        #: released for good (the worker stopped): never taken again
+        self._closed = False
         #: times the lock was lost and taken again (for tests and logs)
         self.reacquired = 0
 
     def ensure(self) -> bool:
-        """Whether the lock is held, taking it again when its connection died."""
+        """Whether the lock is held, taking it (again) when it is not. A failure to take
+        it is logged, not raised: the caller claims nothing and asks again later."""
         if connection.vendor != "postgresql":
             return True
         import psycopg
 
         with self._guard:
+            if self._closed:
+                return False
             if self.connection is not None:
                 try:
                     self.connection.execute("SELECT 1")
@@ -370,14 +382,32 @@ class LivenessLock:
                 except psycopg.Error:
                     log.warning("worker %s: its liveness connection died; taking the lock again", self.worker_id)
                     self.release()
+            again = self._taken
             try:
                 self.acquire()
             except (psycopg.Error, RuntimeError) as exc:
-                log.warning("worker %s: liveness lock not taken yet: %s", self.worker_id, exc)
+                self._refused += 1
+                if self._refused == 1:
+                    log.warning("worker %s: liveness lock not taken yet (claiming nothing): %s", self.worker_id, exc)
+                else:
+                    log.debug("worker %s: liveness lock not taken yet: %s", self.worker_id, exc)
                 return False
-            self.reacquired += 1
-            log.warning("worker %s: liveness lock taken again", self.worker_id)
+            if self._closed:  # closed while this take was under way: give it back
+                self.release()
+                return False
+            if again:
+                self.reacquired += 1
+                log.warning("worker %s: liveness lock taken again", self.worker_id)
+            elif self._refused:
+                log.warning("worker %s: liveness lock taken after %d refusal(s)", self.worker_id, self._refused)
+            self._refused = 0
             return True
+
+    def close(self) -> None:
+        """Release the lock for good (the worker stopped): no later ensure() takes it."""
+        self._closed = True  # before the guard: a take under way gives its lock back
+        with self._guard:
+            self.release()
 
     def acquire(self) -> None:
         if connection.vendor != "postgresql":
@@ -396,6 +426,7 @@ class LivenessLock:
         if not row or not row[0]:
             self.release()
             raise RuntimeError(f"another live worker holds the id {self.worker_id!r}")
+        self._taken = True
 
     def release(self) -> None:
         if self.connection is not None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import os
@@ -28,6 +29,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 from channels.layers import get_channel_layer
 from django.conf import settings
@@ -148,6 +150,10 @@ class Worker:
         self._rejoining: asyncio.Task[None] | None = None
         #: this worker's liveness on PostgreSQL (runs.LivenessLock): held while it claims
         self.liveness = runs.LivenessLock(self.worker_id)
+        #: The liveness checks' own thread: in asyncio's default pool they queued behind
+        #: whatever filled it (sync tools), and the worker claimed nothing meanwhile.
+        #: Shut down when run() ends, as the lock is closed: a Worker runs once.
+        self._liveness_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-liveness")
 
     # thread-safe entry points
     def wake_threadsafe(self) -> None:
@@ -183,9 +189,11 @@ class Worker:
         adopt_server_loop()  # sync code in its threads publishes through this loop
         set_log_context(worker=self.worker_id)  # this task's and every run task's log lines
         # Before the first claim: without it, a claimer would take this worker's runs
-        # for a dead worker's (PostgreSQL; nothing on SQLite).
-        liveness = self.liveness
-        await asyncio.to_thread(liveness.acquire)
+        # for a dead worker's (PostgreSQL; nothing on SQLite). Refused (PostgreSQL full or
+        # away), the worker lives on and claims nothing until a later check takes it.
+        postgres = connection.vendor == "postgresql"
+        if postgres:
+            await self._ensure_liveness()
         runs.local_listeners.add(self)
         if self.listen:
             # The channel exists before the first claim: a run claimed while the listener
@@ -194,7 +202,7 @@ class Worker:
             await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
-        watcher = asyncio.ensure_future(self._watch_liveness()) if connection.vendor == "postgresql" else None
+        watcher = asyncio.ensure_future(self._watch_liveness()) if postgres else None
         notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
         sweeper = asyncio.ensure_future(self._sweep_retention()) if self.retention_interval > 0 else None
@@ -237,7 +245,12 @@ class Worker:
                     watcher.cancel()
                 if notifier is not None:
                     notifier.cancel()
-                liveness.release()
+                # In the liveness thread, after any check under way there, which could
+                # otherwise take the lock again once this worker stopped.
+                try:
+                    await asyncio.get_running_loop().run_in_executor(self._liveness_thread, self.liveness.close)
+                finally:
+                    self._liveness_thread.shutdown(wait=False)
 
     async def _fill(self) -> bool:
         """Claim runs while there are free slots; True if any was claimed."""
@@ -246,14 +259,8 @@ class Worker:
             return claimed
         # A run claimed without the liveness lock would look abandoned to every other
         # worker at once: claim only while the lock is held (taken again if it was lost).
-        if connection.vendor == "postgresql":  # nothing to hold on SQLite: no thread hop
-            try:
-                alive = await asyncio.to_thread(self.liveness.ensure)
-            except Exception:
-                log.exception("the liveness check failed")
-                alive = False
-            if not alive:
-                return claimed
+        if connection.vendor == "postgresql" and not await self._ensure_liveness():  # SQLite: no thread hop
+            return claimed
         while len(self.tasks) < self.concurrency and len(self.starting) < START_WINDOW and not self._stopping.is_set():
             if self._drained_at == self._queued_signals:
                 return claimed  # nothing queued since the last claim came back short
@@ -406,10 +413,16 @@ class Worker:
         interval = min(max(self.lease / 3, 0.2), 1.0)
         while True:
             await asyncio.sleep(interval)
-            try:
-                await asyncio.to_thread(self.liveness.ensure)
-            except Exception:
-                log.warning("the liveness check failed", exc_info=True)
+            await self._ensure_liveness()
+
+    async def _ensure_liveness(self) -> bool:
+        """Whether this worker holds its liveness lock, taking it (again) if it can."""
+        check = functools.partial(contextvars.copy_context().run, self.liveness.ensure)  # its log context
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._liveness_thread, check)
+        except Exception:
+            log.exception("the liveness check failed")
+            return False
 
     async def _expire_asks(self) -> None:
         """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the
@@ -540,4 +553,18 @@ def start_embedded_worker() -> Worker | None:
     # seconds (bench/live.py). Pokes from other processes reach it by polling.
     _embedded = Worker(concurrency=settings.SECTR_WORKER_CONCURRENCY, listen=False)
     _embedded_task = loop.create_task(_embedded.run())
+    _embedded_task.add_done_callback(functools.partial(_embedded_ended, _embedded))
     return _embedded
+
+
+def _embedded_ended(worker: Worker, task: asyncio.Task[None]) -> None:
+    """Log an embedded worker's death (nothing else would: its task is held, never
+    awaited), and let the next connection start another in its place."""
+    global _embedded, _embedded_task
+    if task.cancelled() or task.exception() is None:
+        return  # stopped: the server is shutting down
+    log.error(
+        "the embedded worker %s died; the next connection starts another", worker.worker_id, exc_info=task.exception()
+    )
+    if _embedded is worker:
+        _embedded, _embedded_task = None, None

@@ -340,3 +340,134 @@ def test_two_workers_claiming_at_once_share_the_runs_without_overlap(owner: Any)
     finally:
         for lock in locks:
             lock.release()
+
+
+class RefusingConnect:
+    """psycopg.connect, refusing the liveness connections of `worker_id` while `refusing`
+    is set, with the error PostgreSQL gives a connection over max_connections. Every
+    other connection (the pool's, the test's) goes through."""
+
+    def __init__(self, worker_id: str) -> None:
+        import psycopg
+
+        self.real = psycopg.connect
+        self.worker_id = worker_id
+        self.refusing = threading.Event()
+        self.refusals = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        import psycopg
+
+        if self.refusing.is_set() and kwargs.get("application_name") == f"sectr worker {self.worker_id} liveness":
+            self.refusals += 1
+            raise psycopg.OperationalError(
+                'connection failed: connection to server at "127.0.0.1", port 5432 failed:'
+                " FATAL:  sorry, too many clients already"
+            )
+        return self.real(*args, **kwargs)
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_refused_its_lock_at_start_lives_and_claims_once_postgresql_accepts(
+    owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PostgreSQL full at a worker's start ("too many clients already") delays its first
+    claim; it used to end the worker's task before that claim (an embedded worker's
+    silently), leaving every queued run queued."""
+    import psycopg
+
+    session = await run_in_db_thread(actions.do_create_session, owner)
+    posted = await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
+    runtime = Runtime(DatabaseJournal(), provider=DemoProvider(slow_delay=0.1))
+    worker = Worker(concurrency=2, poll_interval=0.1, lease=30.0, runtime=runtime)
+    connect = RefusingConnect(worker.worker_id)
+    connect.refusing.set()
+    monkeypatch.setattr(psycopg, "connect", connect)
+    caplog.set_level("WARNING", logger="sectr.runs")
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    try:
+        # Refused at its start and at the checks after it: alive, claiming nothing.
+        deadline = time.monotonic() + 10
+        while connect.refusals < 3:
+            assert not task.done(), f"the worker ended: {task.exception()!r}"
+            assert time.monotonic() < deadline, "the worker stopped trying to take its lock"
+            await asyncio.sleep(0.05)
+        assert (await run_in_db_thread(Run.objects.get, pk=posted.pk)).status == Run.QUEUED
+        assert await run_in_db_thread(_holders, worker.worker_id) == []
+        assert "liveness lock not taken yet (claiming nothing)" in caplog.text
+        assert "too many clients already" in caplog.text
+        connect.refusing.clear()  # PostgreSQL accepts again
+        await _wait(lambda: Run.objects.get(pk=posted.pk).status == Run.COMPLETED, timeout=15)
+        run = await run_in_db_thread(Run.objects.get, pk=posted.pk)
+        assert (run.attempts, run.lease_owner) == (1, worker.worker_id)
+        assert len(await run_in_db_thread(_holders, worker.worker_id)) == 1
+        assert "liveness lock taken after" in caplog.text
+        assert worker.liveness.reacquired == 0  # a first take, not a take-over
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+
+
+@pytest.mark.timeout(60)
+async def test_a_stopped_worker_releases_its_lock_even_with_a_check_under_way(
+    owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopped while a liveness check is taking its lock again (a connect that
+    takes a while) holds no lock once stopped: a lock held past the worker's end (the
+    embedded worker's process lives on) would make its runs look alive to every claimer."""
+    import psycopg
+
+    runtime = Runtime(DatabaseJournal(), provider=DemoProvider())
+    worker = Worker(concurrency=2, poll_interval=0.1, lease=3.0, runtime=runtime)
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    stopped = threading.Event()
+    task.add_done_callback(lambda _: stopped.set())
+    connecting = threading.Event()
+    real = psycopg.connect
+
+    def slow_connect(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("application_name") == f"sectr worker {worker.worker_id} liveness":
+            connecting.set()
+            stopped.wait(2.0)  # a loaded server's slow answer: until the worker stopped, at most 2 s
+        return real(*args, **kwargs)
+
+    try:
+        await _wait(lambda: len(_holders(worker.worker_id)) == 1)
+        monkeypatch.setattr(psycopg, "connect", slow_connect)
+        await run_in_db_thread(_terminate, worker.liveness)  # the next check takes it again
+        assert await asyncio.to_thread(connecting.wait, 10)
+    finally:
+        worker.stop()
+        await asyncio.wait_for(task, 15)
+    with worker.liveness._guard:  # the check under way has ended
+        pass
+    deadline = time.monotonic() + 5  # PostgreSQL frees a lock when its backend has exited
+    while held := await run_in_db_thread(_holders, worker.worker_id):
+        assert time.monotonic() < deadline, f"the stopped worker still holds its lock: {held}"
+        await asyncio.sleep(0.02)
+    assert not worker.liveness.ensure()  # closed for good
+
+
+@pytest.mark.timeout(60)
+async def test_a_worker_claims_while_asyncios_default_threads_are_all_busy(owner: Any) -> None:
+    """Sync tools run in asyncio's default thread pool; the liveness check, which every
+    claim pass waits for, has a thread of its own and is not queued behind them."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    loop = asyncio.get_running_loop()
+    busy = ThreadPoolExecutor(max_workers=2)
+    loop.set_default_executor(busy)
+    release = threading.Event()
+    blockers = [loop.run_in_executor(None, release.wait, 30) for _ in range(2)]
+    session = await run_in_db_thread(actions.do_create_session, owner)
+    posted = await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
+    runtime = Runtime(DatabaseJournal(), provider=DemoProvider())
+    worker = Worker(concurrency=2, poll_interval=0.1, lease=30.0, runtime=runtime)
+    task = asyncio.ensure_future(worker.run(drain_timeout=5))
+    try:
+        await _wait(lambda: Run.objects.get(pk=posted.pk).status != Run.QUEUED, timeout=10)
+    finally:
+        release.set()
+        await asyncio.gather(*blockers)
+        worker.stop()
+        await asyncio.wait_for(task, 15)

@@ -750,3 +750,41 @@ async def test_it_polls_on_time_however_often_it_is_woken(owner: Any, start_work
         nagging.cancel()
     assert (done.status, done.attempts, done.lease_owner) == (Run.COMPLETED, 2, worker.worker_id)
     assert claim.run_id == run.pk
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_embedded_workers_death_is_logged_and_the_next_connection_starts_another(
+    owner: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sessions_app import worker as worker_module
+
+    settings.SECTR_EMBEDDED_WORKER = True
+    monkeypatch.setattr(worker_module, "_embedded", None)
+    monkeypatch.setattr(worker_module, "_embedded_task", None)
+    real_adopt = worker_module.adopt_server_loop
+    calls: list[int] = []
+
+    def adopt_failing_once() -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RuntimeError("the worker's start failed")
+        real_adopt()
+
+    monkeypatch.setattr(worker_module, "adopt_server_loop", adopt_failing_once)
+    first = worker_module.start_embedded_worker()
+    dying = worker_module._embedded_task
+    assert first is not None and dying is not None
+    with pytest.raises(RuntimeError):
+        await dying
+    died = [r for r in caplog.records if r.name == "sectr.worker" and "embedded worker" in r.getMessage()]
+    assert [r.levelname for r in died] == ["ERROR"]
+    assert died[0].exc_info is not None and "the worker's start failed" in str(died[0].exc_info[1])
+    second = worker_module.start_embedded_worker()
+    assert second is not None and second is not first
+    try:
+        run = await post(owner, await new_session(owner), "hello")
+        assert (await wait_until(finished(run.pk), timeout=10)).status == Run.COMPLETED
+    finally:
+        second.stop()
+        assert worker_module._embedded_task is not None
+        await asyncio.wait_for(worker_module._embedded_task, 15)
