@@ -284,8 +284,14 @@ def claim_next_runs(
     finally:
         # Runs ended here (their journal had ended them already, or they were lost too
         # often, or cancelled while their worker was dead) may free a queued message.
+        # The claims are committed by now: a promotion that fails must not take them
+        # away from the caller (they would wait for their leases to lapse). Its session
+        # stays stranded, and the next tidying claim tries again.
         for session_id in dict.fromkeys(tidied):
-            promote_pending_run(session_id)
+            try:
+                promote_pending_run(session_id)
+            except Exception:
+                log.exception("session %s: could not start its queued message; trying again later", session_id)
 
 
 def _stranded_pending_sessions(limit: int = 20) -> list[str]:

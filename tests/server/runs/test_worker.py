@@ -554,6 +554,53 @@ async def test_it_starts_a_queued_message_whose_promotion_was_lost(owner: Any, s
     assert last_assistant_text(fold_messages(await db(envelopes, session.pk))) == "You said: second"
 
 
+def strand_a_queued_message(owner: Any) -> tuple[Session, Run]:
+    """A session whose queued message lost its promotion: its worker journaled the first
+    run's end, recorded it on the row, and died before it could start the next."""
+    session = actions.do_create_session(owner)
+    first = actions.do_post_message(owner, session.pk, "first")
+    second = actions.do_post_message(owner, session.pk, "second", queue=True)
+    end = NewEvent(E.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": {}}, first.invocation_id)
+    DatabaseJournal().append_sync(session.pk, [end])
+    Run.objects.filter(pk=first.pk).update(status=Run.COMPLETED, finished_at=timezone.now())
+    return session, second
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_keeps_its_runs_when_a_tidied_sessions_promotion_fails(
+    owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The stranded messages are promoted after the claims committed: a promotion that
+    fails is logged and tried again at the next tidying claim, and the runs claimed are
+    the claimer's (raising, it lost them until their leases lapsed)."""
+    from django.db import OperationalError
+
+    stranded, waiting = strand_a_queued_message(owner)
+    queued = actions.do_post_message(owner, actions.do_create_session(owner).pk, "hello")
+    real_promote = runs_module.promote_pending_run
+
+    def failing(session_id: str) -> Any:
+        if session_id == stranded.pk:
+            raise OperationalError("server closed the connection unexpectedly")
+        return real_promote(session_id)
+
+    monkeypatch.setattr(runs_module, "promote_pending_run", failing)
+    lock = runs_module.LivenessLock("w-tidy")  # PostgreSQL: its claims stay its own
+    lock.ensure()
+    try:
+        claims = runs_module.claim_next_runs("w-tidy", 60.0, 4, tidy_stranded=True)
+        assert [c.run_id for c in claims] == [queued.pk]
+        assert Run.objects.get(pk=queued.pk).lease_token == claims[0].token
+        assert f"session {stranded.pk}: could not start its queued message" in caplog.text
+        assert "server closed the connection unexpectedly" in caplog.text
+        assert Run.objects.get(pk=waiting.pk).status == Run.PENDING  # still stranded: tried again later
+        monkeypatch.setattr(runs_module, "promote_pending_run", real_promote)
+        assert runs_module.claim_next_runs("w-tidy", 60.0, 4, [queued.pk], tidy_stranded=True) == []
+        assert Run.objects.get(pk=waiting.pk).status == Run.QUEUED  # promoted this time, for the next claim
+    finally:
+        lock.release()
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_a_steer_parked_while_the_run_ends_is_answered_not_lost(owner: Any, start_worker: StartWorker) -> None:
     from sectr.agent import default_handler
