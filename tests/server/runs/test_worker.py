@@ -800,6 +800,25 @@ async def test_it_polls_on_time_however_often_it_is_woken(owner: Any, start_work
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_it_claims_queued_runs_within_a_poll_interval_when_every_wake_up_is_lost(
+    owner: Any, start_worker: StartWorker
+) -> None:
+    poll = 1.5
+    worker = await start_worker(poll_interval=poll, lease=30.0)
+    lost: list[float] = []
+    worker._run_queued = lambda: lost.append(time.monotonic())  # type: ignore[method-assign]
+    posted = [await post(owner, await new_session(owner), "hello") for _ in range(5)]
+    for run in posted:
+        assert (await wait_until(finished(run.pk), timeout=10)).status == Run.COMPLETED
+    assert len(lost) >= len(posted)  # every commit woke it, and every wake-up was lost
+    for run in posted:
+        row = await db(run_of, run.pk)
+        assert row.started_at is not None
+        waited = (row.started_at - row.created_at).total_seconds()
+        assert waited < poll + 1.0, f"claimed {waited:.2f} s after it was queued (poll every {poll} s)"
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_an_embedded_workers_death_is_logged_and_the_next_connection_starts_another(
     owner: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
