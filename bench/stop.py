@@ -72,6 +72,7 @@ def bench(reps: int, streams: int) -> None:
         answered: list[float] = []  # the POST's own round trip (the cancel flag is written by then)
         for rep in range(reps):
             session_id, run_id = running.pop(0)
+
             def streaming(s: str = session_id) -> bool:
                 return len(streamed_ticks(driver.envelopes(s))) >= 2
 

@@ -224,4 +224,3 @@ async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.
         )
     with database_lost_as_unavailable():
         return cast(_R, await _db_thread_call(func, args, kwargs))
-

@@ -25,7 +25,6 @@ from django.db.backends.sqlite3 import base
 TURN_TIMEOUT = 20.0
 
 
-
 class FairTurn:
     """A reentrant lock granted in the order it was asked for (a plain Lock lets the
     thread that just released it take it again at once, and a busy writer starves the

@@ -40,6 +40,7 @@ def import_graph() -> dict[str, set[str]]:
 
 cycles = circles  # strongly connected components of more than one, from the script
 
+
 def test_it_finds_a_circle_when_there_is_one() -> None:
     # The checker itself can fail: a three-module circle and a clean chain.
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]

@@ -1,9 +1,9 @@
 """Manage teams and their members (docs/moderation.md).
 
-    python manage.py sectr_team create NAME [--expires-after SECONDS]
-    python manage.py sectr_team add NAME USERNAME --role member|reviewer|moderator
-    python manage.py sectr_team remove NAME USERNAME
-    python manage.py sectr_team list [NAME]
+python manage.py sectr_team create NAME [--expires-after SECONDS]
+python manage.py sectr_team add NAME USERNAME --role member|reviewer|moderator
+python manage.py sectr_team remove NAME USERNAME
+python manage.py sectr_team list [NAME]
 """
 
 from __future__ import annotations

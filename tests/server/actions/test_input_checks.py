@@ -70,9 +70,7 @@ def test_a_content_length_of_other_digits_is_a_400(owner: Any) -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_websocket_cursor_of_other_digits_counts_as_zero(
-    owner: Any, session: Session, settings: Any
-) -> None:
+async def test_a_websocket_cursor_of_other_digits_counts_as_zero(owner: Any, session: Session, settings: Any) -> None:
     settings.SECTR_EMBEDDED_WORKER = False
     communicator, connected, _ = await connect(owner, f"/ws/sessions/{session.pk}/?after=%C2%B2")
     assert connected

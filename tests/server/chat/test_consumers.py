@@ -225,9 +225,7 @@ async def test_a_dropped_last_message_arrives_on_resync(owner: Any, session: Ses
     await communicator.disconnect()
 
 
-async def test_the_periodic_resync_finds_what_the_layer_dropped(
-    owner: Any, session: Session, settings: Any
-) -> None:
+async def test_the_periodic_resync_finds_what_the_layer_dropped(owner: Any, session: Session, settings: Any) -> None:
     settings.SECTR_WS_RESYNC_SECONDS = 0.2
     communicator, _, _ = await connect(owner, chat_path(session, after=session.last_seq))
     await frames_until_ready(communicator)

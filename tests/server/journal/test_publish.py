@@ -106,6 +106,7 @@ def test_sync_publishers_queue_on_the_server_loop_without_waiting(monkeypatch: p
     started.wait(5)
     monkeypatch.setattr(publish, "_server_loop", None)
     try:
+
         async def adopt() -> None:
             publish.adopt_server_loop()
 

@@ -290,9 +290,7 @@ def test_multiprocess_mode_adds_up_the_processes_of_a_machine(tmp_path: Any) -> 
     assert values[("sectr_websocket_clients", (("consumer", "chat"),))] == 4
 
 
-def test_a_run_that_keeps_streaming_is_recovered_however_often_its_workers_die(
-    make_session: Any, owner: Any
-) -> None:
+def test_a_run_that_keeps_streaming_is_recovered_however_often_its_workers_die(make_session: Any, owner: Any) -> None:
     """max_attempts stops a poison run (lost again with nothing journaled), not one whose
     workers keep dying while it makes progress (bench/chaos.py)."""
     from sessions_app.journal import get_journal
