@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Sets everything up and runs every check: ruff, mypy, makemigrations --check, the test
-# suite on SQLite with the in-memory channel layer, and again on PostgreSQL with the Redis
-# channel layer when those are reachable (SECTR_TEST_POSTGRES_URL / SECTR_TEST_REDIS_URL,
-# defaulting to the local servers), then the browser tests in their own pytest run.
+# Sets everything up and runs every check: ruff (lint and format), mypy, makemigrations
+# --check, the test suite on SQLite with the in-memory channel layer, and again on
+# PostgreSQL with the Redis channel layer when those are reachable (SECTR_TEST_POSTGRES_URL
+# / SECTR_TEST_REDIS_URL, defaulting to the local servers), then the browser tests in
+# their own pytest run.
 #
 # Each suite pass runs in two parts: the tests not marked `serial` in parallel
 # (pytest-xdist, `--dist loadfile`: a file stays on one worker; tests/conftest.py hands
@@ -63,7 +64,7 @@ apt_and_npm() {
 bg_start tools apt_and_npm
 bg_start mcp1 bash scripts/ensure_mcp1_client.sh
 
-echo "== ruff"; .venv/bin/ruff check .
+echo "== ruff"; .venv/bin/ruff check .; .venv/bin/ruff format --check .
 echo "== mypy"; .venv/bin/mypy
 # Fails when a model change has no migration. An in-memory database: the check must not
 # depend on (or create) the developer's var/sectr.sqlite3.
