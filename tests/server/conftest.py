@@ -116,6 +116,32 @@ def session(make_session: SessionFactory) -> Session:
     return make_session(title="Test session")
 
 
+def http_scope(
+    method: str,
+    path: str,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    query_string: bytes = b"",
+    host: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """The ASGI scope a server (Daphne) hands the application for one HTTP request to
+    `host`: its `host` header first, then `headers`."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query_string,
+        "root_path": "",
+        "headers": [(b"host", host.encode()), *(headers or [])],
+        "client": ("127.0.0.1", 50000),
+        "server": (host, 80),
+    }
+
+
 def run_threads(count: int, target: Callable[[int], Any]) -> tuple[list[Any], list[BaseException]]:
     """Run target(i) in `count` threads released together by a barrier; each thread closes
     its own database connection. Returns (results, errors); no thread is left running."""

@@ -17,6 +17,7 @@ from django.core.asgi import get_asgi_application
 
 from sectr_web.body_limits import DEFAULT_MAX_REQUEST_BYTES, RequestBodyLimit
 from tests.liveserver import LiveSectr
+from tests.server.conftest import http_scope
 
 MIB = 1024 * 1024
 BIG = 400 * MIB
@@ -114,20 +115,7 @@ def test_a_body_under_the_cap_still_reaches_the_api(live: LiveSectr) -> None:
 
 async def call(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> tuple[int, int]:
     """(response status, how many body chunks the app pulled)."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/accounts/login/",
-        "raw_path": b"/accounts/login/",
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"localhost"), *headers],
-        "client": ("127.0.0.1", 5000),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = http_scope("POST", "/accounts/login/", headers=headers)
     pulled = 0
     sent: list[dict[str, Any]] = []
 

@@ -23,6 +23,7 @@ from sessions_app.journal.publish import session_group
 from sessions_app.models import ApiToken, Run, Session
 from tests.server.chat.test_consumers import journal
 from tests.server.chat.test_web import completed, reply
+from tests.server.conftest import http_scope
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -32,34 +33,20 @@ def _no_worker(settings: Any) -> None:
     settings.SECTR_EMBEDDED_WORKER = False  # the test writes the run's envelopes itself
 
 
-def post(raw_token: str, session_id: str, body: dict[str, Any]) -> ApplicationCommunicator:
+def post(raw_token: str, session_id: str) -> ApplicationCommunicator:
     from sectr_web.asgi import application
 
-    path = f"/api/v1/sessions/{session_id}/runs"
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"authorization", f"Bearer {raw_token}".encode()),
-            (b"accept", b"text/event-stream"),
-            (b"content-type", b"application/json"),
-        ],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
+    headers = [
+        (b"authorization", f"Bearer {raw_token}".encode()),
+        (b"accept", b"text/event-stream"),
+        (b"content-type", b"application/json"),
+    ]
+    scope = http_scope("POST", f"/api/v1/sessions/{session_id}/runs", headers=headers)
     return ApplicationCommunicator(application, scope)
 
 
 async def send_post(raw_token: str, session_id: str, body: dict[str, Any]) -> ApplicationCommunicator:
-    communicator = post(raw_token, session_id, body)
+    communicator = post(raw_token, session_id)
     await communicator.send_input({"type": "http.request", "body": json.dumps(body).encode(), "more_body": False})
     return communicator
 

@@ -24,7 +24,7 @@ from sessions_app.actions.tokens import do_revoke_token_by_id, do_revoke_tokens
 from sessions_app.models import ApiToken, Membership, Run, Session
 from tests.server.chat.test_consumers import journal
 from tests.server.chat.test_web import reply
-from tests.server.conftest import join_team
+from tests.server.conftest import http_scope, join_team
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -90,20 +90,8 @@ class Stream:
 async def open_stream(raw_token: str, run: Run) -> Stream:
     from sectr_web.asgi import application
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": "http",
-        "path": f"/api/v1/runs/{run.pk}/events",
-        "raw_path": f"/api/v1/runs/{run.pk}/events".encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), (b"authorization", f"Bearer {raw_token}".encode())],
-        "client": ("127.0.0.1", 50000),
-        "server": ("127.0.0.1", 80),
-    }
+    headers = [(b"authorization", f"Bearer {raw_token}".encode())]
+    scope = http_scope("GET", f"/api/v1/runs/{run.pk}/events", headers=headers)
     communicator = ApplicationCommunicator(application, scope)
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     start = await communicator.receive_output(timeout=10)
