@@ -6,14 +6,14 @@ burst of N runs queued at once and executed by one Worker in this process.
     DATABASE_URL=postgres://postgres@127.0.0.1/sectr_run_life .venv/bin/python bench/run_lifecycle.py
 
 Migrates the database and makes N sessions (`--team`: of a team with an agent and a
-budget, as bench/run_start.py; else plain sessions, as bench/admission.py's), each with a
-queued `!slow 1` message (one chunk, no pause). Then starts a Worker (the default
-concurrency) and waits until every run has finished; prints the process's CPU (the event
-loop and the database threads) per run, the wall time of the burst, and the SQL
-statements per run by kind. The same burst is run `--rounds` times (fresh runs each
-time, the first one a warm-up; profile the later ones from outside, e.g.
-`py-spy record --pid`). Runs on older versions of Sectr too, so the same script
-compares before and after.
+budget, as bench/run_start.py, both by bench/team_runs.py; else plain sessions, as
+bench/admission.py's), each with a queued `!slow 1` message (one chunk, no pause). Then
+starts a Worker (the default concurrency) and waits until every run has finished; prints
+the process's CPU (the event loop and the database threads) per run, the wall time of
+the burst, and the SQL statements per run by kind. The same burst is run `--rounds`
+times (fresh runs each time, the first one a warm-up; profile the later ones from
+outside, e.g. `py-spy record --pid`). Runs on older versions of Sectr too (with
+bench/team_runs.py beside it), so the same script compares before and after.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sectr_web.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
 os.environ["SECTR_DEMO_SLOW_MS"] = "0"
@@ -40,15 +41,15 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
-from django.core.management import call_command  # noqa: E402
 from django.db.backends import utils as db_utils  # noqa: E402
+from team_runs import migrate_and_users, queue_runs, team_extras  # noqa: E402
 
-from sessions_app import actions  # noqa: E402
 from sessions_app.dbthread import run_in_db_thread  # noqa: E402
-from sessions_app.models import Run, Session, Team  # noqa: E402
+from sessions_app.models import Run  # noqa: E402
 from sessions_app.worker import Worker  # noqa: E402
 
-OWNER = "bench-life-owner"
+TEAM = "bench-life"
+OWNER = f"{TEAM}-owner"
 #: A burst in which no run finishes for this long is stuck: the bench stops.
 STALL_SECONDS = 60.0
 
@@ -91,41 +92,13 @@ class StatementCounter:
 
 def setup(team: bool) -> dict[str, object]:
     """The owner (and the team, its agent and budget): the sessions' extra arguments."""
-    call_command("migrate", verbosity=0)
-    User = get_user_model()  # noqa: N806
-    owner, _ = User.objects.get_or_create(username=OWNER)
-    moderator, _ = User.objects.get_or_create(username="bench-life-mod")
-    extras: dict[str, object] = {}
-    if team:
-        if not Team.objects.filter(name="bench-life").exists():
-            actions.do_create_team("bench-life")
-            actions.do_set_membership("bench-life", owner.username, "member")
-            actions.do_set_membership("bench-life", moderator.username, "moderator")
-        extras["team"] = "bench-life"
-        if hasattr(actions, "do_create_agent"):
-            from sessions_app.actions.team_budgets import do_set_budget
-            from sessions_app.models import Agent
-
-            if not Agent.objects.filter(slug="life").exists():
-                actions.do_create_agent(
-                    moderator,
-                    "bench-life",
-                    "life",
-                    {"name": "Life", "instructions": "Be brief.", "tools": ["get_time"]},
-                )
-            extras["agent"] = "bench-life/life"
-            do_set_budget(moderator, "bench-life", {"monthly_tokens": 10**12})
-    return extras
+    owner, moderator = migrate_and_users(TEAM)
+    return team_extras(TEAM, owner, moderator, "life", "Life") if team else {}
 
 
 def queue(count: int, extras: dict[str, object]) -> None:
     """N fresh sessions (the last round's deleted), each with a queued message."""
-    owner = get_user_model().objects.get(username=OWNER)
-    Run.objects.filter(session__owner=owner).delete()
-    Session.objects.filter(owner=owner).delete()
-    for _ in range(count):
-        session = actions.do_create_session(owner, **extras)  # type: ignore[arg-type]
-        actions.do_post_message(owner, session.pk, "!slow 1")
+    queue_runs(get_user_model().objects.get(username=OWNER), count, extras, "!slow 1")
 
 
 def unfinished() -> int:

@@ -5,14 +5,14 @@ the team's budget), for sessions of a team with a budget and an agent.
     DATABASE_URL=sqlite:////tmp/run-start.sqlite3 .venv/bin/python bench/run_start.py --runs 300
     DATABASE_URL=postgres://postgres@127.0.0.1/sectr_run_start .venv/bin/python bench/run_start.py --runs 300
 
-Migrates the database, makes a team with N sessions (pinned to a team agent and under a
-team budget, where this version of Sectr has them), each with a short conversation
-already journaled, and a queued message. Then starts each run's invocation the way the
-worker does (`Runtime.build_context`, then the budget check) in-process, one after the
-other, and prints the CPU time (of the whole process: the event loop and the database
-threads) and wall time per run start. Runs on older versions
-of Sectr too (without agents and budgets it measures what they had), so the same
-script compares before and after.
+Migrates the database, makes a team with N sessions (bench/team_runs.py: pinned to a
+team agent and under a team budget, where this version of Sectr has them), each with a
+short conversation already journaled, and a queued message. Then starts each run's
+invocation the way the worker does (`Runtime.build_context`, then the budget check)
+in-process, one after the other, and prints the CPU time (of the whole process: the
+event loop and the database threads) and wall time per run start. Runs on older versions
+of Sectr too (with bench/team_runs.py beside it; without agents and budgets it measures
+what they had), so the same script compares before and after.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sectr_web.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
 
@@ -33,44 +34,19 @@ import django  # noqa: E402
 
 django.setup()
 
-from django.contrib.auth import get_user_model  # noqa: E402
-from django.core.management import call_command  # noqa: E402
+from team_runs import migrate_and_users, queue_runs, team_extras  # noqa: E402
 
-from sessions_app import actions  # noqa: E402
-from sessions_app.models import Run, Session, Team  # noqa: E402
 from sessions_app.runtime import get_runtime  # noqa: E402
 
 
 def setup(count: int) -> list[tuple[str, str]]:
     """N sessions of team bench-start with a queued run each: (session id, invocation id)."""
-    call_command("migrate", verbosity=0)
-    User = get_user_model()  # noqa: N806
-    owner, _ = User.objects.get_or_create(username="bench-start-owner")
-    moderator, _ = User.objects.get_or_create(username="bench-start-mod")
-    if not Team.objects.filter(name="bench-start").exists():
-        actions.do_create_team("bench-start")
-        actions.do_set_membership("bench-start", owner.username, "member")
-        actions.do_set_membership("bench-start", moderator.username, "moderator")
-    extras: dict[str, object] = {}
-    if hasattr(actions, "do_create_agent"):  # agents exist in this version
-        from sessions_app.models import Agent
-
-        if not Agent.objects.filter(slug="bench").exists():
-            actions.do_create_agent(
-                moderator, "bench-start", "bench", {"name": "Bench", "instructions": "Be brief.", "tools": ["get_time"]}
-            )
-        extras["agent"] = "bench-start/bench"
-        from sessions_app.actions.team_budgets import do_set_budget
-
-        do_set_budget(moderator, "bench-start", {"monthly_tokens": 10**12})
-    Run.objects.filter(session__owner=owner).delete()
-    Session.objects.filter(owner=owner).delete()
+    owner, moderator = migrate_and_users("bench-start")
+    extras = team_extras("bench-start", owner, moderator, "bench", "Bench")
     started = []
-    for _ in range(count):
-        session = actions.do_create_session(owner, team="bench-start", **extras)  # type: ignore[arg-type]
-        run = actions.do_post_message(owner, session.pk, "hello there, a short question")
+    for run in queue_runs(owner, count, extras, "hello there, a short question"):
         run.refresh_from_db()
-        started.append((session.pk, str(run.invocation_id)))
+        started.append((run.session_id, str(run.invocation_id)))
     return started
 
 
