@@ -24,12 +24,10 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
+def ops(ops: Team, teammate: Any) -> Team:
+    """The moderation tests' team, its moderator with an email address."""
     type(teammate).objects.filter(pk=teammate.pk).update(email="teammate@example.com")
-    return team
+    return ops
 
 
 def pending_session(make_session: SessionFactory, team: Team) -> Session:

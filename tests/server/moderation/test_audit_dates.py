@@ -11,19 +11,11 @@ import pytest
 from django.test import Client
 
 from sessions_app import actions
-from sessions_app.models import ApiToken, AuditEntry, Membership, Session, Team
+from sessions_app.models import ApiToken, AuditEntry, Session, Team
 from tests.server.conftest import SessionFactory
 from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
 
 
 @pytest.fixture

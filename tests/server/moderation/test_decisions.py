@@ -16,20 +16,12 @@ from django.test import Client
 from sectr.client import Client as SdkClient
 from sectr.client import Edit, Respond
 from sessions_app.actions.tokens import do_issue_token
-from sessions_app.models import AuditEntry, Envelope, Membership, Session, Team
+from sessions_app.models import AuditEntry, Envelope, Session, Team
 from tests.server.api.test_api_support import LiveApi, live_api, sse_events
 from tests.server.chat.test_web import HTMX, append, asked, logged_in, started
 from tests.server.conftest import SessionFactory
 
 # ---- the cards (no worker: the decision is journaled, the run only queued) ----
-
-
-@pytest.fixture
-def ops(db: None, owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
 
 
 def pending_session(make_session: SessionFactory, team: Team, **terms: Any) -> Session:

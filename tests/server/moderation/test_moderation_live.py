@@ -1,7 +1,7 @@
 """The approval queue kept live: the `Approvals` badge on every page, the queue's socket
 under every filter, and the queue's fixed number of queries.
 
-Standing users (tests/server/moderation/test_moderation_ui.py): owner (member of team ops, owns the
+Standing users (tests/server/moderation/conftest.py): owner (member of team ops, owns the
 sessions), teammate (moderator of ops), outsider (no team), stranger (moderator of
 another team, `other`).
 """
@@ -29,10 +29,9 @@ from sessions_app.moderation.queue import AGE_CHOICES
 from tests.server.chat.test_consumers import connect, frames_until_ready
 from tests.server.chat.test_web import HTMX, append, completed, logged_in, started
 from tests.server.conftest import SessionFactory, make_user
-from tests.server.moderation.test_moderation_ui import ops, pending, stranger, team_session
+from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
-__all__ = ["ops", "stranger"]  # fixtures
 
 
 def badge(client: Client) -> tuple[int, str]:

@@ -20,7 +20,7 @@ import pytest
 from django.core import mail
 
 from sessions_app import actions
-from sessions_app.models import Membership, NotificationDelivery, Session, Team, TeamWebhook
+from sessions_app.models import NotificationDelivery, Session, Team, TeamWebhook
 from sessions_app.moderation.notifications import deliver_due
 from tests.server.conftest import SessionFactory
 from tests.server.moderation.test_moderation_ui import pending, team_session
@@ -80,14 +80,6 @@ def receiver() -> Iterator[Receiver]:
     server = Receiver()
     yield server
     server.close()
-
-
-@pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
 
 
 def test_a_new_ask_and_its_decision_call_the_team_webhook_signed(

@@ -12,7 +12,7 @@ import pytest
 from sessions_app.models import ApprovalRule, Session, Team
 from tests.server.chat.test_web import logged_in
 from tests.server.conftest import SessionFactory
-from tests.server.moderation.test_moderation_ui import ops, pending, stranger, team_session  # noqa: F401 (fixtures)
+from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
 

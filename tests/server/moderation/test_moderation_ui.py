@@ -1,7 +1,7 @@
 """The approval queue, the audit (page, CSV, API, rebuild) and their access rules.
 
-Standing users: owner (member of team ops, owns the sessions), teammate (moderator of
-ops), outsider (no team), and stranger (moderator of another team, `other`).
+Standing users (conftest.py): owner (member of team ops, owns the sessions), teammate
+(moderator of ops), outsider (no team), and stranger (moderator of another team, `other`).
 """
 
 from __future__ import annotations
@@ -28,22 +28,6 @@ from tests.server.chat.test_web import HTMX, append, asked, logged_in, started
 from tests.server.conftest import SessionFactory, make_user
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
-
-
-@pytest.fixture
-def stranger(db: None) -> Any:
-    user = make_user("stranger")
-    team = Team.objects.create(name="other")
-    Membership.objects.create(team=team, user=user, role="moderator")
-    return user
 
 
 def team_session(make_session: SessionFactory, team: Team, title: str = "Ops session") -> Session:

@@ -10,21 +10,13 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from sessions_app.models import Envelope, Membership, Team
+from sessions_app.models import Envelope, Team
 from tests.server.chat.test_web import HTMX, logged_in
 from tests.server.conftest import SessionFactory, make_user
 from tests.server.moderation.test_moderation_live import badge, badge_count
 from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
 
 
 def test_the_requesters_own_approval_on_a_two_person_ask_is_refused_with_the_reason(

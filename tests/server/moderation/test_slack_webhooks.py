@@ -12,7 +12,7 @@ from django.test import Client
 
 from sessions_app import action_links as links
 from sessions_app import actions
-from sessions_app.models import Envelope, Membership, NotificationDelivery, Team, TeamWebhook
+from sessions_app.models import Envelope, NotificationDelivery, Team, TeamWebhook
 from sessions_app.moderation.notifications import deliver_due
 from sessions_app.moderation.slack import escape, slack_message
 from tests.server.chat.test_web import logged_in
@@ -59,14 +59,6 @@ def check_slack_body(body: Any) -> None:
                 plain_text(element["text"], 75)
                 assert re.match(r"https?://", element["url"]) and len(element["url"]) <= 3000
                 assert element.get("style", "primary") in ("primary", "danger")
-
-
-@pytest.fixture
-def ops(owner: Any, teammate: Any) -> Team:
-    team = Team.objects.create(name="ops")
-    Membership.objects.create(team=team, user=owner, role="member")
-    Membership.objects.create(team=team, user=teammate, role="moderator")
-    return team
 
 
 def test_a_slack_webhook_gets_block_kit_with_working_buttons(
