@@ -23,8 +23,8 @@ from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Session
 
 
-def make_user(username: str) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org")
+def make_user(username: str, **flags: Any) -> Any:
+    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
 
 
 @pytest.fixture
@@ -185,6 +185,23 @@ def join_team(user: Any, role: str, *owners_or_sessions: Any, team: str = "crew"
         Membership.objects.get_or_create(team=crew, user_id=owner_id, defaults={"role": Membership.MEMBER})
     Membership.objects.update_or_create(team=crew, user=user, defaults={"role": role})
     return type(user).objects.get(pk=user.pk)
+
+
+def crew_people(*also: str) -> dict[str, Any]:
+    """The users by name: owner (a member of team crew), member, reviewer and moderator (of
+    crew, in those roles), outsider (moderator of team other), staff, and the users `also`
+    (in no team)."""
+    from sessions_app.actions.teams import do_create_team, do_set_membership
+
+    do_create_team("crew")
+    do_create_team("other")
+    users = {name: make_user(name) for name in ("owner", "member", "reviewer", "moderator", "outsider", *also)}
+    users["staff"] = make_user("staff", is_staff=True)
+    do_set_membership("crew", "owner", "member")
+    for role in ("member", "reviewer", "moderator"):
+        do_set_membership("crew", role, role)
+    do_set_membership("other", "outsider", "moderator")
+    return users
 
 
 def work_until_idle(runtime: Any, *, timeout: float = 30.0, concurrency: int = 4, pending: bool = False) -> None:

@@ -47,17 +47,13 @@ from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import MediaBlob, Run, Session, SessionMedia
 from sessions_app.runs import Claim, finish_run
 from sessions_app.worker import Worker
-from tests.server.conftest import join_team, run_threads
+from tests.server.conftest import join_team, make_user, run_threads
 
 E = EventType
 RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005, slow_delay=0.02))
 
 
 # ---- helpers ----
-
-
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 from channels.db import database_sync_to_async
-from django.contrib.auth import get_user_model
 from django.core.files.base import ContentFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -34,16 +33,12 @@ from sessions_app.models import ApprovalRule, AskIndex, MediaBlob, Membership, R
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.runtime import session_policy
 from sessions_app.worker import Worker
-from tests.server.conftest import run_threads
+from tests.server.conftest import make_user, run_threads
 
 E = EventType
 RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005), rules=session_policy)
 NOTE = "note: buy milk"  # the demo model calls the gated write_note
 ROLES = ("member", "reviewer", "moderator")
-
-
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from sectr import tool
@@ -33,7 +32,7 @@ from sessions_app.review import search
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
 from tests.openai_stub_server import STUB_MODEL, OpenAIStubServer, text_stream, tool_call_stream
-from tests.server.conftest import work_until_idle
+from tests.server.conftest import make_user, work_until_idle
 
 E = EventType
 WRITTEN: dict[str, Path] = {}
@@ -54,10 +53,6 @@ RUNTIME = Runtime(
     agent=session_agent,
     budget=session_budget_spent,
 )
-
-
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
 
 
 @pytest.fixture

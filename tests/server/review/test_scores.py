@@ -13,18 +13,17 @@ import json
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
 from sectr.events import EventType
 from sectr.journal import NewEvent
-from sessions_app import actions as team_actions
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Rating, ScoreConfig, Session, Team
 from sessions_app.review import actions, export, scores
 from tests.server.chat.test_web import append, completed, reply, started
+from tests.server.conftest import crew_people
 
 ROLES = ("outsider", "member", "reviewer", "moderator", "staff")
 HELPFULNESS = {"name": "helpfulness", "kind": "categorical", "labels": ["good", "partly", "bad"]}
@@ -32,21 +31,9 @@ ACCURACY = {"name": "accuracy", "kind": "numeric", "minimum": 0, "maximum": 10, 
 POLITE = {"name": "polite", "kind": "boolean"}
 
 
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
-
-
 @pytest.fixture
 def people(db: None) -> dict[str, Any]:
-    team_actions.do_create_team("crew")
-    team_actions.do_create_team("other")
-    users = {name: make_user(name) for name in ("owner", "member", "reviewer", "moderator", "outsider")}
-    users["staff"] = make_user("staff", is_staff=True)
-    team_actions.do_set_membership("crew", "owner", "member")
-    for role in ("member", "reviewer", "moderator"):
-        team_actions.do_set_membership("crew", role, role)
-    team_actions.do_set_membership("other", "outsider", "moderator")
-    return users
+    return crew_people()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.db.models import ProtectedError
 from django.test import Client
 
@@ -26,7 +25,7 @@ from sessions_app.journal import DatabaseJournal
 from sessions_app.models import Agent, AgentVersion, Session
 from sessions_app.runtime import _AGENT_VERSIONS, session_agent, session_policy
 from sessions_app.team_budgets import session_budget_spent
-from tests.server.conftest import work_until_idle
+from tests.server.conftest import crew_people, work_until_idle
 
 E = EventType
 RUNTIME = Runtime(
@@ -39,20 +38,9 @@ RUNTIME = Runtime(
 INSTRUCTIONS = "You are the release assistant. Be brief."
 
 
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
-
-
 @pytest.fixture
 def people(db: None) -> dict[str, Any]:
-    actions.do_create_team("crew")
-    actions.do_create_team("other")
-    users = {name: make_user(name) for name in ("owner", "member", "reviewer", "moderator", "outsider")}
-    users["staff"] = make_user("staff", is_staff=True)
-    actions.do_set_membership("crew", "owner", "member")
-    for role in ("member", "reviewer", "moderator"):
-        actions.do_set_membership("crew", role, role)
-    actions.do_set_membership("other", "outsider", "moderator")
+    users = crew_people()
     _AGENT_VERSIONS.clear()
     return users
 

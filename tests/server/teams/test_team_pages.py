@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from sessions_app import actions
@@ -23,25 +22,15 @@ from sessions_app.actions import members as member_actions
 from sessions_app.actions.tokens import do_issue_token
 from sessions_app.models import Agent, AgentVersion, ApprovalRule, Membership, Session, Team, TeamBudget
 from sessions_app.runtime import _AGENT_VERSIONS
+from tests.server.conftest import crew_people
 
 ROLES = ("outsider", "member", "reviewer", "moderator", "staff")
 INSTRUCTIONS = "You are the release assistant. Be brief."
 
 
-def make_user(username: str, **flags: Any) -> Any:
-    return get_user_model().objects.create_user(username=username, email=f"{username}@example.org", **flags)
-
-
 @pytest.fixture
 def people(db: None) -> dict[str, Any]:
-    actions.do_create_team("crew")
-    actions.do_create_team("other")
-    users = {name: make_user(name) for name in ("owner", "member", "reviewer", "moderator", "outsider", "newbie")}
-    users["staff"] = make_user("staff", is_staff=True)
-    actions.do_set_membership("crew", "owner", "member")
-    for role in ("member", "reviewer", "moderator"):
-        actions.do_set_membership("crew", role, role)
-    actions.do_set_membership("other", "outsider", "moderator")
+    users = crew_people("newbie")
     _AGENT_VERSIONS.clear()
     return users
 
