@@ -204,33 +204,42 @@ def crew_people(*also: str) -> dict[str, Any]:
     return users
 
 
-def work_until_idle(runtime: Any, *, timeout: float = 30.0, concurrency: int = 4, pending: bool = False) -> None:
-    """Run an in-process worker with `runtime` until no run is queued or running (and,
-    with `pending`, none waits behind another, except behind an ask) for 5 polls in a
-    row; fails if that takes longer than `timeout` seconds."""
+async def until_idle(worker: Any, *, timeout: float, pending: bool = False) -> None:
+    """Wait until no run is queued or running (and, with `pending`, none waits behind
+    another, except behind an ask) and `worker` has no task, for 5 polls in a row; fails if
+    that takes longer than `timeout` seconds."""
     import asyncio
     import time
 
     from sessions_app.dbthread import run_in_db_thread
     from sessions_app.models import Run
-    from sessions_app.worker import Worker
 
     waiting = [Run.QUEUED, Run.RUNNING, *([Run.PENDING] if pending else [])]
 
     def busy() -> bool:
         return Run.objects.filter(status__in=waiting).exclude(status=Run.PENDING, session__status="awaiting").exists()
 
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while quiet < 5:
+        idle = not await run_in_db_thread(busy) and not worker.tasks
+        quiet = quiet + 1 if idle else 0
+        assert time.monotonic() < deadline, "runs did not finish in time"
+        await asyncio.sleep(0.05)
+
+
+def work_until_idle(runtime: Any, *, timeout: float = 30.0, concurrency: int = 4, pending: bool = False) -> None:
+    """Run an in-process worker with `runtime` until its runs are done (until_idle, with
+    `timeout` and `pending`)."""
+    import asyncio
+
+    from sessions_app.worker import Worker
+
     async def main() -> None:
         worker = Worker(concurrency=concurrency, poll_interval=0.05, lease=5.0, runtime=runtime, listen=False)
         task = asyncio.ensure_future(worker.run(drain_timeout=5))
-        deadline = time.monotonic() + timeout
         try:
-            quiet = 0
-            while quiet < 5:
-                idle = not await run_in_db_thread(busy) and not worker.tasks
-                quiet = quiet + 1 if idle else 0
-                assert time.monotonic() < deadline, "runs did not finish in time"
-                await asyncio.sleep(0.05)
+            await until_idle(worker, timeout=timeout, pending=pending)
         finally:
             worker.stop()
             await task

@@ -9,7 +9,6 @@ import json
 import logging
 import os
 import signal
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +31,7 @@ from sessions_app.models import AuditEntry, Run, Session, TeamMcpServer
 from sessions_app.runtime import session_agent, session_mcp_tools, session_policy
 from sessions_app.team_budgets import session_budget_spent
 from sessions_app.worker import Worker
+from tests.server.conftest import until_idle
 
 from .conftest import commits, start_everything
 
@@ -46,19 +46,6 @@ RUNTIME = Runtime(
 )
 
 
-async def _until_idle(worker: Worker, timeout: float) -> None:
-    def busy() -> bool:
-        return Run.objects.filter(status__in=[Run.QUEUED, Run.RUNNING]).exists()
-
-    deadline = time.monotonic() + timeout
-    quiet = 0
-    while quiet < 5:
-        idle = not await run_in_db_thread(busy) and not worker.tasks
-        quiet = quiet + 1 if idle else 0
-        assert time.monotonic() < deadline, "runs did not finish in time"
-        await asyncio.sleep(0.05)
-
-
 def with_worker(body: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]], timeout: float = 60.0) -> None:
     """Run `body(idle)` beside one worker (one MCP pool: its connections last across runs);
     `idle()` waits until no run is queued or running."""
@@ -67,7 +54,7 @@ def with_worker(body: Callable[[Callable[[], Awaitable[None]]], Awaitable[None]]
         worker = Worker(concurrency=4, poll_interval=0.05, lease=5.0, runtime=RUNTIME, listen=False)
         task = asyncio.ensure_future(worker.run(drain_timeout=5))
         try:
-            await body(lambda: _until_idle(worker, timeout))
+            await body(lambda: until_idle(worker, timeout=timeout))
         finally:
             worker.stop()
             await task
