@@ -28,8 +28,16 @@ from typing import Any, cast
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer as ChannelsRedisPubSubChannelLayer
+from channels_redis.utils import decode_hosts
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff
 
 SWEEP_SECONDS = 1.0
+#: How the Redis layer's connections retry a command that met a dead connection (a
+#: restarted Redis): reconnect and send it again, up to 5 times, at most 0.1, 0.2, 0.4,
+#: 0.5 and 0.5 s apart (redis-py's jittered backoff). While Redis stays away a command
+#: fails within about 1.7 s, so a stream opened then is not held for long.
+REDIS_RETRY = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), retries=5)
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
 
 
@@ -132,7 +140,18 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     parts of channels-redis 4.3, pinned in requirements.txt), so what it publishes is
     exactly what group_send would; tests/server/journal/test_channel_layer.py checks that
     against the real Redis with the layer's own receivers.
+
+    Its connections retry (REDIS_RETRY) unless a host says otherwise. channels_redis
+    makes their pool itself, and a bare redis-py pool's connections retry nothing: after
+    a Redis restart, the first command on each connection failed on its dead socket. A
+    stream that subscribed then (its SUBSCRIBE the second write on the dead socket)
+    failed to start; with the retry, redis-py reconnects, subscribes again to what the
+    connection had (its own on-connect resubscription) and sends the command again.
     """
+
+    def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
+        hosts = [{"retry": REDIS_RETRY, **host} for host in decode_hosts(hosts)]
+        super().__init__(*args, hosts=hosts, **kwargs)
 
     async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         """group_send each (group, message), in order, in one round trip per shard.
