@@ -15,6 +15,13 @@ log = logging.getLogger("sectr.api")
 #: Seconds a client waits before it asks again while the database is away (a PostgreSQL
 #: restart takes a few).
 DATABASE_RETRY_SECONDS = 2
+#: The same while the channel layer is away (a Redis restart).
+LAYER_RETRY_SECONDS = 2
+
+
+class ChannelLayerUnavailable(Exception):  # noqa: N818
+    """The channel layer failed a stream's join or receive (Redis away for longer than its
+    connections retry): the stream cannot go live. Not for ever, so a retryable answer."""
 
 
 class ApiError(SectrError):
@@ -53,6 +60,14 @@ def exception_response(exc: Exception) -> JsonResponse:
             "unavailable",
             "the database is unavailable for a moment; try again",
             {"Retry-After": str(DATABASE_RETRY_SECONDS)},
+        )
+    if isinstance(exc, ChannelLayerUnavailable):
+        log.warning("API view: the channel layer is unavailable: %s", exc.__cause__ or exc)
+        return error_response(
+            503,
+            "unavailable",
+            "live updates are unavailable for a moment; try again",
+            {"Retry-After": str(LAYER_RETRY_SECONDS)},
         )
     log.exception("API view failed", exc_info=exc)
     return error_response(500, "internal_error", "the server failed to handle this request")

@@ -14,7 +14,10 @@ quiet the journal is polled every few seconds anyway (a dropped *last* message w
 otherwise leave the stream waiting), and a ``: ping`` comment goes out every 15 seconds
 so proxies keep an idle stream open. When the database goes away mid-stream (a restart),
 the stream ends with a ``retry:`` field and the client reconnects with its Last-Event-ID;
-before the stream starts, the API answers 503 with Retry-After.
+before the stream starts, the API answers 503 with Retry-After. The same when the channel
+layer cannot join the stream to its groups (Redis away for longer than its connections
+retry): an error escaping a stream whose 200 went out already would leave the client
+waiting on an open response that never ends.
 
 The stream a `POST /sessions/{id}/runs` answers with joins the group before the post
 itself (RunStream.joined_before_run): the run's envelopes all come after the join, so it
@@ -36,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -46,7 +50,7 @@ from django.conf import settings
 from sectr.errors import JournalUnavailable
 from sectr.events import Envelope, EventType
 from sessions_app.access import can_read
-from sessions_app.api.errors import DATABASE_RETRY_SECONDS
+from sessions_app.api.errors import DATABASE_RETRY_SECONDS, LAYER_RETRY_SECONDS, ChannelLayerUnavailable
 from sessions_app.api.events import RunEvents, format_sse, result_payload, sdk_event
 from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal.publish import ENVELOPES_MESSAGE_TYPE, session_group
@@ -61,6 +65,10 @@ INBOX_MAX = 1000
 READ_PAGE = 1000
 #: The stream's last frame when the database went away: reconnect (with Last-Event-ID) soon.
 DATABASE_LOST_FRAME = b": the database is unavailable\nretry: %d\n\n" % (DATABASE_RETRY_SECONDS * 1000)
+#: The same when the channel layer failed the stream (see the module docstring).
+LAYER_LOST_FRAME = b": live updates are unavailable\nretry: %d\n\n" % (LAYER_RETRY_SECONDS * 1000)
+
+log = logging.getLogger("sectr.api")
 
 
 def read_envelopes(session_id: str, after_seq: int, limit: int = READ_PAGE) -> list[Envelope]:
@@ -197,14 +205,23 @@ class RunStream:
             # The database went away mid-stream (a restart): the client reconnects after
             # `retry:` with its Last-Event-ID and misses nothing (the journal is the record).
             yield DATABASE_LOST_FRAME
+        except ChannelLayerUnavailable as exc:
+            log.warning("stream of session %s: the channel layer is unavailable: %s", self.session_id, exc.__cause__)
+            yield LAYER_LOST_FRAME
         finally:
             await self.close()
 
     async def _join(self, groups: list[str]) -> None:
         """Join the groups not joined yet, on the stream's channel (made by the first join),
-        and start reading the channel."""
+        and start reading the channel. ChannelLayerUnavailable when the layer failed."""
         if self.layer is None:
             return
+        try:
+            await self._join_layer(groups)
+        except Exception as exc:
+            raise ChannelLayerUnavailable("could not join the session's groups") from exc
+
+    async def _join_layer(self, groups: list[str]) -> None:
         if self.channel is None:
             self.channel = await self.layer.new_channel("sectr.sse.")
             # Read from now on: cancelling the reader is also what unsubscribes the
@@ -297,9 +314,12 @@ class RunStream:
         return self._take()
 
     def _raise_if_layer_failed(self) -> None:
-        """The layer's error, once its receive failed: the stream ends with it."""
+        """ChannelLayerUnavailable, once the layer's receive failed: the stream ends."""
         if self._reader is not None and self._reader.done():
-            self._reader.result()
+            try:
+                self._reader.result()
+            except Exception as exc:
+                raise ChannelLayerUnavailable("the channel layer's receive failed") from exc
 
     def _take(self) -> dict[str, Any] | None:
         """The oldest message received (the inbox is not empty); None for an access one."""
