@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import time
 from typing import Any
 
 from channels.layers import InMemoryChannelLayer as ChannelsLayer
@@ -117,3 +119,44 @@ def test_group_send_many_is_what_group_send_would_send_in_order(tmp_path: Any) -
     assert [m["n"] for m in got["b"]] == list(range(30))
     assert all(m["blob"] == b"\x00\xff" for m in got["a"][:30])
     assert "quiet" not in got
+
+
+def test_after_a_redis_restart_its_idle_connections_subscribe_and_publish_again(tmp_path: Any) -> None:
+    """A restarted Redis leaves the layer's connections dead. One that was idle (nothing
+    subscribed, so its receive loop was not reading) finds out on its next command only:
+    without a retry the next stream's SUBSCRIBE and the next PUBLISH failed on the dead
+    socket. They reconnect and send again (REDIS_RETRY)."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def restart_between() -> tuple[dict[str, Any], float]:
+            subscriber = RedisPubSubChannelLayer(hosts=[redis.url], prefix="restart")
+            publisher = RedisPubSubChannelLayer(hosts=[redis.url], prefix="restart")
+            name = await subscriber.new_channel()
+            await subscriber.group_add("before", name)
+            await publisher.group_send_many([("before", {"type": "m"})])
+            await asyncio.wait_for(subscriber.receive(name), 5)
+            await subscriber.group_discard("before", name)
+            with contextlib.suppress(TimeoutError):  # a cancelled receive unsubscribes its channel
+                await asyncio.wait_for(subscriber.receive(name), 0.01)
+            shard = subscriber._get_layer()._shards[0]
+            while shard._pubsub.subscribed:  # until Redis confirmed both: nothing is read then
+                await asyncio.sleep(0.01)
+            redis.stop(signal.SIGKILL)
+            redis.start()
+            back = time.monotonic()
+            name = await subscriber.new_channel()
+            await subscriber.group_add("after", name)
+            await publisher.group_send_many([("after", {"type": "m", "n": 1})])
+            got = await asyncio.wait_for(subscriber.receive(name), 5)
+            took = time.monotonic() - back
+            await subscriber.flush()
+            await publisher.flush()
+            return got, took
+
+        got, took = asyncio.run(restart_between())
+    finally:
+        redis.stop()
+    assert got == {"type": "m", "n": 1}
+    assert took < 2.0
