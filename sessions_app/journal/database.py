@@ -24,11 +24,13 @@ updated_at, so a batch made only of deltas bumps those two columns with one
 alone; `Session.projection()` takes last_seq from the column. updated_at moves only when
 it is UPDATED_AT_STEP (a second) behind, so most of these UPDATEs change no indexed
 column (PostgreSQL's HOT updates). On PostgreSQL the deltas of a group commit (many
-streams at once) go further: one statement locks their sessions in id order, bumps all
-their last_seq and inserts every envelope, and one locking SELECT checks their fences'
-Run rows (`_append_deltas_together`), instead of two or three statements per append;
-the group's other sessions (a run starting or ending) go append by append in the same
-transaction, every session locked first in id order. SQLite (3.35 or newer: UPDATE ...
+streams at once) go further: one statement locks their sessions in id order, then their
+fences' Run rows in id order, checks the fences, bumps all their last_seq and inserts
+every envelope (`_bump_and_insert_deltas`), instead of two or three statements per
+append. A group made only of deltas is that one statement in autocommit (no BEGIN or
+COMMIT: a statement is atomic); when a fence refuses, it writes nothing and the group
+goes append by append. In a group with other appends (a run starting or ending) those
+go append by append in the same transaction, every session locked first in id order. SQLite (3.35 or newer: UPDATE ...
 FROM and RETURNING) takes the same path, its sessions and fences named by one JSON
 parameter read with json_each, and no row locks (its transaction holds the database's
 write lock).
@@ -152,6 +154,15 @@ def _row_fields() -> tuple[Any, ...]:
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+#: The statuses a fence refuses, as the JSON parameter of a JSON_TEXTS.
+_FINISHED_STATUSES_JSON = json.dumps(sorted(models.Run.FINISHED_STATUSES))
+
+
+def _all_deltas(items: Sequence[_PendingAppend]) -> bool:
+    """Whether every append of a group is text deltas only (the streaming fast path)."""
+    return all(
+        item.events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in item.events) for item in items
+    )
 
 
 #: How far Session.updated_at may lag behind a stream's last delta. A batch of deltas
@@ -312,11 +323,21 @@ class DatabaseJournal:
         same transaction. When any of them is refused (a lost fence, a deleted session, a
         bad payload), the whole transaction rolls back and each is retried on its own, so
         one append's refusal is never another's.
+
+        On PostgreSQL a group made only of deltas (the streaming lane's, even a group of
+        one) is one statement in autocommit, its fence checks included
+        (`_bump_and_insert_deltas`): no BEGIN, no COMMIT, no separate fence SELECT. A
+        statement is atomic on its own, so a refusal still writes nothing.
         """
-        if len(items) > 1:
+        connection = connections[self.using]
+        write: Any = None
+        if connection.vendor == "postgresql" and not connection.in_atomic_block and _all_deltas(items):
+            write = self._append_deltas_together  # one statement: its own transaction
+        elif len(items) > 1:
+            write = self._append_together_atomically
+        if write is not None:
             try:
-                with transaction.atomic(using=self.using):
-                    return self._append_together(items)
+                return list(write(items))
             except (OperationalError, InterfaceError) as exc:
                 if self._connection_broken():
                     # The connection broke (PostgreSQL restarted), perhaps during the
@@ -339,6 +360,10 @@ class DatabaseJournal:
             except Exception as exc:
                 results.append(exc)
         return results
+
+    def _append_together_atomically(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
+        with transaction.atomic(using=self.using):
+            return self._append_together(items)
 
     def _append_together(self, items: list[_PendingAppend]) -> list[list[Envelope] | Exception]:
         """A group's appends inside its transaction. On PostgreSQL the sessions whose
@@ -411,9 +436,8 @@ class DatabaseJournal:
         if len(last_seq) != len(counts):
             raise NotFound("a session of the group does not exist")
         next_seq = {session_id: last_seq[session_id] - count for session_id, count in counts.items()}
-        # After the sessions, like every fence check. On PostgreSQL the rows are already
-        # inserted: a refusal rolls the whole transaction back all the same.
-        self._check_fences_together(items)
+        if not postgres:  # PostgreSQL's statement checked them (after the sessions, too)
+            self._check_fences_together(items)
         results: list[list[Envelope]] = []
         for item, events in zip(items, prepared, strict=True):
             first = next_seq[item.session_id]
@@ -435,23 +459,38 @@ class DatabaseJournal:
         counts: dict[str, int],
         now: datetime,
     ) -> dict[str, int]:
-        """PostgreSQL: lock the group's sessions in id order, bump their last_seq and
-        insert the envelopes, in one statement; {session id: its new last_seq}.
+        """PostgreSQL: lock the group's sessions in id order, then its fences' Run rows in
+        id order, check the fences, bump the sessions' last_seq and insert the envelopes,
+        in one statement; {session id: its new last_seq}. LeaseLost, with nothing
+        written, when a fence refuses or a session is gone (the caller retries each
+        append alone, which names the one refused).
 
         Each row names its place among its session's deltas of the group (o, from 1): its
         seq is the new last_seq - the session's count + o, as `_append_deltas_together`
-        numbers them. The locking CTE takes every lock (in id order: the UPDATE joins
-        only rows it has emitted, so it never locks one first); a session gone is
-        missing from the answer, and its rows from the INSERT. Three statements were
-        three round trips, parses and plans per group (bench/pg_statements.py).
+        numbers them. The locking CTE takes every Session lock (in id order: the UPDATE
+        joins only rows it has emitted, so it never locks one first); the Run rows' CTE
+        waits for it (its one-time filter reads it), so the locks follow the module's
+        order, and it returns each run as it is once locked (a lease taken over or a run
+        finished while this waited is seen, as by `_check_fence`). The UPDATE and so the
+        INSERT write only when every session and fence passed (`ok`). Separate
+        statements were a round trip, a parse and a plan each per group, and their
+        BEGIN and COMMIT two more (bench/pg_statements.py).
         """
         connection = connections[self.using]
         session_table = _qn(connection, models.Session._meta.db_table)
         envelope_table = _qn(connection, models.Envelope._meta.db_table)
+        run_table = _qn(connection, models.Run._meta.db_table)
         columns = ", ".join(
             _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
         )
         pk = _qn(connection, "id")
+        fences = []
+        for item in items:
+            if item.fence is not None:
+                run_id, lease_token = _split_fence(item.fence)
+                if not isinstance(lease_token, str):
+                    raise LeaseLost(f"run {run_id}: the lease was taken over")
+                fences.append({"r": run_id, "s": item.session_id, "t": lease_token})
         placed = dict.fromkeys(counts, 0)
         records = []
         for item, events in zip(items, prepared, strict=True):
@@ -467,27 +506,46 @@ class DatabaseJournal:
                     }
                 )
         touch, touch_params = _touch_updated_at(connection, now)
+        session_of, token, status, finished_at = (
+            _qn(connection, name) for name in ("session_id", "lease_token", "status", "finished_at")
+        )
         with connection.cursor() as cursor:
             cursor.execute(
                 f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {session_table}"  # noqa: S608 - quoted names
                 f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
+                " fences AS MATERIALIZED (SELECT f.r, f.s, f.t"
+                " FROM json_to_recordset(%s::json) AS f(r text, s text, t text)),"
+                f" runs AS MATERIALIZED (SELECT {pk}, {session_of}, {token}, {status}, {finished_at} FROM {run_table}"
+                f" WHERE {pk} = ANY(ARRAY(SELECT fences.r FROM fences)) AND (SELECT count(*) FROM locked) >= 0"
+                f" ORDER BY {pk} FOR NO KEY UPDATE),"
+                " ok AS MATERIALIZED (SELECT (SELECT count(*) FROM locked) = %s AND NOT EXISTS (SELECT FROM fences"
+                f" LEFT JOIN runs ON runs.{pk} = fences.r WHERE runs.{pk} IS NULL OR runs.{session_of} <> fences.s"
+                f" OR runs.{token} IS NULL OR runs.{token} <> fences.t OR runs.{finished_at} IS NOT NULL"
+                f" OR runs.{status} = ANY({JSON_TEXTS})) AS ok),"
                 f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
-                f" FROM json_each_text(%s::json) AS v, locked WHERE s.{pk} = v.key AND locked.{pk} = s.{pk}"
+                f" FROM json_each_text(%s::json) AS v, locked, ok"
+                f" WHERE ok.ok AND s.{pk} = v.key AND locked.{pk} = s.{pk}"
                 f" RETURNING s.{pk} AS id, s.last_seq, v.value::int AS n),"
                 f" inserted AS (INSERT INTO {envelope_table} ({columns})"
                 " SELECT r.s, b.last_seq - b.n + r.o, r.i, r.t, r.p, %s"
                 " FROM json_to_recordset(%s::json) AS r(s text, o int, i text, t text, p jsonb)"
                 " JOIN bumped AS b ON b.id = r.s)"
-                " SELECT id, last_seq FROM bumped",
+                " SELECT ok.ok, bumped.id, bumped.last_seq FROM ok LEFT JOIN bumped ON true",
                 [
                     json.dumps(counts),
+                    json.dumps(fences),
+                    len(counts),
+                    _FINISHED_STATUSES_JSON,
                     *touch_params,
                     json.dumps(counts),
                     connection.ops.adapt_datetimefield_value(now),
                     json.dumps(records, allow_nan=False),
                 ],
             )
-            return {session_id: int(seq) for session_id, seq in cursor.fetchall()}
+            rows = cursor.fetchall()
+        if not rows or not rows[0][0]:
+            raise LeaseLost("a fence of the group was refused, or one of its sessions is gone")
+        return {session_id: int(seq) for _ok, session_id, seq in rows}
 
     def _bump_deltas_sqlite(self, counts: dict[str, int], now: datetime) -> dict[str, int]:
         """SQLite: bump the sessions' last_seq in one UPDATE (its transaction holds the

@@ -389,9 +389,98 @@ def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(ma
         assert seqs(s.id) == [1, 2, 3, 4]
         mine = [e for result in results for e in result if e.session_id == s.id]  # type: ignore[union-attr]
         assert [(e.seq, e.payload["text"]) for e in mine] == [(2 + i, f"{s.id}:{i}") for i in range(3)]
-    # PostgreSQL: lock, bump and insert in one statement, one fence (+ the transaction's
-    # own); SQLite, whose transaction is the lock: bump, one fence, insert (12 appends).
-    assert len(queries) <= (4 if connection.vendor == "postgresql" else 5), [q["sql"][:60] for q in queries]
+    # PostgreSQL: locks, fence check, bump and insert in one statement in autocommit (no
+    # BEGIN or COMMIT); SQLite, whose transaction is the lock: bump, one fence, insert.
+    assert len(queries) <= (1 if connection.vendor == "postgresql" else 5), [q["sql"][:60] for q in queries]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("refusal", ["stale token", "finished run", "another session's run", "no such run"])
+def test_a_group_of_deltas_with_a_refused_fence_writes_nothing_then_goes_append_by_append(
+    make_session: Any, monkeypatch: Any, refusal: str
+) -> None:
+    """The single statement (PostgreSQL) or the group's transaction (SQLite) refuses as a
+    whole; each append is then tried alone, and only the refused one fails."""
+    good, fenced, other = make_session(), make_session(), make_session()
+    good_run = Run.objects.create(session=good, status=Run.RUNNING, lease_token="tok")
+    run = Run.objects.create(session=fenced, status=Run.RUNNING, lease_token="tok")
+    fence: tuple[str, str] = (run.id, "tok")
+    if refusal == "stale token":
+        fence = (run.id, "tok-old")
+    elif refusal == "finished run":
+        Run.objects.filter(pk=run.pk).update(status=Run.COMPLETED)
+    elif refusal == "another session's run":
+        fence = (Run.objects.create(session=other, status=Run.RUNNING, lease_token="tok").id, "tok")
+    else:
+        fence = ("run_gone", "tok")
+    journal = DatabaseJournal(publish=False)
+    alone: list[str] = []
+    one_by_one = journal._append_in_own_transaction
+
+    def counted(session_id: str, events: Any, fence: Any) -> Any:
+        alone.append(session_id)
+        return one_by_one(session_id, events, fence)
+
+    monkeypatch.setattr(journal, "_append_in_own_transaction", counted)
+    items = _group_items((good.id, "a"), (fenced.id, "late"), (good.id, "b"))
+    items[0].fence = items[2].fence = (good_run.id, "tok")
+    items[1].fence = fence
+    results = journal._append_group(items)
+    assert isinstance(results[1], LeaseLost)
+    assert [type(result) for result in (results[0], results[2])] == [list, list]
+    assert alone == [good.id, fenced.id, good.id]  # the group wrote nothing, then each alone
+    assert seqs(good.id) == [1, 2, 3] and seqs(fenced.id) == [1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_group_of_deltas_sees_a_lease_taken_over_while_it_waited_for_the_session(make_session: Any) -> None:
+    """PostgreSQL: the group's statement starts (its snapshot taken) while a takeover
+    holds the session's row; the takeover changes the run's lease and commits; the
+    statement, once it has the locks, checks the fence against the run as it is now."""
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks and statement snapshots are PostgreSQL's")
+    session = make_session()
+    run = Run.objects.create(session=session, status=Run.RUNNING, lease_token="tok")
+    journal = DatabaseJournal(publish=False)
+    holding, done = threading.Event(), threading.Event()
+    results: list[Any] = []
+
+    def take_over() -> None:
+        try:
+            with transaction.atomic():
+                Session.objects.select_for_update(no_key=True).filter(pk=session.pk).get()
+                holding.set()
+                # Until the group's statement waits for this row lock.
+                for _ in range(500):
+                    with connection.cursor() as cursor:
+                        cursor.execute(
+                            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                            " AND query LIKE 'WITH locked AS MATERIALIZED%%'"
+                        )
+                        if cursor.fetchone()[0]:
+                            break
+                    done.wait(0.01)
+                Run.objects.filter(pk=run.pk).update(lease_token="tok-new")
+        finally:
+            connection.close()
+
+    def group() -> None:
+        try:
+            holding.wait(10)
+            items = _group_items((session.id, "late"))
+            items[0].fence = (run.id, "tok")
+            results.extend(journal._append_group(items))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=take_over), threading.Thread(target=group)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    done.set()
+    assert [type(result) for result in results] == [LeaseLost]
+    assert seqs(session.id) == [1]
 
 
 @pytest.mark.django_db(transaction=True)
