@@ -154,6 +154,14 @@ def _row_fields() -> tuple[Any, ...]:
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+
+
+class _Unread:
+    """A fence's Run row not read yet (`_lock_session_row`)."""
+
+
+_UNREAD = _Unread()
+
 #: The statuses a fence refuses, as the JSON parameter of a JSON_TEXTS.
 _FINISHED_STATUSES_JSON = json.dumps(sorted(models.Run.FINISHED_STATUSES))
 
@@ -584,42 +592,88 @@ class DatabaseJournal:
         connection = connections[self.using]
         now = timezone.now()
         session: models.Session | None = None
+        run: tuple[Any, ...] | None | _Unread = _UNREAD
         if locked is not None:
             session, last_seq = locked, locked.last_seq
         elif prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
             last_seq = self._bump_last_seq(connection, session_id, len(prepared), now) - len(prepared)
         else:
-            session = self._session_row(connection, session_id, lock=True)
+            session, run = self._lock_session_row(connection, session_id, fence)
             last_seq = session.last_seq
         if fence is not None:
             completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
-            self._check_fence(session_id, fence, completing=completing)
+            if isinstance(run, _Unread):
+                self._check_fence(session_id, fence, completing=completing)
+            else:  # read (and locked) with the session's row
+                run_id, lease_token = _split_fence(fence)
+                self._refuse_stale_fence(session_id, run_id, lease_token, run, completing=completing)
         if not prepared:
             return []
         envelopes = [
             Envelope(session_id, last_seq + i, invocation_id, event_type, payload, now)
             for i, (event_type, payload, invocation_id) in enumerate(prepared, start=1)
         ]
-        self._insert(connection, envelopes)
-        if session is not None:
-            state = session.projection()
-            pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
-            review = ReviewProjection(session, self.using)
-            for envelope in envelopes:
-                review.observe(state, envelope)
-                apply_envelope(state, envelope)
-            review.write()
-            if any(ask_changes(e, pending_before) for e in envelopes):
-                update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
-                observe_decisions_on_commit(state, envelopes, using=self.using)
-            columns = models.Session.cached_columns(state)
-            columns["updated_at"] = now
-            self._update_session_row(connection, session_id, columns)
-            for name, value in columns.items():  # the caller's locked row stays the row
-                setattr(session, name, value)
-            # The audit (and notification outbox) of asks and decisions, in this transaction.
-            record_moderation(session, envelopes, state, using=self.using)
+        if session is None:
+            self._insert(connection, envelopes)
+            return envelopes
+        state = session.projection()
+        pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
+        review = ReviewProjection(session, self.using)
+        for envelope in envelopes:
+            review.observe(state, envelope)
+            apply_envelope(state, envelope)
+        columns = models.Session.cached_columns(state)
+        columns["updated_at"] = now
+        # Before the review's rows: a reply's search entry reads the deltas just inserted.
+        self._insert_and_update_session_row(connection, envelopes, columns)
+        review.write()
+        if any(ask_changes(e, pending_before) for e in envelopes):
+            update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
+            observe_decisions_on_commit(state, envelopes, using=self.using)
+        for name, value in columns.items():  # the caller's locked row stays the row
+            setattr(session, name, value)
+        # The audit (and notification outbox) of asks and decisions, in this transaction.
+        record_moderation(session, envelopes, state, using=self.using)
         return envelopes
+
+    def _lock_session_row(
+        self, connection: BaseDatabaseWrapper, session_id: str, fence: Any
+    ) -> tuple[models.Session, tuple[Any, ...] | None | _Unread]:
+        """The Session row, locked, and on PostgreSQL the fence's Run row (locked after it,
+        as `_lock_run_for_fence` reads it; None when there is no such run) in the same
+        statement: one round trip, parse and plan fewer for every fenced append other
+        than deltas (a run's start and end, a tool call). Elsewhere, or without a (well
+        formed) fence, the run is _UNREAD."""
+        run_id = None
+        if fence is not None and connection.vendor == "postgresql":
+            try:
+                run_id, _token = _split_fence(fence)
+            except LeaseLost:
+                run_id = None  # refused after the session's lock, as before
+        if run_id is None:
+            return self._session_row(connection, session_id, lock=True), _UNREAD
+        fields = _row_fields()
+        table = _qn(connection, models.Session._meta.db_table)
+        run_table = _qn(connection, models.Run._meta.db_table)
+        pk = _qn(connection, "id")
+        columns = ", ".join(_qn(connection, field.column) for field in fields)
+        session_columns = ", ".join(f"s.{_qn(connection, field.column)}" for field in fields)
+        run_columns = ", ".join(_qn(connection, name) for name in _FENCE_COLUMNS)
+        fenced = ", ".join(f"r.{_qn(connection, name)}" for name in _FENCE_COLUMNS)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"WITH s AS MATERIALIZED (SELECT {columns} FROM {table} WHERE {pk} = %s FOR NO KEY UPDATE),"  # noqa: S608 - quoted names
+                f" r AS MATERIALIZED (SELECT {pk}, {run_columns} FROM {run_table}"
+                f" WHERE {pk} = %s AND (SELECT count(*) FROM s) > 0 FOR NO KEY UPDATE)"
+                f" SELECT {session_columns}, r.{pk} IS NOT NULL, {fenced} FROM s LEFT JOIN r ON true",
+                [session_id, run_id],
+            )
+            row = cursor.fetchone()
+        if row is None:
+            raise NotFound(f"no session {session_id}")
+        session = self._session_from_row(connection, fields, row[: len(fields)])
+        found, *run = row[len(fields) :]
+        return session, (tuple(run) if found else None)
 
     def _session_row(self, connection: BaseDatabaseWrapper, session_id: str, *, lock: bool) -> models.Session:
         """The Session row (`lock`: locked like select_for_update(no_key=True)) with only
@@ -641,6 +695,11 @@ class DatabaseJournal:
             row = cursor.fetchone()
         if row is None:
             raise NotFound(f"no session {session_id}")
+        return self._session_from_row(connection, fields, row)
+
+    def _session_from_row(
+        self, connection: BaseDatabaseWrapper, fields: tuple[Any, ...], row: Sequence[Any]
+    ) -> models.Session:
         values = [
             column_converter(connection, models.Session, field.name)(value)
             for field, value in zip(fields, row, strict=True)
@@ -650,6 +709,13 @@ class DatabaseJournal:
     def _update_session_row(self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]) -> None:
         """UPDATE the Session row's `columns` (field names: values), through each field's
         own adapter, in plain SQL for the reason `_session_row` gives."""
+        sql, params = self._update_session_statement(connection, session_id, columns)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+
+    def _update_session_statement(
+        self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]
+    ) -> tuple[str, list[Any]]:
         meta = models.Session._meta
         names, params = [], []
         for name, value in columns.items():
@@ -657,11 +723,23 @@ class DatabaseJournal:
             names.append(f"{_qn(connection, field.column)} = %s")
             params.append(field.get_db_prep_save(value, connection))
         table = _qn(connection, meta.db_table)
+        sql = f"UPDATE {table} SET {', '.join(names)} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+        return sql, [*params, session_id]
+
+    def _insert_and_update_session_row(
+        self, connection: BaseDatabaseWrapper, envelopes: list[Envelope], columns: dict[str, Any]
+    ) -> None:
+        """`_insert` the envelopes (of one session) and `_update_session_row` its row: on
+        PostgreSQL in one statement (the INSERT a data-modifying CTE of the UPDATE)."""
+        session_id = envelopes[0].session_id
+        if connection.vendor != "postgresql":
+            self._insert(connection, envelopes)
+            self._update_session_row(connection, session_id, columns)
+            return
+        insert, insert_params = self._insert_statement(connection, envelopes)
+        update, update_params = self._update_session_statement(connection, session_id, columns)
         with connection.cursor() as cursor:
-            cursor.execute(
-                f"UPDATE {table} SET {', '.join(names)} WHERE {_qn(connection, 'id')} = %s",  # noqa: S608 - quoted names
-                [*params, session_id],
-            )
+            cursor.execute(f"WITH inserted AS ({insert}) {update}", [*insert_params, *update_params])
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
         """Add `count` to the session's last_seq (locking its row); the new last_seq."""
@@ -765,7 +843,33 @@ class DatabaseJournal:
     def _insert(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> None:
         # Plain SQL through the fields' own adapters (jsonb on PostgreSQL, text on
         # SQLite): the ORM's bulk_create costs more than the write on SQLite.
+        if connection.vendor == "postgresql" or len(envelopes) == 1:
+            sql, params = self._insert_statement(connection, envelopes)
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+            return
         payload_field = models.Envelope._meta.get_field("payload")
+        created_at = connection.ops.adapt_datetimefield_value(envelopes[0].created_at)
+        rows = [
+            (
+                envelope.session_id,
+                envelope.seq,
+                envelope.invocation_id,
+                envelope.type.value,
+                payload_field.get_db_prep_save(envelope.payload, connection),
+                created_at,
+            )
+            for envelope in envelopes
+        ]
+        with connection.cursor() as cursor:
+            # SQLite: one statement bound once per row (executemany reuses it in C).
+            # A VALUES list of 6 x N placeholders was rewritten to SQLite's "?" style
+            # by a regex over its whole text for every group (py-spy, embedded server).
+            cursor.executemany(self._insert_statement(connection, envelopes[:1])[0], rows)
+
+    def _insert_statement(self, connection: BaseDatabaseWrapper, envelopes: list[Envelope]) -> tuple[str, list[Any]]:
+        """The INSERT of `envelopes` (and its parameters): one row's VALUES, or on
+        PostgreSQL any number of rows as one JSON parameter."""
         table = _qn(connection, models.Envelope._meta.db_table)
         columns = ", ".join(
             _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
@@ -782,33 +886,24 @@ class DatabaseJournal:
                 {"s": e.session_id, "q": e.seq, "i": e.invocation_id, "t": e.type.value, "p": e.payload}
                 for e in envelopes
             ]
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"INSERT INTO {table} ({columns}) SELECT r.s, r.q, r.i, r.t, r.p, %s"  # noqa: S608 - quoted names
-                    " FROM json_to_recordset(%s::json) AS r(s text, q int, i text, t text, p jsonb)",
-                    [created_at, json.dumps(records, allow_nan=False)],
-                )
-            return
-        rows = [
-            (
+            return (
+                f"INSERT INTO {table} ({columns}) SELECT r.s, r.q, r.i, r.t, r.p, %s"  # noqa: S608 - quoted names
+                " FROM json_to_recordset(%s::json) AS r(s text, q int, i text, t text, p jsonb)",
+                [created_at, json.dumps(records, allow_nan=False)],
+            )
+        envelope = envelopes[0]
+        payload_field = models.Envelope._meta.get_field("payload")
+        return (
+            f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)",  # noqa: S608 - quoted names
+            [
                 envelope.session_id,
                 envelope.seq,
                 envelope.invocation_id,
                 envelope.type.value,
                 payload_field.get_db_prep_save(envelope.payload, connection),
                 created_at,
-            )
-            for envelope in envelopes
-        ]
-        sql = f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)"  # noqa: S608 - quoted names
-        with connection.cursor() as cursor:
-            if len(rows) == 1:
-                cursor.execute(sql, rows[0])
-            else:
-                # SQLite: one statement bound once per row (executemany reuses it in C).
-                # A VALUES list of 6 x N placeholders was rewritten to SQLite's "?" style
-                # by a regex over its whole text for every group (py-spy, embedded server).
-                cursor.executemany(sql, rows)
+            ],
+        )
 
     # ---- reads ----
 

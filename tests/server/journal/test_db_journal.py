@@ -211,25 +211,47 @@ def test_it_refuses_a_write_with_a_stale_lease_token(
 @pytest.mark.parametrize(
     "fields", [{"status": Run.COMPLETED}, {"status": Run.SUSPENDED}, {"finished_at": timezone.now()}]
 )
+@pytest.mark.parametrize("batch", [[delta("late")], [NewEvent(E.SESSION_ERROR, {"error": "x", "retryable": True})]])
 def test_it_refuses_a_write_fenced_by_a_finished_run(
-    session: Session, journal: DatabaseJournal, fields: dict[str, Any]
+    session: Session, journal: DatabaseJournal, fields: dict[str, Any], batch: list[NewEvent]
 ) -> None:
     run = leased_run(session)
     Run.objects.filter(pk=run.pk).update(**fields)
     with pytest.raises(LeaseLost):
-        journal.append_sync(session.id, [delta("x")], fence=(run.id, "tok-current"))
+        journal.append_sync(session.id, batch, fence=(run.id, "tok-current"))
     assert seqs(session.id) == [1]
 
 
 @pytest.mark.django_db
-def test_it_refuses_a_fence_of_another_sessions_run(make_session: Any, journal: DatabaseJournal) -> None:
+@pytest.mark.parametrize("batch", [[delta("late")], [NewEvent(E.SESSION_ERROR, {"error": "x", "retryable": True})]])
+def test_it_refuses_a_fence_of_another_sessions_run(
+    make_session: Any, journal: DatabaseJournal, batch: list[NewEvent]
+) -> None:
     mine, other = make_session(), make_session()
     run = leased_run(other)
     with pytest.raises(LeaseLost):
-        journal.append_sync(mine.id, [delta("x")], fence=(run.id, "tok-current"))
+        journal.append_sync(mine.id, batch, fence=(run.id, "tok-current"))
     with pytest.raises(LeaseLost):
-        journal.append_sync(mine.id, [delta("x")], fence=("run_missing", "tok-current"))
+        journal.append_sync(mine.id, batch, fence=("run_missing", "tok-current"))
+    with pytest.raises(LeaseLost):
+        journal.append_sync(mine.id, batch, fence="malformed")
     assert seqs(mine.id) == [1]
+
+
+@pytest.mark.django_db
+def test_a_fenced_append_of_other_events_takes_two_statements_on_postgresql(
+    session: Session, journal: DatabaseJournal
+) -> None:
+    """The Session and Run rows locked in one statement, the envelopes inserted and the
+    Session row updated in another (SQLite: each its own)."""
+    run = leased_run(session)
+    start = NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant"}, "inv_1")
+    with CaptureQueriesContext(connection) as queries:
+        journal.append_sync(session.id, [start, delta("a")], fence=(run.id, "tok-current"))
+    writes = [q["sql"][:60] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(writes) == (2 if connection.vendor == "postgresql" else 4), writes
+    assert [e.type for e in journal.load_sync(session.id, 1)] == [E.MESSAGE_START, E.MESSAGE_DELTA]
+    assert Session.objects.get(pk=session.pk).last_seq == 3
 
 
 @pytest.mark.django_db
@@ -666,7 +688,8 @@ def test_it_rolls_back_the_seq_bump_when_the_insert_fails(
     def broken_insert(*args: Any) -> None:
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(DatabaseJournal, "_insert", broken_insert)
+    # Every envelope INSERT is made there (PostgreSQL's with the Session UPDATE in it).
+    monkeypatch.setattr(DatabaseJournal, "_insert_statement", broken_insert)
     with pytest.raises(RuntimeError):
         journal.append_sync(session.id, batch)
     session.refresh_from_db()
