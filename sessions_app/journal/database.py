@@ -162,8 +162,9 @@ class _Unread:
 
 _UNREAD = _Unread()
 
-#: The statuses a fence refuses, as the JSON parameter of a JSON_TEXTS.
-_FINISHED_STATUSES_JSON = json.dumps(sorted(models.Run.FINISHED_STATUSES))
+#: The statuses a fence refuses, as an SQL list of literals (the model's constants).
+_FINISHED_STATUSES_SQL = ", ".join(f"'{status}'" for status in sorted(models.Run.FINISHED_STATUSES))
+assert all(status.isidentifier() for status in models.Run.FINISHED_STATUSES)  # noqa: S101 - safe as literals
 
 
 def _all_deltas(items: Sequence[_PendingAppend]) -> bool:
@@ -478,10 +479,11 @@ class DatabaseJournal:
         numbers them. The locking CTE takes every Session lock (in id order: the UPDATE
         joins only rows it has emitted, so it never locks one first); the Run rows' CTE
         waits for it (its one-time filter reads it), so the locks follow the module's
-        order, and it returns each run as it is once locked (a lease taken over or a run
-        finished while this waited is seen, as by `_check_fence`). The UPDATE and so the
-        INSERT write only when every session and fence passed (`ok`). Separate
-        statements were a round trip, a parse and a plan each per group, and their
+        order, and it keeps the runs whose fence holds, rechecked on each row as it is
+        once locked (a lease taken over or a run finished while this waited drops out,
+        as `_check_fence` would refuse it). The UPDATE and so the INSERT write only when
+        every session was found and every fence held (the two counts). Separate
+        statements were a round trip and a Django cursor each per group, and their
         BEGIN and COMMIT two more (bench/pg_statements.py).
         """
         connection = connections[self.using]
@@ -492,13 +494,13 @@ class DatabaseJournal:
             _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
         )
         pk = _qn(connection, "id")
-        fences = []
+        fences: set[tuple[str, str, str]] = set()  # (run, session, token): each once
         for item in items:
             if item.fence is not None:
                 run_id, lease_token = _split_fence(item.fence)
                 if not isinstance(lease_token, str):
                     raise LeaseLost(f"run {run_id}: the lease was taken over")
-                fences.append({"r": run_id, "s": item.session_id, "t": lease_token})
+                fences.add((run_id, item.session_id, lease_token))
         placed = dict.fromkeys(counts, 0)
         records = []
         for item, events in zip(items, prepared, strict=True):
@@ -521,39 +523,35 @@ class DatabaseJournal:
             cursor.execute(
                 f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {session_table}"  # noqa: S608 - quoted names
                 f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
-                " fences AS MATERIALIZED (SELECT f.r, f.s, f.t"
-                " FROM json_to_recordset(%s::json) AS f(r text, s text, t text)),"
-                f" runs AS MATERIALIZED (SELECT {pk}, {session_of}, {token}, {status}, {finished_at} FROM {run_table}"
-                f" WHERE {pk} = ANY(ARRAY(SELECT fences.r FROM fences)) AND (SELECT count(*) FROM locked) >= 0"
-                f" ORDER BY {pk} FOR NO KEY UPDATE),"
-                " ok AS MATERIALIZED (SELECT (SELECT count(*) FROM locked) = %s AND NOT EXISTS (SELECT FROM fences"
-                f" LEFT JOIN runs ON runs.{pk} = fences.r WHERE runs.{pk} IS NULL OR runs.{session_of} <> fences.s"
-                f" OR runs.{token} IS NULL OR runs.{token} <> fences.t OR runs.{finished_at} IS NOT NULL"
-                f" OR runs.{status} = ANY({JSON_TEXTS})) AS ok),"
+                f" fenced AS MATERIALIZED (SELECT r.{pk} FROM {run_table} AS r,"
+                " json_to_recordset(%s::json) AS f(r text, s text, t text)"
+                f" WHERE r.{pk} = f.r AND r.{session_of} = f.s AND r.{token} = f.t AND r.{finished_at} IS NULL"
+                f" AND r.{status} NOT IN ({_FINISHED_STATUSES_SQL}) AND (SELECT count(*) FROM locked) >= 0"
+                f" ORDER BY r.{pk} FOR NO KEY UPDATE OF r),"
                 f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
-                f" FROM json_each_text(%s::json) AS v, locked, ok"
-                f" WHERE ok.ok AND s.{pk} = v.key AND locked.{pk} = s.{pk}"
+                f" FROM json_each_text(%s::json) AS v, locked WHERE s.{pk} = v.key AND locked.{pk} = s.{pk}"
+                " AND (SELECT count(*) FROM locked) = %s AND (SELECT count(*) FROM fenced) = %s"
                 f" RETURNING s.{pk} AS id, s.last_seq, v.value::int AS n),"
                 f" inserted AS (INSERT INTO {envelope_table} ({columns})"
                 " SELECT r.s, b.last_seq - b.n + r.o, r.i, r.t, r.p, %s"
                 " FROM json_to_recordset(%s::json) AS r(s text, o int, i text, t text, p jsonb)"
                 " JOIN bumped AS b ON b.id = r.s)"
-                " SELECT ok.ok, bumped.id, bumped.last_seq FROM ok LEFT JOIN bumped ON true",
+                " SELECT id, last_seq FROM bumped",
                 [
                     json.dumps(counts),
-                    json.dumps(fences),
-                    len(counts),
-                    _FINISHED_STATUSES_JSON,
+                    json.dumps([{"r": r, "s": s, "t": t} for r, s, t in fences]),
                     *touch_params,
                     json.dumps(counts),
+                    len(counts),
+                    len(fences),
                     connection.ops.adapt_datetimefield_value(now),
                     json.dumps(records, allow_nan=False),
                 ],
             )
             rows = cursor.fetchall()
-        if not rows or not rows[0][0]:
+        if len(rows) != len(counts):  # nothing written
             raise LeaseLost("a fence of the group was refused, or one of its sessions is gone")
-        return {session_id: int(seq) for _ok, session_id, seq in rows}
+        return {session_id: int(seq) for session_id, seq in rows}
 
     def _bump_deltas_sqlite(self, counts: dict[str, int], now: datetime) -> dict[str, int]:
         """SQLite: bump the sessions' last_seq in one UPDATE (its transaction holds the
