@@ -455,6 +455,23 @@ def test_a_group_of_deltas_with_a_refused_fence_writes_nothing_then_goes_append_
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_mixed_group_checks_its_deltas_fences_in_its_transaction(make_session: Any) -> None:
+    """A group with another event (its own transaction): a stale fence among the
+    deltas rolls it back, and each append goes alone; only the stale one fails."""
+    starting, streaming, fenced = make_session(), make_session(), make_session()
+    run = Run.objects.create(session=fenced, status=Run.RUNNING, lease_token="tok-new")
+    start = NewEvent(E.MESSAGE_START, {"message_id": "msg_2", "role": "assistant"}, "inv_1")
+    items = _group_items((streaming.id, "a"), (fenced.id, "late"))
+    items[1].fence = (run.id, "tok-old")
+    items.append(_PendingAppend(starting.id, [start], None, None))  # type: ignore[arg-type]
+    items.sort(key=lambda item: item.session_id)
+    results = DatabaseJournal(publish=False)._append_group(items)
+    by_session = {item.session_id: result for item, result in zip(items, results, strict=True)}
+    assert isinstance(by_session[fenced.id], LeaseLost)
+    assert seqs(starting.id) == [1, 2] and seqs(streaming.id) == [1, 2] and seqs(fenced.id) == [1]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_group_of_deltas_sees_a_lease_taken_over_while_it_waited_for_the_session(make_session: Any) -> None:
     """PostgreSQL: the group's statement starts (its snapshot taken) while a takeover
     holds the session's row; the takeover changes the run's lease and commits; the
