@@ -161,11 +161,15 @@ def do_judge_item(
         raise ValidationFailed("choose a, b or tie", code="invalid_choice")
     side_a, side_b = sides_of(experiment, replay, actor)
     winner = PairVerdict.TIE if choice == "tie" else side_a if choice == "a" else side_b
-    given: dict[str, Any] = {}
-    for side, values in ((side_a, a_scores), (side_b, b_scores)):
-        if values not in (None, "", {}):
-            given[side] = values
-    checked = actions.check_pair_scores(experiment.team_id, given)
+    checked: dict[str, dict[str, Any]] = {}
+    for letter, side, values in (("A", side_a, a_scores), ("B", side_b, b_scores)):
+        if values in (None, "", {}):
+            continue
+        try:
+            checked.update(actions.check_pair_scores(experiment.team_id, {side: values}))
+        except ValidationFailed as exc:
+            # Named as the reviewer sees the side, never as what it is.
+            raise ValidationFailed(f"Scores for {letter}: {exc.message}", code=exc.code) from None
     with transaction.atomic():
         verdict = actions.save_verdict(actor, experiment, replay, winner, note, checked)
         ReviewQueueItem.objects.filter(pk=item.pk).update(done_at=timezone.now())

@@ -27,6 +27,7 @@ from sessions_app.experiments import queue as pairs
 from sessions_app.models import AgentVersion, Experiment, Membership, Replay, ReviewQueue
 from sessions_app.review import actions as review_actions
 from sessions_app.review import scores, search
+from sessions_app.review.navigation import item_address, queue_nav
 from sessions_app.web import HtmxHttpRequest, page_refusals
 
 refusals = page_refusals(back=lambda request, _kwargs: reverse("experiments"), htmx_flash=False)
@@ -108,6 +109,44 @@ class ExperimentForm(forms.Form):
         if kind == "queue":
             return {"queue": self.cleaned_data.get("queue") or None}
         return {"sessions": _IDS.findall(self.cleaned_data.get("sessions") or "")}
+
+
+def _score_widget(score: scores.ScoreDef, field_id: str) -> forms.Widget:
+    """A team score's control, as the rating form has it (templates/review/_score_field.html)."""
+    attrs = {"id": field_id}
+    if score.description:
+        attrs["aria-describedby"] = f"{field_id}-d"
+    if score.kind == "categorical":
+        return forms.Select(attrs=attrs, choices=[("", "—"), *((label, label) for label in score.labels)])
+    if score.kind == "boolean":
+        return forms.Select(attrs=attrs, choices=[("", "—"), ("yes", "yes"), ("no", "no")])
+    return forms.NumberInput(attrs={**attrs, "step": score.step, "placeholder": score.range_text})
+
+
+class PairVerdictForm(forms.Form):
+    """A blind verdict's optional fields: each side's team scores (`a.<name>`,
+    `b.<name>`) and a note; the choice is the button pressed. The values are checked by
+    the action, by the API's rules (sessions_app.experiments.actions.check_pair_scores),
+    so the form only carries them: a refused verdict comes back with what was typed."""
+
+    note = forms.CharField(
+        required=False,
+        label="Note (optional)",
+        strip=False,
+        widget=forms.Textarea(attrs={"id": "judge-note", "rows": 2, "maxlength": 2000}),
+    )
+
+    def __init__(self, definitions: list[scores.ScoreDef], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["note"].widget.attrs.pop("cols", None)  # its width is the stylesheet's
+        #: ("A" or "B", [(score, bound field)]) for the template, in the form's order.
+        self.sides: list[tuple[str, list[tuple[scores.ScoreDef, forms.BoundField]]]] = []
+        for side in ("a", "b"):
+            for score in definitions:
+                self.fields[f"{side}.{score.name}"] = forms.CharField(
+                    required=False, label=score.name, widget=_score_widget(score, f"{side}-{score.name}")
+                )
+            self.sides.append((side.upper(), [(score, self[f"{side}.{score.name}"]) for score in definitions]))
 
 
 def _require_moderator(request: HtmxHttpRequest) -> None:
@@ -248,6 +287,7 @@ def judge_page(request: HtmxHttpRequest, experiment_id: str) -> HttpResponse:
     replay: Replay = pending[0].replay
     context = {
         "experiment": experiment,
+        "form": PairVerdictForm([]),
         "replay": replay,
         "turns": _blind_turns(experiment, replay, request.user),
         "left": len(pending),
@@ -291,13 +331,16 @@ def pair_page(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     replay = item.pair
     assert replay is not None
     experiment = replay.experiment
-    error = ""
+    definitions = scores.custom_scores(experiment.team_id)
+    form = PairVerdictForm(definitions, request.POST if request.method == "POST" else None)
     if request.method == "POST":
         try:
             pairs.do_judge_item(
                 request.user,
                 item.pk,
                 request.POST.get("choice"),
+                # Every `a.`/`b.` key, not only the form's: an unknown score is refused
+                # by name, as the API refuses it.
                 a_scores=_side_scores(request.POST, "a."),
                 b_scores=_side_scores(request.POST, "b."),
                 note=request.POST.get("note", ""),
@@ -305,26 +348,20 @@ def pair_page(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
         except SectrError as exc:
             if isinstance(exc, NotFound | Forbidden):
                 raise
-            error = exc.message
-    if request.method == "POST" and not error:
-        following = pairs.next_open_item(request.user, item.queue, after=item.position)
-        messages.success(request, "Verdict saved.")
-        if following is None:
-            return redirect("review_queue", queue_id=item.queue_id)
-        if following.pair_id is not None:
-            return redirect("review_pair", item_id=following.pk)
-        return redirect(f"{reverse('review_session', args=[following.session_id])}?queue={item.queue_id}")
+            form.add_error(None, exc.message)
+        else:
+            following = pairs.next_open_item(request.user, item.queue, after=item.position)
+            messages.success(request, "Verdict saved.")
+            if following is None:
+                return redirect("review_queue", queue_id=item.queue_id)
+            return redirect(item_address(item.queue_id, following.pk, following.session_id, following.pair_id))
     running = compare.replay_statuses(experiment, replay)[0].state == compare.RUNNING
-    definitions = scores.custom_scores(experiment.team_id)
     context = {
         "item": item,
         "queue": item.queue,
+        "queue_nav": queue_nav(request.user, item.queue, item_id=item.pk),
         "turns": [] if running else _blind_turns(experiment, replay, request.user),
         "running": running,
-        "sides": [
-            ("A", "a", [(d, f"a-{d.name}", f"a.{d.name}") for d in definitions]),
-            ("B", "b", [(d, f"b-{d.name}", f"b.{d.name}") for d in definitions]),
-        ],
-        "error": error,
+        "form": form,
     }
-    return render(request, "review/pair.html", context, status=400 if error else 200)
+    return render(request, "review/pair.html", context, status=400 if form.errors else 200)

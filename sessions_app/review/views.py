@@ -31,6 +31,7 @@ from sessions_app.models import (
     Session,
 )
 from sessions_app.review import actions, export, scores, search, usage
+from sessions_app.review.navigation import item_address, queue_nav
 from sessions_app.review.panels import snapshot_fields
 from sessions_app.review.transcript import build_timeline
 from sessions_app.web import HtmxHttpRequest, get_session_for_request, http_refusal, page_refusals
@@ -125,24 +126,7 @@ def _queue_nav(user: Any, session: Session, queue_id: str | None) -> dict[str, A
         queue = actions.get_queue_for_user(user, int(queue_id))
     except NotFound:
         return None
-    # Pair items are judged on their own, blind page, never walked to from a session's.
-    items = list(
-        actions.queue_items_for(user, queue).filter(pair__isnull=True).values_list("pk", "session_id", "done_at")
-    )
-    index = next((i for i, (_, sid, _) in enumerate(items) if sid == session.pk), None)
-    if index is None:
-        return None
-    return {
-        "queue": queue,
-        "item_id": items[index][0],
-        "done": items[index][2] is not None,
-        "position": index + 1,
-        "count": len(items),
-        "done_count": sum(1 for _, _, done in items if done is not None),
-        "previous": items[index - 1][1] if index > 0 else None,
-        "next": items[index + 1][1] if index + 1 < len(items) else None,
-        "progress": actions.progress_text(actions.queue_shares(queue), user.get_username()),
-    }
+    return queue_nav(user, queue, session_id=session.pk)
 
 
 def _rating_block(
@@ -460,11 +444,19 @@ def queue_item_done(request: HtmxHttpRequest, item_id: int) -> HttpResponse:
     item = actions.do_mark_item_done(request.user, item_id, request.POST.get("done", "1") == "1")
     progress = actions.progress_text(actions.queue_shares(item.queue), request.user.get_username())
     messages.success(request, f"{'Done' if item.done_at else 'Reopened'}: {progress}")
-    # `then` names the session to review next; it leads only to another item of this
-    # queue the user works through (anything else, however it is spelled, goes back).
-    target = request.POST.get("then")
-    if target and actions.queue_items_for(request.user, item.queue).filter(session_id=target).exists():
-        return redirect(f"{reverse('review_session', args=[target])}?queue={item.queue_id}")
+    # `then` names the item to review next (a session or a pair); it leads only to
+    # another item of this queue the user works through (anything else, however it is
+    # spelled, goes back).
+    target = str(request.POST.get("then") or "")
+    if target.isdigit() and len(target) <= 18:
+        following = (
+            actions.queue_items_for(request.user, item.queue)
+            .filter(pk=int(target))
+            .values_list("pk", "session_id", "pair_id")
+            .first()
+        )
+        if following is not None:
+            return redirect(item_address(item.queue_id, *following))
     return redirect(_back(request))
 
 

@@ -176,6 +176,118 @@ def test_submitting_opens_the_next_open_pair_of_the_queue(crew: dict[str, Any]) 
     assert f'href="/review/pairs/{second.pk}/">Start reviewing' in queue_page
 
 
+def side_markup(html: str) -> list[tuple[str, str]]:
+    """Each turn's two sides as markup with their letter and text taken out: what the page
+    draws around what a side said, which must not differ by what the side is."""
+    articles = re.findall(r'<article class="compare-side">(.*?)</article>', html, re.S)
+    shapes = [re.sub(r">[^<]*<", "><", re.sub(r"<h3>[AB]</h3>", "", a)).strip() for a in articles]
+    return list(zip(shapes[::2], shapes[1::2], strict=True))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_diverged_pair_is_drawn_alike_on_both_sides(crew: dict[str, Any]) -> None:
+    """Only a replay diverges and stops answering: neither may show on the blind pages
+    (a queue's pair page, Judge pairs), whichever side the replay is."""
+    people = crew
+    # The first source's replay diverges at its first turn (the second's does not).
+    experiment, sources = experiment_of_two(people)
+    sent = pairs.do_send_to_queue(people["moderator"], experiment.pk, name="blind", reviewers=["reviewer"])
+    diverged = next(i for i in sent.items if i.pair is not None and i.pair.source_id == sources[0].pk)
+    assert compare.replay_statuses(experiment, diverged.pair)[0].state == compare.DIVERGED_STATE
+    reviewer = login(people["reviewer"])
+    judge = reviewer.get(f"/review/experiments/{experiment.pk}/judge").content.decode()
+    assert f'name="source" value="{sources[0].pk}"' in judge  # the same pair, on Judge pairs
+    for html in (reviewer.get(f"/review/pairs/{diverged.pk}/").content.decode(), judge):
+        for word in ("divergence", "Stopped here", "would call", "diverged", "stopped"):
+            assert word not in html, word
+        # The diverged turn: each side's call, drawn the same way; the next turn, which
+        # the replay never answered and the recording answered with nothing: alike.
+        turns = side_markup(html)
+        assert len(turns) == 2
+        for a, b in turns:
+            assert a == b, (a, b)
+        assert html.count('<p class="empty">No answer.</p>') == 2
+
+
+@pytest.mark.django_db
+def test_the_order_of_the_sides_is_keyed_with_the_installations_secret(crew: dict[str, Any], settings: Any) -> None:
+    """The ids the order is made from are on the judging form: without the secret, the
+    order cannot be worked out from them."""
+    experiment = Experiment(pk="exp_fixed")
+    reviewer = crew["reviewer"]
+    flips = [experiments.blind_flip(experiment, "ses_x", n, reviewer) for n in range(64)]
+    assert flips == [experiments.blind_flip(experiment, "ses_x", n, reviewer) for n in range(64)]  # fixed
+    assert 16 < sum(flips) < 48  # both orders, about as often
+    settings.SECRET_KEY = "another installation's secret, at least fifty characters long......"
+    assert flips != [experiments.blind_flip(experiment, "ses_x", n, reviewer) for n in range(64)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_previous_and_next_walk_sessions_and_pairs_in_the_queues_order(crew: dict[str, Any]) -> None:
+    people = crew
+    experiment, sources = experiment_of_two(people)
+    moderator = people["moderator"]
+    queue = review_actions.do_create_queue(moderator, "mixed", [people["reviewer"]], team="crew")
+    review_actions.do_add_to_queue(moderator, queue.pk, [sources[0]])
+    pairs.do_send_to_queue(moderator, experiment.pk, queue=queue.pk)
+    review_actions.do_add_to_queue(moderator, queue.pk, [sources[1]])
+    first, pair1, pair2, last = ReviewQueueItem.objects.filter(queue=queue).order_by("position")
+    assert (first.pair_id, last.pair_id) == (None, None) and pair1.pair_id and pair2.pair_id
+    addresses = [
+        f"/review/{first.session_id}/?queue={queue.pk}",
+        f"/review/pairs/{pair1.pk}/",
+        f"/review/pairs/{pair2.pk}/",
+        f"/review/{last.session_id}/?queue={queue.pk}",
+    ]
+    reviewer = login(people["reviewer"])
+
+    def link(html: str, name: str) -> str | None:
+        found = re.search(rf'<a href="([^"]+)">{name}</a>', html)
+        return found.group(1).replace("&amp;", "&") if found else None
+
+    for index, address in enumerate(addresses):
+        html = reviewer.get(address).content.decode()
+        assert f"item {index + 1} of 4" in html, address
+        assert link(html, "Previous") == (addresses[index - 1] if index else None), address
+        assert link(html, "Next") == (addresses[index + 1] if index < 3 else None), address
+    # A pair's page names no session, not even its neighbours' by their place.
+    pair_page = reviewer.get(addresses[1]).content.decode()
+    assert pair1.session_id not in pair_page and pair2.session_id not in pair_page
+    # Done on a session goes on to the next item, a pair.
+    html = reviewer.get(addresses[0]).content.decode()
+    assert f'name="then" value="{pair1.pk}"' in html
+    done = reviewer.post(f"/review/queue-items/{first.pk}/done", {"then": str(pair1.pk)})
+    assert done.status_code == 302 and done["Location"] == addresses[1]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_verdict_keeps_what_the_reviewer_typed(crew: dict[str, Any]) -> None:
+    people = crew
+    experiment, sources = experiment_of_two(people)
+    sent = pairs.do_send_to_queue(people["moderator"], experiment.pk, name="typed", reviewers=["reviewer"])
+    item = sent.items[0]
+    reviewer = login(people["reviewer"])
+    typed = {"choice": "a", "a.clarity": "9", "a.safe": "yes", "b.clarity": "2", "b.safe": "no", "note": "A, surely"}
+    refused = reviewer.post(f"/review/pairs/{item.pk}/", typed)
+    assert refused.status_code == 400
+    html = refused.content.decode()
+    assert re.search(r'data-role="pair-error">Scores for A: clarity is a number from 1 to 5<', html)
+    assert re.search(r'<input type="number" name="a.clarity" value="9" id="a-clarity"', html)
+    assert re.search(r'<input type="number" name="b.clarity" value="2" id="b-clarity"', html)
+    assert re.search(r'<select name="a.safe" id="a-safe">.*?<option value="yes" selected>', html, re.S)
+    assert re.search(r'<select name="b.safe" id="b-safe">.*?<option value="no" selected>', html, re.S)
+    assert re.search(r'<textarea name="note"[^>]*>\s*A, surely</textarea>', html)
+    for word in words_that_name_a_side(experiment, sources):
+        assert word not in html, word
+    assert not PairVerdict.objects.exists()
+    # Fixed and sent again: stored as typed.
+    assert reviewer.post(f"/review/pairs/{item.pk}/", {**typed, "a.clarity": "5"}).status_code == 302
+    verdict = PairVerdict.objects.get()
+    side_a, side_b = pairs.sides_of(experiment, item.pair, people["reviewer"])
+    assert verdict.scores == {side_a: {"clarity": 5, "safe": True}, side_b: {"clarity": 2, "safe": False}}
+    assert verdict.note == "A, surely"
+
+
 @pytest.mark.django_db(transaction=True)
 def test_the_role_matrix(crew: dict[str, Any]) -> None:
     people = crew

@@ -412,7 +412,7 @@ def test_queues_take_a_search_refuse_duplicates_and_walk_with_progress(
     items = list(ReviewQueueItem.objects.filter(queue=queue).order_by("position"))
     first = reviewer_client.get(f"/review/{items[0].session_id}/?queue={queue_id}").content.decode()
     assert "item 1 of 3" in first and "0 of 3 done" in first and "Next" in first and "Previous</a>" not in first
-    response = reviewer_client.post(f"/review/queue-items/{items[0].pk}/done", {"then": items[1].session_id})
+    response = reviewer_client.post(f"/review/queue-items/{items[0].pk}/done", {"then": str(items[1].pk)})
     assert response["Location"] == f"/review/{items[1].session_id}/?queue={queue_id}"
     second = reviewer_client.get(response["Location"]).content.decode()
     assert "item 2 of 3" in second and "1 of 3 done" in second and "Previous" in second

@@ -198,17 +198,21 @@ def test_losing_the_review_role_in_alpha_loses_the_queue(cast: Cast) -> None:
 def test_then_leads_to_the_next_item_of_the_queue(cast: Cast) -> None:
     first, second = cast.items()
     client = logged_in(cast.people["alpha reviewer"])
-    response = client.post(f"/review/queue-items/{first.pk}/done", {"then": second.session_id})
+    response = client.post(f"/review/queue-items/{first.pk}/done", {"then": str(second.pk)})
     assert response.status_code == 302
     assert response["Location"] == f"/review/{second.session_id}/?queue={cast.queue.pk}"
 
 
 @pytest.mark.parametrize(
-    "then", ["a/b", "../../admin", "//evil.example/", "https://evil.example/", "x" * 500, "ses_not_in_it", "beta"]
+    "then",
+    ["a/b", "../../admin", "//evil.example/", "https://evil.example/", "x" * 500, "9" * 500, "-1", "999999", "beta"],
 )
 def test_then_anywhere_else_goes_back_to_the_review_page(cast: Cast, then: str) -> None:
     if then == "beta":
-        then = cast.beta_session.pk  # a real session, but no item of this queue
+        # A real item, of another team's queue.
+        elsewhere = actions.do_create_queue(cast.people["beta moderator"], "Beta's")
+        actions.do_add_to_queue(cast.people["beta moderator"], elsewhere.pk, [cast.beta_session])
+        then = str(ReviewQueueItem.objects.get(queue=elsewhere).pk)
     first = cast.items()[0]
     client = logged_in(cast.people["alpha reviewer"])
     response = client.post(f"/review/queue-items/{first.pk}/done", {"then": then})
