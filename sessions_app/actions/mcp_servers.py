@@ -115,10 +115,12 @@ def _unknown(data: dict[str, Any], allowed: tuple[str, ...]) -> None:
 
 
 def _discover_into(server: TeamMcpServer, reason: str) -> None:
-    """Run discovery for `server` and keep what it found, and why it ran (not saved here)."""
-    server.refreshed_at = timezone.now()
-    server.discovery_reason = reason
-    server.tools_fresh_until = None
+    """Run discovery for `server` and keep what it found, when and why (not saved here).
+
+    Only a discovery that worked moves `refreshed_at`, `discovery_reason` and
+    `tools_fresh_until`: they say when the stored tools were listed, and a failure lists
+    none. It is the row's health and last error instead; the tools stored before stay
+    what the workers offer."""
     if not server.enabled:
         server.health, server.last_error = TeamMcpServer.DISABLED, ""
         return
@@ -133,6 +135,8 @@ def _discover_into(server: TeamMcpServer, reason: str) -> None:
         return
     server.discovered = found.tools
     server.protocol_version = found.protocol_version or ""
+    server.refreshed_at = timezone.now()
+    server.discovery_reason = reason
     server.tools_fresh_until = fresh_until(found.ttl_s, server.refreshed_at)
     server.health, server.last_error = TeamMcpServer.OK, ""
 

@@ -172,6 +172,46 @@ def test_the_api_says_when_and_why_the_tools_were_discovered(
     assert json.dumps(refreshed).count("changing__grow") == 1
 
 
+@pytest.mark.django_db
+def test_a_failed_discovery_leaves_when_and_why_the_tools_were_discovered(
+    people: dict[str, Any], tmp_path: Path, settings: Any
+) -> None:
+    from sessions_app.actions.tokens import do_issue_token
+
+    install_changing(tmp_path, settings, "modern", ttl_ms=60000)
+    changing_session(people)
+    saved = row()
+    assert saved.refreshed_at is not None and saved.tools_fresh_until is not None
+    # The same server, now a command that exits at once: Refresh cannot list its tools.
+    broken = {"command": sys.executable, "args": ["-c", "raise SystemExit(3)"], "timeout_s": 20}
+    settings.SECTR_MCP_SERVERS = str(servers_file(tmp_path / "broken.json", tmp_path / "repo", changing=broken))
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {do_issue_token(people['moderator'], 't')[1]}")
+    body = client.post("/api/v1/teams/crew/mcp-servers/changing/refresh", content_type="application/json").json()
+    assert body["health"] == "error" and "MCP server changing is unreachable" in body["last_error"], body
+    failed = row()
+    assert (failed.refreshed_at, failed.discovery_reason, failed.tools_fresh_until) == (
+        saved.refreshed_at,
+        "saved",
+        saved.tools_fresh_until,
+    )
+    assert listed(failed) == ["grow", "shrink"]  # the tools stored before stay offered
+    section = tools_section(people)
+    assert "when the server was saved" in section and "Last error: MCP server changing is unreachable" in section
+    # A save that cannot discover is the same.
+    changed = client.put(
+        "/api/v1/teams/crew/mcp-servers/changing", {"tools": ["grow"]}, content_type="application/json"
+    ).json()
+    assert (
+        changed["health"] == "error"
+        and changed["refreshed_at"] == body["refreshed_at"] == saved.refreshed_at.isoformat()
+    )
+    # Reachable again: Refresh moves them, and the error is gone.
+    settings.SECTR_MCP_SERVERS = str(tmp_path / "mcp-servers.json")
+    body = client.post("/api/v1/teams/crew/mcp-servers/changing/refresh", content_type="application/json").json()
+    assert (body["health"], body["last_error"], body["discovery_reason"]) == ("ok", None, "refresh")
+    assert row().refreshed_at > saved.refreshed_at
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # its own server, migrations and a worker process: slow on a loaded machine
 def test_a_worker_process_stores_a_changed_tool_list_for_the_next_run(tmp_path: Path) -> None:
