@@ -28,10 +28,12 @@ them as a session's media; `MemoryMediaStore` keeps them in this process (for
 journal or the model.
 
 A server's tool list may change while it runs. A session-based server says so with
-`notifications/tools/list_changed` on the connection (`on_tools_changed` hears it); a
-stateless one gives `tools/list` a cache hint (`ttlMs`), kept as `tools_ttl_s`. `McpPool`
-honours both: its discovered tools are forgotten on the notification and when the hint
-runs out.
+`notifications/tools/list_changed` on the connection; a stateless one that declares the
+`tools` capability's `listChanged` says so on a `subscriptions/listen` stream, which a
+connection with an `on_tools_changed` listener keeps open (either way, the listener hears
+it); a stateless one may also give `tools/list` a cache hint (`ttlMs`), kept as
+`tools_ttl_s`. `McpPool` honours all of them: its discovered tools are forgotten on a
+change and when the hint runs out.
 """
 
 from __future__ import annotations
@@ -91,6 +93,9 @@ _NAME_OK = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SERVER_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
 #: The longest cache hint honoured (the `mcp` client's own cap: a day).
 MAX_TOOLS_TTL_S = 24 * 60 * 60.0
+#: How long a new connection to a stateless server waits for its tool-list subscription
+#: to be acknowledged before its first call goes ahead anyway.
+LISTEN_ACK_S = 5.0
 #: Seconds before the n-th restart in a row of a server that keeps dying (then the last).
 _BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _CLIENT_NAME = "sectr"
@@ -359,7 +364,9 @@ class McpServer:
         self.config = config
         self._on_call = on_call
         #: Called (on the loop, must not block or raise) when the server says its tools
-        #: changed (`notifications/tools/list_changed`, the session-based revision).
+        #: changed (`notifications/tools/list_changed` on a session-based connection; on
+        #: a stateless one, an event of the `subscriptions/listen` stream this opens when
+        #: the hook is set before connecting and the server declares `listChanged`).
         self.on_tools_changed = on_tools_changed
         #: Where the images and audio of results go (module docstring); None: not kept.
         self.store_media = store_media
@@ -436,9 +443,26 @@ class McpServer:
                     cache=None,  # discovery is explicit (`discover`), never a stale cached list
                     message_handler=self._on_message,
                 ) as client:
+                    follower = None
+                    if self.on_tools_changed is not None and _listens_for_tools(client):
+                        subscribed = asyncio.Event()
+                        follower = loop.create_task(
+                            self._follow_tools(client, subscribed), name=f"mcp-listen:{self.config.name}"
+                        )
+                        # The first call waits for the subscription (briefly): a change
+                        # that call makes must not come before anyone listens.
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(LISTEN_ACK_S):
+                                await subscribed.wait()
                     if not ready.done():
                         ready.set_result(client)
-                    await closing.wait()
+                    try:
+                        await closing.wait()
+                    finally:
+                        if follower is not None:
+                            follower.cancel()
+                            with contextlib.suppress(BaseException):
+                                await follower
             except BaseException as exc:  # noqa: BLE001 - reported to whoever waits, or the next call
                 if not ready.done():
                     ready.set_exception(exc if isinstance(exc, Exception) else RuntimeError(repr(exc)))
@@ -483,9 +507,46 @@ class McpServer:
     async def _on_message(self, message: Any) -> None:
         """The server's notifications (and transport faults, which the call paths see too)."""
         from mcp_types import ToolListChangedNotification
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-        if not isinstance(message, ToolListChangedNotification):
-            return
+        # On a stateless connection it comes from a listen stream, whose reader
+        # (`_follow_tools`) hears it too: once is enough.
+        if isinstance(message, ToolListChangedNotification) and self.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            self._tools_changed()
+
+    async def _follow_tools(self, client: Client, subscribed: asyncio.Event) -> None:
+        """The stateless revision's change notifications: a `subscriptions/listen` stream
+        for the tool list, open while the connection is (a session-based server sends
+        them on the connection itself, `_on_message`). A stream that ends or drops is
+        opened again after a backoff, and the tools count as changed then, since nothing
+        replays what was said meanwhile. `subscribed` is set once the first stream is
+        acknowledged (or could not be opened). Ends when the connection does."""
+        failures = 0
+        opened = False
+        try:
+            while not _client_closed(client):
+                try:
+                    async with client.listen(tools_list_changed=True) as subscription:
+                        subscribed.set()
+                        if not subscription.honored.tools_list_changed:
+                            return  # it declared the capability, then refused it: nothing to follow
+                        if opened:
+                            self._tools_changed()
+                        opened, failures = True, 0
+                        async for _event in subscription:
+                            self._tools_changed()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - following changes is best effort; calls still work
+                    failures += 1
+                    if not _client_closed(client):
+                        logger.warning("MCP server %s: tool-list subscription lost: %s", self.config.name, _reason(exc))
+                subscribed.set()
+                await asyncio.sleep(_BACKOFF[min(failures + 1, len(_BACKOFF) - 1)])
+        finally:
+            subscribed.set()
+
+    def _tools_changed(self) -> None:
         logger.info("MCP server %s: its tool list changed", self.config.name)
         hook = self.on_tools_changed
         if hook is not None:
@@ -517,10 +578,7 @@ class McpServer:
         client, runner = self._client, self._runner
         if client is None or runner is None or runner.done():
             return False
-        # The `mcp` client shows no public sign of a transport that closed under it; its
-        # dispatcher's flag is the one place that knows, read defensively.
-        dispatcher = getattr(client.session, "_dispatcher", None)
-        return not getattr(dispatcher, "_closed", False)
+        return not _client_closed(client)
 
     # --- tools -----------------------------------------------------------------------------
 
@@ -657,6 +715,25 @@ def _inherited_env() -> dict[str, str]:
     from mcp.client.stdio import get_default_environment
 
     return get_default_environment()
+
+
+def _client_closed(client: Client) -> bool:
+    """Whether the transport under an `mcp` client closed. The client shows no public
+    sign of it; its dispatcher's flag is the one place that knows, read defensively."""
+    dispatcher = getattr(client.session, "_dispatcher", None)
+    return bool(getattr(dispatcher, "_closed", False))
+
+
+def _listens_for_tools(client: Client) -> bool:
+    """Whether the server tells a listening client that its tools changed: the stateless
+    revision, and the `tools` capability's `listChanged` (which that revision's servers
+    declare when they serve `subscriptions/listen`)."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    if client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+        return False
+    tools = client.server_capabilities.tools
+    return bool(tools is not None and tools.list_changed)
 
 
 def _reason(exc: BaseException) -> str:

@@ -549,9 +549,9 @@ async def test_a_runtimes_tool_source_adds_a_sessions_mcp_tools() -> None:
 CHANGING = ROOT / "tests" / "server" / "mcp" / "changing_mcp_server.py"
 
 
-def changing(era: str, ttl_ms: int = 0) -> ServerConfig:
+def changing(era: str, ttl_ms: int = 0, *, listen: bool = True) -> ServerConfig:
     """Our server whose tool list grows when `grow` is called (docs in the file)."""
-    env = {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms)}
+    env = {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms), "CHANGING_MCP_LISTEN": str(int(listen))}
     return ServerConfig(name="changing", command=sys.executable, args=(str(CHANGING),), env=env, timeout_s=20)
 
 
@@ -581,11 +581,12 @@ async def test_a_session_based_servers_tool_list_change_makes_the_pool_discover_
 
 async def test_a_stateless_servers_cache_hint_is_honoured_and_none_keeps_the_tools() -> None:
     pool = McpPool()
-    hinted, plain = changing("modern", ttl_ms=300), changing("modern")
+    # Servers that serve no `subscriptions/listen`: the hint is all they say.
+    hinted, plain = changing("modern", ttl_ms=300, listen=False), changing("modern", listen=False)
     first = await pool.tools("hinted", hinted)
     server = pool.server("hinted", hinted)
     assert server.protocol_version == "2026-07-28" and server.tools_ttl_s == 0.3
-    await server.call("grow", {})  # no notification reaches a client that is not listening
+    await server.call("grow", {})  # no notification: nothing to listen to
     assert await pool.tools("hinted", hinted) is first  # still fresh
     await asyncio.sleep(0.4)
     assert "changing__extra_1" in {t.name for t in await pool.tools("hinted", hinted)}
@@ -598,6 +599,64 @@ async def test_a_stateless_servers_cache_hint_is_honoured_and_none_keeps_the_too
     pool.refresh("plain")
     assert "changing__extra_1" in {t.name for t in await pool.tools("plain", plain)}
     await pool.close()
+
+
+@pytest.fixture
+async def changing_http() -> AsyncIterator[str]:
+    """The changing server over Streamable HTTP at the stateless revision (no session)."""
+    port = _free_port()
+    env = {**os.environ, "CHANGING_MCP_ERA": "modern", "CHANGING_MCP_HTTP_PORT": str(port)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CHANGING), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        for _ in range(400):
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def follows_a_stateless_servers_changes(config: ServerConfig) -> None:
+    """A stateless server sends no notification on the connection: a change reaches only a
+    client listening with `subscriptions/listen`, which a pool's connections keep open."""
+    heard: list[str] = []
+    pool = McpPool(on_tools_changed=heard.append)
+    first = await pool.tools("c", config)
+    server = pool.server("c", config)
+    assert server.protocol_version == "2026-07-28" and server.tools_ttl_s is None
+    assert await pool.tools("c", config) is first  # no hint, no change: kept
+    assert await server.call("grow", {}) == "added extra_1"
+    await wait_until(lambda: heard == ["c"])
+    tools = {t.name: t for t in await pool.tools("c", config)}
+    assert set(tools) == {"changing__grow", "changing__shrink", "changing__extra_1"}
+    assert await tools["changing__extra_1"].run({}) == "extra 1"
+    assert await server.call("shrink", {}) == "removed extra_1"
+    await wait_until(lambda: heard == ["c", "c"])
+    assert "changing__extra_1" not in {t.name for t in await pool.tools("c", config)}
+    await pool.close()
+
+
+async def test_a_stateless_stdio_servers_tool_list_change_reaches_a_listening_pool() -> None:
+    await follows_a_stateless_servers_changes(changing("modern"))
+
+
+async def test_a_stateless_http_servers_tool_list_change_reaches_a_listening_pool(changing_http: str) -> None:
+    await follows_a_stateless_servers_changes(ServerConfig(name="changing", url=changing_http, timeout_s=20))
+
+
+async def test_a_one_off_discovery_opens_no_subscription() -> None:
+    """Nobody listens to a connection without an `on_tools_changed` listener (a save's
+    discovery): it asks the server for no stream."""
+    async with McpServer(changing("modern")) as server:
+        await server.discover()
+        assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("mcp-listen:")]
 
 
 async def test_a_tool_the_server_removed_since_its_discovery_is_an_error_result() -> None:

@@ -9,9 +9,14 @@ to do it quietly).
   `notifications/tools/list_changed` on the connection, as a TypeScript SDK 1.x server
   would. The `mcp` package's servers answer both revisions, choosing by the client's
   first request, so this one serves the handshake loop directly.
-- ``modern`` (the default; the stateless 2026-07-28 revision): no change notification
-  reaches a client that does not listen for one; `tools/list` carries a cache hint of
+- ``modern`` (the default; the stateless 2026-07-28 revision): a change is an event on
+  the `subscriptions/listen` streams clients keep open (it declares the `tools`
+  capability's `listChanged`), unless `CHANGING_MCP_LISTEN=0`, which serves no such
+  stream and declares nothing; `tools/list` carries a cache hint of
   `CHANGING_MCP_TTL_MS` milliseconds (0: none).
+
+It speaks stdio, or Streamable HTTP at `http://127.0.0.1:<CHANGING_MCP_HTTP_PORT>/mcp`
+when that is set (at the stateless revision: no session, each request on its own).
 
 No published server changes its tools on request, which is why the tool-list tests use
 this one.
@@ -28,8 +33,14 @@ from mcp.types import ToolAnnotations
 
 ERA = os.environ.get("CHANGING_MCP_ERA", "modern")
 TTL_MS = int(os.environ.get("CHANGING_MCP_TTL_MS", "0"))
+LISTEN = os.environ.get("CHANGING_MCP_LISTEN", "1") != "0"
+HTTP_PORT = int(os.environ.get("CHANGING_MCP_HTTP_PORT", "0"))
 
-server = MCPServer("changing", cache_hints={"tools/list": CacheHint(ttl_ms=TTL_MS)} if TTL_MS else None)
+server = MCPServer(
+    "changing",
+    cache_hints={"tools/list": CacheHint(ttl_ms=TTL_MS)} if TTL_MS else None,
+    subscriptions=None if LISTEN else False,
+)
 added: list[str] = []
 
 
@@ -93,5 +104,7 @@ async def _serve_legacy() -> None:
 if __name__ == "__main__":
     if ERA == "legacy":
         anyio.run(_serve_legacy)
+    elif HTTP_PORT:
+        server.run("streamable-http", host="127.0.0.1", port=HTTP_PORT, stateless_http=True)
     else:
         server.run("stdio")

@@ -1,20 +1,26 @@
 """A server's tool list changes while the workers use it (docs/mcp.md, Discovery): a
-session-based server's `notifications/tools/list_changed` makes the worker discover its
-tools again and store them, so the next run has the new tool without Refresh; a
-stateless server's cache hint (`ttlMs`) is kept as `tools_fresh_until`, and a run after
-it discovers again in the background; a tool removed since its discovery is an error
-result; the team page says when the tools were discovered and why.
+session-based server's `notifications/tools/list_changed`, and a stateless server's event
+on the `subscriptions/listen` stream the worker's connection keeps open, make the worker
+discover its tools again and store them, so the next run has the new tool without
+Refresh; a stateless server's cache hint (`ttlMs`) is kept as `tools_fresh_until`, and a
+run after it discovers again in the background; a tool removed since its discovery is an
+error result; a failed discovery leaves when and why the tools were discovered as they
+were; the team page says when the tools were discovered and why.
 
-The server is tests/server/mcp/changing_mcp_server.py (calling `grow` adds a tool), an
-installation stdio server here, so its state is the worker connection's own process."""
+The server is tests/server/mcp/changing_mcp_server.py (calling `grow` adds a tool): an
+installation stdio server (its state is the worker connection's own process), or a
+team's Streamable HTTP server at the stateless revision."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import socket
+import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,12 +41,12 @@ E = EventType
 CHANGING = Path(__file__).with_name("changing_mcp_server.py")
 
 
-def install_changing(tmp_path: Path, settings: Any, era: str, ttl_ms: int = 0) -> None:
+def install_changing(tmp_path: Path, settings: Any, era: str, ttl_ms: int = 0, *, listen: bool = True) -> None:
     (tmp_path / "repo").mkdir()
     entry = {
         "command": sys.executable,
         "args": [str(CHANGING)],
-        "env": {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms)},
+        "env": {"CHANGING_MCP_ERA": era, "CHANGING_MCP_TTL_MS": str(ttl_ms), "CHANGING_MCP_LISTEN": str(int(listen))},
         "timeout_s": 20,
     }
     settings.SECTR_MCP_SERVERS = str(servers_file(tmp_path / "mcp-servers.json", tmp_path / "repo", changing=entry))
@@ -123,8 +129,9 @@ def test_a_tool_list_change_reaches_the_next_run_without_refresh(
 def test_a_stateless_servers_cache_hint_expires_and_a_run_discovers_again(
     people: dict[str, Any], tmp_path: Path, settings: Any
 ) -> None:
-    # Long enough for the first run to start within it on a busy machine.
-    install_changing(tmp_path, settings, "modern", ttl_ms=8000)
+    # Long enough for the first run to start within it on a busy machine. A server that
+    # serves no `subscriptions/listen`: the hint is all it says.
+    install_changing(tmp_path, settings, "modern", ttl_ms=8000, listen=False)
     session = changing_session(people)
     saved = row()
     assert saved.protocol_version == "2026-07-28" and saved.discovery_reason == "saved"
@@ -136,7 +143,7 @@ def test_a_stateless_servers_cache_hint_expires_and_a_run_discovers_again(
     async def body(idle: Callable[[], Awaitable[None]]) -> None:
         await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
         await idle()
-        # No notification at this revision: the stored tools stay while the hint holds.
+        # Nothing to listen to: the stored tools stay while the hint holds.
         assert await run_in_db_thread(lambda: (row().discovery_reason, listed(row()))) == ("saved", ["grow", "shrink"])
         fresh_until = saved.tools_fresh_until
         assert fresh_until is not None
@@ -154,6 +161,61 @@ def test_a_stateless_servers_cache_hint_expires_and_a_run_discovers_again(
     assert expired.refreshed_at is not None and expired.tools_fresh_until > expired.refreshed_at
     assert results(session) == [(False, "added extra_1"), (False, "extra 1")]
     assert "because the server's cache hint ran out" in tools_section(people)
+
+
+@pytest.fixture
+def changing_http(settings: Any) -> Iterator[str]:
+    """The changing server over Streamable HTTP at the stateless revision (no session, each
+    request on its own), as a team registers it by URL."""
+    from .conftest import free_port
+
+    settings.SECTR_MCP_ALLOWED_HOSTS = ["127.0.0.1"]
+    port = free_port()
+    env = {**os.environ, "CHANGING_MCP_ERA": "modern", "CHANGING_MCP_HTTP_PORT": str(port)}
+    proc = subprocess.Popen(
+        [sys.executable, str(CHANGING)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "the changing server did not start"
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stateless_http_servers_change_reaches_the_next_run_without_refresh(
+    people: dict[str, Any], changing_http: str
+) -> None:
+    """A stateless server says its tools changed only on a `subscriptions/listen` stream:
+    the worker's connection keeps one open, and stores the new list as for a session-based
+    server's notification."""
+    server = mcp_actions.do_add_server(people["moderator"], "crew", {"name": "changing", "url": changing_http})
+    assert server.health == "ok", server.last_error
+    assert server.protocol_version == "2026-07-28" and server.tools_fresh_until is None
+    actions.do_create_agent(people["moderator"], "crew", "shifty", {"name": "Shifty", "tools": ["changing__*"]})
+    session = actions.do_create_session(people["owner"], team="crew", agent="crew/shifty")
+    saved, owner = row(), people["owner"]
+
+    async def body(idle: Callable[[], Awaitable[None]]) -> None:
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
+        await idle()
+        await until(lambda: row().discovery_reason == "changed")
+        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
+        await idle()
+
+    with_worker(body)
+    changed = row()
+    assert listed(changed) == ["extra_1", "grow", "shrink"] and changed.refreshed_at > saved.refreshed_at
+    assert results(session) == [(False, "added extra_1"), (False, "extra 1")]
+    assert "because the server said its tools changed" in tools_section(people)
 
 
 @pytest.mark.django_db
