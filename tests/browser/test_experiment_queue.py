@@ -1,6 +1,7 @@
 """Pairwise review in a real browser: a moderator sends an experiment to a new review
 queue, a reviewer judges the pair blind on a phone (390 px, no sideways scroll) with the
-team's score for each side, and the moderator reads the verdict per candidate; against
+team's score for each side (one out of range is refused, with what was typed kept), and
+the moderator reads the verdict per candidate; against
 a real Sectr (Daphne, its embedded worker, the demo model).
 
 Team `duo`: alice (member, owns the session), gina (moderator), hank (reviewer)."""
@@ -92,11 +93,29 @@ def test_send_to_a_queue_judge_a_pair_blind_on_a_phone_and_read_the_verdict(
     assert sorted("system: two" in t for t in texts) == [False, True]
     new_side = "A" if "system: two" in texts[0] else "B"
     old_side = "B" if new_side == "A" else "A"
-    hank.get_by_role("group", name=f"Scores for {new_side} (optional)").get_by_label("clarity").fill("5")
-    hank.get_by_role("group", name=f"Scores for {old_side} (optional)").get_by_label("clarity").fill("3")
+    expect(hank.get_by_role("navigation", name="Queue")).to_contain_text("item 1 of 1")
+    new_clarity = hank.get_by_role("group", name=f"Scores for {new_side} (optional)").get_by_label("clarity")
+    old_clarity = hank.get_by_role("group", name=f"Scores for {old_side} (optional)").get_by_label("clarity")
+    new_clarity.fill("5")
+    old_clarity.fill("3")
     hank.get_by_label("Note (optional)").fill("The new one is shorter")
     no_sideways_scroll(hank)
     hank.screenshot(path=SHOTS / "experiment-pair-390.png", full_page=True)
+    # Out of range: refused, with everything typed still there.
+    new_clarity.fill("9")
+    hank.get_by_role("button", name=f"{new_side} is better").click()
+    expect(hank.locator("[data-role=pair-error]")).to_have_text(
+        f"Scores for {new_side}: clarity is a number from 1 to 5"
+    )
+    expect(new_clarity).to_have_value("9")
+    expect(old_clarity).to_have_value("3")
+    expect(hank.get_by_label("Note (optional)")).to_have_value("The new one is shorter")
+    no_sideways_scroll(hank)
+    hank.screenshot(path=SHOTS / "experiment-pair-refused-390.png", full_page=True)
+    hank.set_viewport_size(DESK)
+    hank.screenshot(path=Path(tempfile.gettempdir()) / "experiment-pair-refused-1280.png", full_page=True)
+    hank.set_viewport_size(PHONE)
+    new_clarity.fill("5")
     hank.get_by_role("button", name=f"{new_side} is better").click()
     # Back on the queue (hank's only item): done.
     expect(hank.get_by_text("Verdict saved.")).to_be_visible()
