@@ -96,6 +96,8 @@ MAX_TOOLS_TTL_S = 24 * 60 * 60.0
 #: How long a new connection to a stateless server waits for its tool-list subscription
 #: to be acknowledged before its first call goes ahead anyway.
 LISTEN_ACK_S = 5.0
+#: A tool-list subscription that lasted less than this is reopened after a growing backoff.
+LISTEN_STEADY_S = 30.0
 #: Seconds before the n-th restart in a row of a server that keeps dying (then the last).
 _BACKOFF = (0.0, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 _CLIENT_NAME = "sectr"
@@ -386,6 +388,8 @@ class McpServer:
         #: The names the last `tools/list` on this connection gave (None: never listed),
         #: so an error from a tool no longer among them can say so.
         self._listed: frozenset[str] | None = None
+        #: Whether a tool-list subscription of this server was ever acknowledged.
+        self._listened = False
 
     async def __aenter__(self) -> McpServer:
         return self
@@ -519,28 +523,33 @@ class McpServer:
         for the tool list, open while the connection is (a session-based server sends
         them on the connection itself, `_on_message`). A stream that ends or drops is
         opened again after a backoff, and the tools count as changed then, since nothing
-        replays what was said meanwhile. `subscribed` is set once the first stream is
-        acknowledged (or could not be opened). Ends when the connection does."""
+        replays what was said meanwhile (so does a new connection's first stream, when
+        an earlier connection had one: the server may have changed while none was
+        open). A stream that did not last `LISTEN_STEADY_S`
+        counts as a failure, so a server that keeps closing them at once is asked ever
+        less often (and its tools listed again as seldom). `subscribed` is set once the
+        first stream is acknowledged (or could not be opened). Ends when the connection
+        does."""
         failures = 0
-        opened = False
         try:
             while not _client_closed(client):
+                started = time.monotonic()
                 try:
                     async with client.listen(tools_list_changed=True) as subscription:
                         subscribed.set()
                         if not subscription.honored.tools_list_changed:
                             return  # it declared the capability, then refused it: nothing to follow
-                        if opened:
+                        if self._listened:
                             self._tools_changed()
-                        opened, failures = True, 0
+                        self._listened = True
                         async for _event in subscription:
                             self._tools_changed()
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # noqa: BLE001 - following changes is best effort; calls still work
-                    failures += 1
                     if not _client_closed(client):
                         logger.warning("MCP server %s: tool-list subscription lost: %s", self.config.name, _reason(exc))
+                failures = failures + 1 if time.monotonic() - started < LISTEN_STEADY_S else 0
                 subscribed.set()
                 await asyncio.sleep(_BACKOFF[min(failures + 1, len(_BACKOFF) - 1)])
         finally:

@@ -601,26 +601,46 @@ async def test_a_stateless_servers_cache_hint_is_honoured_and_none_keeps_the_too
     await pool.close()
 
 
-@pytest.fixture
-async def changing_http() -> AsyncIterator[str]:
-    """The changing server over Streamable HTTP at the stateless revision (no session)."""
-    port = _free_port()
-    env = {**os.environ, "CHANGING_MCP_ERA": "modern", "CHANGING_MCP_HTTP_PORT": str(port)}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, str(CHANGING), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
-    )
-    try:
+class ChangingHttp:
+    """The changing server over Streamable HTTP at the stateless revision (no session),
+    on a port of its own; `restart()` kills it and starts a fresh one on the same port."""
+
+    def __init__(self) -> None:
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def start(self) -> None:
+        env = {**os.environ, "CHANGING_MCP_ERA": "modern", "CHANGING_MCP_HTTP_PORT": str(self.port)}
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(CHANGING), env=env, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL
+        )
         for _ in range(400):
             try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
                 writer.close()
-                break
+                return
             except OSError:
                 await asyncio.sleep(0.05)
-        yield f"http://127.0.0.1:{port}/mcp"
+
+    async def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            await self.proc.wait()
+
+    async def restart(self) -> None:
+        await self.stop()
+        await self.start()
+
+
+@pytest.fixture
+async def changing_http() -> AsyncIterator[ChangingHttp]:
+    server = ChangingHttp()
+    await server.start()
+    try:
+        yield server
     finally:
-        proc.kill()
-        await proc.wait()
+        await server.stop()
 
 
 async def follows_a_stateless_servers_changes(config: ServerConfig) -> None:
@@ -647,8 +667,26 @@ async def test_a_stateless_stdio_servers_tool_list_change_reaches_a_listening_po
     await follows_a_stateless_servers_changes(changing("modern"))
 
 
-async def test_a_stateless_http_servers_tool_list_change_reaches_a_listening_pool(changing_http: str) -> None:
-    await follows_a_stateless_servers_changes(ServerConfig(name="changing", url=changing_http, timeout_s=20))
+async def test_a_stateless_http_servers_tool_list_change_reaches_a_listening_pool(changing_http: ChangingHttp) -> None:
+    await follows_a_stateless_servers_changes(ServerConfig(name="changing", url=changing_http.url, timeout_s=20))
+
+
+async def test_a_subscription_opened_again_counts_as_a_change(changing_http: ChangingHttp) -> None:
+    """Nothing replays what a server said while nobody listened: the subscription of a
+    connection opened again (the server restarted, the HTTP connection was lost) counts
+    as a change, and then the new stream is heard."""
+    heard: list[str] = []
+    pool = McpPool(on_tools_changed=heard.append)
+    config = ServerConfig(name="changing", url=changing_http.url, timeout_s=20)
+    await pool.tools("c", config)
+    server = pool.server("c", config)
+    await changing_http.restart()
+    await wait_until(lambda: not server.alive)
+    assert heard == []
+    assert await server.call("grow", {}) == "added extra_1"  # a new connection, to the new process
+    await wait_until(lambda: heard == ["c", "c"])
+    assert "changing__extra_1" in {t.name for t in await pool.tools("c", config)}
+    await pool.close()
 
 
 async def test_a_one_off_discovery_opens_no_subscription() -> None:
