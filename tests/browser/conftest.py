@@ -108,7 +108,7 @@ def new_session(page: Page, **choices: Any) -> str:
 
 
 def send(page: Page, text: str) -> None:
-    box = page.get_by_label("Message")
+    box = page.get_by_label("Message", exact=True)
     box.fill(text)
     page.get_by_role("button", name="Send").click()
     expect(box).to_have_value("")

@@ -35,7 +35,7 @@ def ticks(text: str) -> list[int]:
 
 def test_a_reply_streams_in_and_the_meter_counts_it(alice: Page) -> None:
     new_session(alice)
-    box = alice.get_by_label("Message")
+    box = alice.get_by_label("Message", exact=True)
     # Shift+Enter is a new line; Enter sends.
     box.type("!slow")
     box.press("Shift+Enter")
@@ -78,7 +78,7 @@ def test_steer_a_running_run(alice: Page) -> None:
     new_session(alice)
     send(alice, "!slow 12")
     expect(assistant(alice)).to_contain_text("tick 2")
-    alice.get_by_label("Message").fill("answer in one word")
+    alice.get_by_label("Message", exact=True).fill("answer in one word")
     alice.get_by_role("button", name="Steer").click()
     expect(alice.locator("#flash")).to_contain_text("Steer sent")
     expect(alice.locator("[data-role=steer]")).to_contain_text("answer in one word")
