@@ -129,3 +129,35 @@ async def test_a_client_gone_before_the_first_frame_leaves_no_group_joined(token
             break
         await asyncio.sleep(0.05)
     assert joined(session.pk) == 0
+
+
+@pytest.mark.parametrize("case", ["bad token", "past the rate limit"])
+async def test_a_refused_token_costs_no_subscription(
+    token: str, session: Session, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """401 and 429 come before the stream joins anything: with the pub/sub layer a join is
+    a SUBSCRIBE to Redis (and its UNSUBSCRIBE), which an unauthenticated client must not
+    be able to make the server do."""
+    from sessions_app.api import auth
+    from sessions_app.budgets import spend
+
+    layer: Any = get_channel_layer()
+    channels: list[str] = []
+    new_channel = layer.new_channel
+
+    async def recorded(prefix: str = "specific.") -> str:
+        channels.append(prefix)
+        return await new_channel(prefix)
+
+    monkeypatch.setattr(layer, "new_channel", recorded)
+    raw = "sectr_wrong" if case == "bad token" else token
+    if case == "past the rate limit":
+        monkeypatch.setattr(auth, "rate_limit", lambda: (1, 60))
+        prefix = await database_sync_to_async(lambda: ApiToken.authenticate(token).prefix)()
+        await database_sync_to_async(spend)("api", prefix, 60)
+    communicator = await send_post(raw, session.pk, {"content": "hello"})
+    start = await communicator.receive_output(timeout=10)
+    assert start["status"] == (401 if case == "bad token" else 429), start
+    await communicator.wait(timeout=5)
+    assert channels == [], "the refused post made a channel and joined the session's group"
+    assert not await database_sync_to_async(Run.objects.filter(session_id=session.pk).exists)()
