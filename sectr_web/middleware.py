@@ -18,7 +18,9 @@ machinery" was 47% of both Daphnes, beside 17-25% for the streams themselves).
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 from asgiref.sync import SyncToAsync, ThreadSensitiveContext
@@ -97,26 +99,73 @@ class RequestThreads:
             executor.shutdown(wait=False)
 
 
+class RequestExecutor(Executor):
+    """A request's thread-sensitive executor, as asgiref sees it: a thread lent by
+    `RequestThreads` from the request's first thread-sensitive call until `release()`,
+    lent again (perhaps another one) if the request has more such work after that.
+
+    A streamed response releases it once its view has returned (`ApiASGIHandler`): a
+    stream lasts as long as its run, and each open stream kept a thread of its own idle
+    until it ended, so a burst of N streams started N threads on the event loop (a
+    thread start in each streamed POST: 7% of a Daphne's CPU under bench/admission.py,
+    py-spy). Its view has done its thread-sensitive work by then (the run's stream reads
+    through the journal's threads); what is left is the request_finished signal, which
+    borrows an idle thread for the moment it takes.
+    """
+
+    def __init__(self, threads: RequestThreads) -> None:
+        self.threads = threads
+        self._lent: ThreadPoolExecutor | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        if self._lent is None:
+            self._lent = self.threads.lend()
+        return self._lent.submit(fn, *args, **kwargs)
+
+    def release(self) -> None:
+        """Give the thread back. Work already submitted still runs on it, before any
+        later borrower's: one call at a time, as on any request's thread."""
+        lent, self._lent = self._lent, None
+        if lent is not None:
+            self.threads.take_back(lent)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.release()
+
+
+#: The current API request's executor (set by ApiASGIHandler for its request's tasks).
+_request_executor: ContextVar[RequestExecutor | None] = ContextVar("sectr_request_executor", default=None)
+
+
 class ApiASGIHandler(ASGIHandler):
     """Django's ASGI handler with API_MIDDLEWARE instead of settings.MIDDLEWARE, and a
-    lent thread per request (RequestThreads) instead of a new one."""
+    lent thread per request (RequestExecutor) instead of a new one, given back as soon
+    as a streamed response starts."""
 
     threads = RequestThreads()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         async with ThreadSensitiveContext() as context:
-            # The request's thread-sensitive calls run on the lent executor (as on the one
-            # Django would make); it is taken back before the context's exit, so the exit
-            # has no thread to join. A task that outlives the request gets a new one, as
-            # it would from Django.
-            executor = self.threads.lend()
+            # The request's thread-sensitive calls run on a lent thread (as on the one
+            # Django would make); the executor is removed before the context's exit, so
+            # the exit has no thread to join. A task that outlives the request gets a
+            # new one, as it would from Django.
+            executor = RequestExecutor(self.threads)
             SyncToAsync.context_to_thread_executor[context] = executor
+            token = _request_executor.set(executor)
             try:
                 await self.handle(scope, receive, send)
             finally:
+                _request_executor.reset(token)
                 if SyncToAsync.context_to_thread_executor.get(context) is executor:
                     del SyncToAsync.context_to_thread_executor[context]
-                self.threads.take_back(executor)
+                executor.release()
+
+    async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
+        response = await super().run_get_response(request)
+        if response.streaming and (executor := _request_executor.get()) is not None:
+            executor.release()  # the view is done with its thread; the stream needs none
+        return response
 
     def load_middleware(self, is_async: bool = False) -> None:
         if not is_async:

@@ -112,25 +112,32 @@ async def test_each_request_has_a_thread_of_its_own_reused_after_it(
     bearer: list[tuple[bytes, bytes]], session: Any
 ) -> None:
     """Django's signals of a request run on its thread-sensitive thread: one per request
-    at a time, lent again to a later request rather than started anew."""
+    at a time, lent again to a later request rather than started anew. A streamed
+    response gives its thread back once its view has returned: an open stream holds none,
+    and its request_finished borrows one when it ends."""
     import threading
 
-    from django.core.signals import request_started
+    from django.core.signals import request_finished, request_started
 
     from sectr_web.asgi import application
 
     threads: list[threading.Thread] = []
+    finished: list[threading.Thread] = []
 
     def record(**kwargs: Any) -> None:
         threads.append(threading.current_thread())
 
+    def record_finished(**kwargs: Any) -> None:
+        finished.append(threading.current_thread())
+
     request_started.connect(record)
+    request_finished.connect(record_finished)
     try:
         for _ in range(3):
             assert (await call("/api/v1/sessions", headers=bearer))["status"] == 200
         assert threads[0] is threads[1] is threads[2] and threads[0] is not threading.current_thread()
-        # A request still open (a session's stream) keeps its thread: another request
-        # meanwhile gets a different one.
+        # A request still open (a session's stream) has given its thread back: another
+        # request meanwhile gets the same one, and no thread is started for it.
         path = f"/api/v1/sessions/{session.pk}/events"
         scope = {
             "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
@@ -141,9 +148,31 @@ async def test_each_request_has_a_thread_of_its_own_reused_after_it(
         streaming = ApplicationCommunicator(application, scope)
         await streaming.send_input({"type": "http.request", "body": b"", "more_body": False})
         assert (await streaming.receive_output(timeout=10))["status"] == 200
+        started = threading.active_count()
         assert (await call("/api/v1/sessions", headers=bearer))["status"] == 200
-        assert len(threads) == 5 and threads[3] is not threads[4], threads
+        assert len(threads) == 5 and threads[3] is threads[4] is threads[0], threads
+        assert threading.active_count() == started
         await streaming.send_input({"type": "http.disconnect"})
         await streaming.wait(timeout=5)
+        assert len(finished) == 5 and finished[-1] is threads[0], finished
     finally:
         request_started.disconnect(record)
+        request_finished.disconnect(record_finished)
+
+
+def test_requests_in_progress_never_share_a_thread() -> None:
+    """Two requests' executors, both holding their thread, run on different threads; one
+    given back is lent to the next request."""
+    import threading
+
+    threads = middleware.RequestThreads()
+    first, second = middleware.RequestExecutor(threads), middleware.RequestExecutor(threads)
+    one = first.submit(threading.current_thread).result(timeout=5)
+    two = second.submit(threading.current_thread).result(timeout=5)
+    assert one is not two
+    first.release()
+    third = middleware.RequestExecutor(threads)
+    assert third.submit(threading.current_thread).result(timeout=5) is one
+    assert second.submit(threading.current_thread).result(timeout=5) is two  # still its own
+    for executor in (second, third):
+        executor.release()
