@@ -18,20 +18,25 @@ machinery" was 47% of both Daphnes, beside 17-25% for the streams themselves).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextvars import ContextVar
+from functools import partial
 from typing import Any
 
-from asgiref.sync import SyncToAsync, ThreadSensitiveContext
-from django.core.exceptions import ImproperlyConfigured
-from django.core.handlers.asgi import ASGIHandler
+from asgiref.sync import SyncToAsync, ThreadSensitiveContext, sync_to_async
+from django.core import signals
+from django.core.exceptions import ImproperlyConfigured, RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest
 from django.http.response import HttpResponseBase
 from django.middleware.clickjacking import XFrameOptionsMiddleware as DjangoXFrameOptionsMiddleware
 from django.middleware.common import CommonMiddleware as DjangoCommonMiddleware
 from django.middleware.security import SecurityMiddleware as DjangoSecurityMiddleware
+from django.urls import set_script_prefix
 from django.utils.module_loading import import_string
 
 from sessions_app.input_checks import API_PREFIX
@@ -113,13 +118,27 @@ class RequestExecutor(Executor):
     borrows an idle thread for the moment it takes.
     """
 
-    def __init__(self, threads: RequestThreads) -> None:
+    def __init__(self, threads: RequestThreads, first: Callable[[], None] | None = None) -> None:
         self.threads = threads
         self._lent: ThreadPoolExecutor | None = None
+        #: run on the thread before the request's first thread-sensitive call, in its hop
+        self._first = first
+        #: the request has had thread-sensitive work
+        self.used = False
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
         if self._lent is None:
             self._lent = self.threads.lend()
+        if not self.used:
+            self.used = True
+            if (first := self._first) is not None:
+                self._first = None
+
+                def after_first() -> Any:
+                    first()
+                    return fn(*args, **kwargs)
+
+                return self._lent.submit(after_first)
         return self._lent.submit(fn, *args, **kwargs)
 
     def release(self) -> None:
@@ -138,9 +157,19 @@ _request_executor: ContextVar[RequestExecutor | None] = ContextVar("sectr_reques
 
 
 class ApiASGIHandler(ASGIHandler):
-    """Django's ASGI handler with API_MIDDLEWARE instead of settings.MIDDLEWARE, and a
-    lent thread per request (RequestExecutor) instead of a new one, given back as soon
-    as a streamed response starts."""
+    """Django's ASGI handler with API_MIDDLEWARE instead of settings.MIDDLEWARE, a lent
+    thread per request (RequestExecutor) instead of a new one, given back as soon as a
+    streamed response starts, and Django's request signals without thread hops of their own.
+
+    Django sends request_started and request_finished through sync_to_async: two hops to
+    the request's thread per request, for receivers (closing stale database connections,
+    resetting the query log) that only concern that thread's connections. Here
+    request_started runs on the request's thread just before its first thread-sensitive
+    call, in that call's hop, and not at all for a request that has none (a run's POST
+    does its queries in the journal's threads, sessions_app.dbthread); request_finished
+    runs in a hop only when the request had such work, and otherwise on the event loop,
+    where no connection of the request's is.
+    """
 
     threads = RequestThreads()
 
@@ -150,7 +179,10 @@ class ApiASGIHandler(ASGIHandler):
             # Django would make); the executor is removed before the context's exit, so
             # the exit has no thread to join. A task that outlives the request gets a
             # new one, as it would from Django.
-            executor = RequestExecutor(self.threads)
+            def started() -> None:
+                signals.request_started.send(sender=self.__class__, scope=scope)
+
+            executor = RequestExecutor(self.threads, started)
             SyncToAsync.context_to_thread_executor[context] = executor
             token = _request_executor.set(executor)
             try:
@@ -160,6 +192,64 @@ class ApiASGIHandler(ASGIHandler):
                 if SyncToAsync.context_to_thread_executor.get(context) is executor:
                     del SyncToAsync.context_to_thread_executor[context]
                 executor.release()
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        """Django 5.2's ASGIHandler.handle, with the request signals sent as the class
+        docstring says."""
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            await self._finish(error_response.close)
+            return
+
+        async def process_request(request: HttpRequest, send: Any) -> HttpResponseBase:
+            response = await self.run_get_response(request)
+            with contextlib.suppress(asyncio.CancelledError):  # the client left while it was sent
+                await self.send_response(response, send)
+            return response
+
+        # As Django: the disconnect listener first, so it cannot keep the request's
+        # task from being cancelled.
+        tasks = [
+            asyncio.create_task(self.listen_for_disconnect(receive)),
+            asyncio.create_task(process_request(request, send)),
+        ]
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()  # views may handle the cancellation
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            response = tasks[1].result()
+        except asyncio.CancelledError:
+            await self._finish(partial(signals.request_finished.send, sender=self.__class__))
+        else:
+            await self._finish(response.close)  # sends request_finished
+        body_file.close()
+
+    async def _finish(self, close: Callable[[], Any]) -> None:
+        """`close` (which sends request_finished) on the request's thread if it had one,
+        else here: the event loop holds none of the request's connections."""
+        executor = _request_executor.get()
+        if executor is None or executor.used:
+            await sync_to_async(close)()
+        else:
+            close()
 
     async def run_get_response(self, request: HttpRequest) -> HttpResponseBase:
         response = await super().run_get_response(request)

@@ -161,3 +161,37 @@ async def test_a_refused_token_costs_no_subscription(
     await communicator.wait(timeout=5)
     assert channels == [], "the refused post made a channel and joined the session's group"
     assert not await database_sync_to_async(Run.objects.filter(session_id=session.pk).exists)()
+
+
+async def test_the_posts_request_takes_no_request_thread(token: str, session: Session) -> None:
+    """The POST's queries run in the journal's threads, so its request has no
+    thread-sensitive work: request_started is not sent (its receivers concern the request
+    thread's connections), and request_finished is sent on the event loop, with no hop."""
+    import threading
+
+    from django.core.signals import request_finished, request_started
+
+    started: list[threading.Thread] = []
+    finished: list[threading.Thread] = []
+
+    def record_started(**kwargs: Any) -> None:
+        started.append(threading.current_thread())
+
+    def record_finished(**kwargs: Any) -> None:
+        finished.append(threading.current_thread())
+
+    request_started.connect(record_started)
+    request_finished.connect(record_finished)
+    try:
+        communicator = await send_post(token, session.pk, {"content": "hello"})
+        assert (await communicator.receive_output(timeout=10))["status"] == 200
+        await read_until(communicator, ": stream of")
+        run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
+        await journal(session, [*reply("done", inv=run.invocation_id), completed(run.invocation_id)])
+        await read_until(communicator, "event: result")
+        await communicator.wait(timeout=5)
+    finally:
+        request_started.disconnect(record_started)
+        request_finished.disconnect(record_finished)
+    assert started == []
+    assert finished == [threading.current_thread()]
