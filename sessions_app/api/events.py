@@ -238,11 +238,13 @@ class RunEvents:
         return self._event("result", env, self.result, self.last_text)
 
 
+#: json.dumps with these options makes a new encoder per call; a frame per streamed chunk
+#: per client makes that worth keeping one.
+_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
 def format_sse(event: dict[str, Any]) -> bytes:
     """One SSE frame: ``id`` is the envelope seq, ``event`` the kind, ``data`` the event."""
-    lines = []
-    if event.get("seq") is not None:
-        lines.append(f"id: {event['seq']}")
-    lines.append(f"event: {event['kind']}")
-    lines.append("data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False))
-    return ("\n".join(lines) + "\n\n").encode()
+    seq = event.get("seq")
+    head = f"event: {event['kind']}\ndata: " if seq is None else f"id: {seq}\nevent: {event['kind']}\ndata: "
+    return (head + _encode_json(event) + "\n\n").encode()
