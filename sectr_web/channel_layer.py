@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+import uuid
 from typing import Any, cast
 
 from channels.exceptions import ChannelFull
@@ -153,6 +154,18 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
         hosts = [{"retry": REDIS_RETRY, **host} for host in decode_hosts(hosts)]
         super().__init__(*args, hosts=hosts, **kwargs)
+
+    async def new_group_channel(self, prefix: str = "specific.") -> str:
+        """A new channel that receives only what is sent to its groups (group_add it):
+        new_channel's, without a subscription to the channel's own name, which nothing
+        sends to. An SSE stream's channel is one: new_channel's SUBSCRIBE, and the
+        UNSUBSCRIBE when its receive is cancelled, were two of a streamed POST's four
+        round trips to Redis. Receiving from it and cancelling the receive work as for
+        any channel (the cancel's unsubscribe finds nothing to unsubscribe)."""
+        layer = self._get_layer()
+        channel = f"{layer.prefix}{prefix}{uuid.uuid4().hex}"
+        layer.channels[channel] = asyncio.Queue()
+        return channel
 
     async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         """group_send each (group, message), in order, in one round trip per shard.

@@ -223,7 +223,10 @@ class RunStream:
 
     async def _join_layer(self, groups: list[str]) -> None:
         if self.channel is None:
-            self.channel = await self.layer.new_channel("sectr.sse.")
+            # Only its groups send to a stream's channel: with the pub/sub layer, a channel
+            # of groups only (no subscription of its own, sectr_web.channel_layer).
+            new_channel = getattr(self.layer, "new_group_channel", self.layer.new_channel)
+            self.channel = await new_channel("sectr.sse.")
             # Read from now on: cancelling the reader is also what unsubscribes the
             # channel from a pub/sub layer (see _read_layer), however the stream ends.
             self._reader = asyncio.get_running_loop().create_task(self._read_layer())

@@ -160,3 +160,39 @@ def test_after_a_redis_restart_its_idle_connections_subscribe_and_publish_again(
         redis.stop()
     assert got == {"type": "m", "n": 1}
     assert took < 2.0
+
+
+def test_a_group_channel_has_no_subscription_of_its_own(tmp_path: Any) -> None:
+    """new_group_channel: the channel gets its groups' messages, and Redis sees only the
+    groups' subscriptions (none for the channel's own name, before or after its receive
+    is cancelled, as an SSE stream's is)."""
+    import redis as redis_client
+
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[dict[str, Any], list[bytes], list[bytes]]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="only")
+            channel = await layer.new_group_channel("sectr.sse.")
+            await layer.group_add("g", channel)
+            await layer.group_send("g", {"type": "m", "n": 1})
+            got = await asyncio.wait_for(layer.receive(channel), 5)
+            with redis_client.Redis.from_url(redis.url) as plain:
+                while_open = sorted(plain.pubsub_channels())
+                reader = asyncio.ensure_future(layer.receive(channel))
+                await asyncio.sleep(0)
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+                await layer.group_discard("g", channel)
+                after = sorted(plain.pubsub_channels())
+            await layer.flush()
+            return got, while_open, after
+
+        got, while_open, after = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert got == {"type": "m", "n": 1}
+    assert while_open == [b"only__group__g"]
+    assert after == []
