@@ -204,6 +204,7 @@ class ApiASGIHandler(ASGIHandler):
         request, error_response = self.create_request(scope, body_file)
         if request is None:
             body_file.close()
+            assert error_response is not None  # noqa: S101 - Django makes one when there is no request
             await self.send_response(error_response, send)
             await self._finish(error_response.close)
             return
@@ -216,10 +217,8 @@ class ApiASGIHandler(ASGIHandler):
 
         # As Django: the disconnect listener first, so it cannot keep the request's
         # task from being cancelled.
-        tasks = [
-            asyncio.create_task(self.listen_for_disconnect(receive)),
-            asyncio.create_task(process_request(request, send)),
-        ]
+        processing = asyncio.create_task(process_request(request, send))
+        tasks = [asyncio.create_task(self.listen_for_disconnect(receive)), processing]
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
         for task in tasks:
             if task.done():
@@ -235,7 +234,7 @@ class ApiASGIHandler(ASGIHandler):
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         try:
-            response = tasks[1].result()
+            response = processing.result()
         except asyncio.CancelledError:
             await self._finish(partial(signals.request_finished.send, sender=self.__class__))
         else:
