@@ -174,3 +174,26 @@ def test_requests_in_progress_never_share_a_thread() -> None:
     assert second.submit(threading.current_thread).result(timeout=5) is two  # still its own
     for executor in (second, third):
         executor.release()
+
+
+# What ApiASGIHandler leans on, by the source it was written against: an upgrade that
+# changes either fails here, so the one upgrading compares before the hashes are renewed.
+LEANED_ON = {
+    # ApiASGIHandler.handle re-implements it, with the request signals moved.
+    "django.core.handlers.asgi.ASGIHandler.handle": "98faeb5bef800331e6a8002fbc96b30e4122a23438ae45a047190a531ea11323",
+    # RequestExecutor is lent through its context_to_thread_executor lookup.
+    "asgiref.sync.SyncToAsync.__call__": "6376e33c6d3d94c58df80c3f2386c38401d19a543d08626a34721abe309845f6",
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEANED_ON))
+def test_the_framework_code_the_api_handler_leans_on_is_what_it_was_written_against(name: str) -> None:
+    import hashlib
+    import inspect
+
+    owner, attribute = name.rsplit(".", 1)
+    source = inspect.getsource(getattr(import_string(owner), attribute))
+    assert hashlib.sha256(source.encode()).hexdigest() == LEANED_ON[name], (
+        f"{name} changed: compare it with sectr_web/middleware.py (ApiASGIHandler, RequestExecutor), "
+        "then renew its hash here"
+    )
