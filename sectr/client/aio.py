@@ -45,6 +45,7 @@ from sectr.client.protocol import (
     timeout_for,
     token_from_env,
     transport_error,
+    unavailable_wait,
     verdict_value,
 )
 from sectr.client.records import (
@@ -212,7 +213,8 @@ class AsyncClient:
         limit: Deadline,
         session_id: str,
     ) -> tuple[str, httpx.Response | None]:
-        """As Client._post_run: the run's id, and with `stream` its open event stream."""
+        """As Client._post_run: the run's id, and with `stream` its open event stream (a
+        503 `unavailable` posted nothing: sent again after its Retry-After, a few times)."""
         if not stream:
             data = await self.request(
                 "POST", path, json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit,
@@ -220,35 +222,41 @@ class AsyncClient:
             )  # fmt: skip
             return str(data["run_id"]), None
         what = f"POST {path}"
-        limit.check(what)
-        request = self._http.build_request(
-            "POST",
-            API_PREFIX + path,
-            json=body,
-            headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
-            timeout=limit.cap(stream_timeout(timeout)),
-        )
-        with _CancelScope(cancel):
-            try:
-                response = await asyncio.wait_for(self._http.send(request, stream=True), limit.remaining())
-            except TimeoutError:
-                raise limit.error(what) from None
-            except httpx.HTTPError as exc:
-                raise transport_error(exc, what) from exc
-            try:
-                run_id = posted_run_stream(response)
-            except Exception:
-                await response.aclose()
-                raise
-            if run_id is not None:
-                return run_id, response
-            try:
-                await response.aread()
-            except httpx.HTTPError as exc:
-                raise transport_error(exc, what) from exc
-            finally:
-                await response.aclose()
-        return str(decode_answer(response)["run_id"]), None
+        retries = 0
+        while True:
+            limit.check(what)
+            request = self._http.build_request(
+                "POST",
+                API_PREFIX + path,
+                json=body,
+                headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
+                timeout=limit.cap(stream_timeout(timeout)),
+            )
+            with _CancelScope(cancel):
+                try:
+                    response = await asyncio.wait_for(self._http.send(request, stream=True), limit.remaining())
+                except TimeoutError:
+                    raise limit.error(what) from None
+                except httpx.HTTPError as exc:
+                    raise transport_error(exc, what) from exc
+                try:
+                    run_id = posted_run_stream(response)
+                except Exception:
+                    await response.aclose()
+                    raise
+                if run_id is not None:
+                    return run_id, response
+                try:
+                    await response.aread()
+                except httpx.HTTPError as exc:
+                    raise transport_error(exc, what) from exc
+                finally:
+                    await response.aclose()
+                wait = unavailable_wait(response, retries, limit)
+                if wait is None:
+                    return str(decode_answer(response)["run_id"]), None
+                retries += 1
+                await asyncio.sleep(wait)
 
     @asynccontextmanager
     async def _event_stream(

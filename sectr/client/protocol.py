@@ -39,6 +39,12 @@ DEFAULT_TIMEOUT = 30.0
 STREAM_READ_TIMEOUT = 45.0
 MAX_RECONNECTS = 8
 RECONNECT_BACKOFF = 0.25  # seconds, doubled per attempt in a row, capped at 5 s
+#: A POST that asked for its run's stream and was answered 503 `unavailable` (live
+#: updates, or the database, away for a moment) posted nothing: it is sent again after
+#: the answer's Retry-After, up to this many times more, each wait at most
+#: UNAVAILABLE_WAIT_CAP seconds, then the 503 is raised.
+STREAM_POST_RETRIES = 3
+UNAVAILABLE_WAIT_CAP = 10.0
 
 
 #: Sent with every request about a known session, so a load balancer can keep a
@@ -261,6 +267,49 @@ def is_event_stream(response: httpx.Response) -> bool:
 
 def backoff(attempt: int) -> float:
     return float(min(RECONNECT_BACKOFF * 2 ** max(attempt - 1, 0), 5.0))
+
+
+def retry_after_seconds(value: str | None) -> float:
+    """A Retry-After header's seconds, between 0 and UNAVAILABLE_WAIT_CAP (1 when it is
+    missing or not a number: the API sends seconds, never a date)."""
+    try:
+        seconds = float(value) if value is not None else 1.0
+    except ValueError:
+        seconds = 1.0
+    if not 0.0 <= seconds < float("inf"):  # also NaN
+        seconds = 1.0
+    return min(seconds, UNAVAILABLE_WAIT_CAP)
+
+
+def unavailable_wait(response: httpx.Response, retries: int, limit: Deadline) -> float | None:
+    """The seconds to wait before sending a streamed POST again after its (read) answer
+    `response`, or None to raise its error instead: only a 503 `unavailable` is retried,
+    at most STREAM_POST_RETRIES times, and not when the wait would outlast the deadline."""
+    if response.status_code != 503 or retries >= STREAM_POST_RETRIES:
+        return None
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    if code != "unavailable":
+        return None
+    wait = retry_after_seconds(response.headers.get("retry-after"))
+    left = limit.remaining()
+    return None if left is not None and wait >= left else wait
+
+
+def pause(seconds: float, cancel: Cancellation | None) -> None:
+    """Sleep `seconds`, ending early with RequestCancelled when `cancel` is cancelled."""
+    if cancel is None:
+        time.sleep(seconds)
+        return
+    woken = threading.Event()
+    remove = cancel.on_cancel(woken.set)
+    try:
+        woken.wait(seconds)
+    finally:
+        remove()
+    cancel.check()
 
 
 # ---- cancellation ----

@@ -33,6 +33,7 @@ from sectr.client.protocol import (
     control_options,
     decode_answer,
     is_event_stream,
+    pause,
     posted_run_stream,
     run_event_from_sse,
     session_headers,
@@ -40,6 +41,7 @@ from sectr.client.protocol import (
     timeout_for,
     token_from_env,
     transport_error,
+    unavailable_wait,
     verdict_value,
 )
 from sectr.client.records import (
@@ -205,7 +207,9 @@ class Client:
     ) -> tuple[str, httpx.Response | None]:
         """POST a run: its id, and with `stream` the open answer that is its event stream
         (`Accept: text/event-stream`: no second request before the first event). A server
-        that answers with JSON anyway gives the id alone; an error is its typed error."""
+        that answers with JSON anyway gives the id alone; an error is its typed error,
+        except a 503 `unavailable`, which posted nothing: the POST is sent again after its
+        Retry-After, a few times (`unavailable_wait`)."""
         if not stream:
             data = self.request(
                 "POST", path, json=body, timeout=timeout, headers=headers, cancel=cancel, deadline=limit,
@@ -213,36 +217,42 @@ class Client:
             )  # fmt: skip
             return str(data["run_id"]), None
         what = f"POST {path}"
-        limit.check(what)
-        request = self._http.build_request(
-            "POST",
-            API_PREFIX + path,
-            json=body,
-            headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
-            timeout=limit.cap(stream_timeout(timeout)),
-        )
-        if cancel is not None:
-            cancel.check()
-        try:
-            response = self._http.send(request, stream=True)
-        except httpx.HTTPError as exc:
-            if limit.expired:
-                raise limit.error(what) from exc
-            raise transport_error(exc, what) from exc
-        try:
-            run_id = posted_run_stream(response)
-        except Exception:
-            response.close()
-            raise
-        if run_id is not None:
-            return run_id, response
-        try:
-            response.read()
-        except httpx.HTTPError as exc:
-            raise transport_error(exc, what) from exc
-        finally:
-            response.close()
-        return str(decode_answer(response)["run_id"]), None
+        retries = 0
+        while True:
+            limit.check(what)
+            request = self._http.build_request(
+                "POST",
+                API_PREFIX + path,
+                json=body,
+                headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
+                timeout=limit.cap(stream_timeout(timeout)),
+            )
+            if cancel is not None:
+                cancel.check()
+            try:
+                response = self._http.send(request, stream=True)
+            except httpx.HTTPError as exc:
+                if limit.expired:
+                    raise limit.error(what) from exc
+                raise transport_error(exc, what) from exc
+            try:
+                run_id = posted_run_stream(response)
+            except Exception:
+                response.close()
+                raise
+            if run_id is not None:
+                return run_id, response
+            try:
+                response.read()
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, what) from exc
+            finally:
+                response.close()
+            wait = unavailable_wait(response, retries, limit)
+            if wait is None:
+                return str(decode_answer(response)["run_id"]), None
+            retries += 1
+            pause(wait, cancel)
 
     @contextmanager
     def _event_stream(

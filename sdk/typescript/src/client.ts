@@ -332,7 +332,9 @@ export class SectrClient {
   }
 
   /** @internal POST a run asking for its event stream: the run's id and the open stream,
-   * or the id alone from a server that answered with JSON (an error: its typed error). */
+   * or the id alone from a server that answered with JSON (an error: its typed error,
+   * except a 503 `unavailable`, which posted nothing: the POST is sent again after its
+   * Retry-After, a few times; see `unavailableWait`). */
   async postRunStream(
     path: string,
     body: unknown,
@@ -341,35 +343,82 @@ export class SectrClient {
     deadline: Deadline,
   ): Promise<{ runId: string; opened?: { response: Response; scope: Scope } }> {
     const what = `POST ${path}`;
-    if (deadline.expired) throw deadline.error(what);
-    const scope = new Scope(controls.signal, deadline);
-    let keep = false;
-    try {
-      const response = await this.fetchImpl(this.baseUrl + API_PREFIX + path, {
-        method: "POST",
-        headers: mergedHeaders(
-          this.headers,
-          { "Content-Type": "application/json", Accept: "text/event-stream", [AFFINITY_HEADER]: sessionId },
-          controls.headers,
-        ),
-        body: JSON.stringify(body),
-        signal: scope.controller.signal,
-        redirect: "manual",
-      });
-      if (isEventStream(response)) {
-        const runId = response.headers.get(RUN_ID_HEADER);
-        if (!runId) throw new ProtocolError(`an event stream answered the POST without its ${RUN_ID_HEADER} header`);
-        keep = true;
-        return { runId, opened: { response, scope } };
+    for (let retries = 0; ; retries += 1) {
+      if (deadline.expired) throw deadline.error(what);
+      const scope = new Scope(controls.signal, deadline);
+      let keep = false;
+      try {
+        const response = await this.fetchImpl(this.baseUrl + API_PREFIX + path, {
+          method: "POST",
+          headers: mergedHeaders(
+            this.headers,
+            { "Content-Type": "application/json", Accept: "text/event-stream", [AFFINITY_HEADER]: sessionId },
+            controls.headers,
+          ),
+          body: JSON.stringify(body),
+          signal: scope.controller.signal,
+          redirect: "manual",
+        });
+        if (isEventStream(response)) {
+          const runId = response.headers.get(RUN_ID_HEADER);
+          if (!runId) throw new ProtocolError(`an event stream answered the POST without its ${RUN_ID_HEADER} header`);
+          keep = true;
+          return { runId, opened: { response, scope } };
+        }
+        const text = await response.text();
+        const wait = unavailableWait(response, text, retries, deadline);
+        if (wait === undefined) return { runId: String(decodeAnswer(response, text).run_id) };
+        await pause(wait, scope.controller.signal);
+      } catch (error) {
+        throw scopeError(error, scope, deadline, what);
+      } finally {
+        if (!keep) scope.dispose();
       }
-      const data = decodeAnswer(response, await response.text());
-      return { runId: String(data.run_id) };
-    } catch (error) {
-      throw scopeError(error, scope, deadline, what);
-    } finally {
-      if (!keep) scope.dispose();
     }
   }
+}
+
+/** A POST that asked for its run's stream and was answered 503 `unavailable` (live
+ * updates, or the database, away for a moment) posted nothing: it is sent again after the
+ * answer's Retry-After, up to this many times more, each wait at most
+ * UNAVAILABLE_WAIT_CAP_MS, then the 503 is thrown. */
+const STREAM_POST_RETRIES = 3;
+const UNAVAILABLE_WAIT_CAP_MS = 10_000;
+
+/** The milliseconds to wait before sending a streamed POST again after its answer, or
+ * undefined to throw its error instead: only a 503 `unavailable` is retried, at most
+ * STREAM_POST_RETRIES times, and not when the wait would outlast the deadline. */
+function unavailableWait(response: Response, text: string, retries: number, deadline: Deadline): number | undefined {
+  if (response.status !== 503 || retries >= STREAM_POST_RETRIES) return undefined;
+  let code: unknown;
+  try {
+    code = (JSON.parse(text) as { error?: { code?: unknown } })?.error?.code;
+  } catch {
+    return undefined;
+  }
+  if (code !== "unavailable") return undefined;
+  // The API sends seconds (never a date); a missing or odd value counts as 1 s.
+  const header = response.headers.get("retry-after");
+  const seconds = header ? Number(header) : 1;
+  const ms = Math.min(Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 1000, UNAVAILABLE_WAIT_CAP_MS);
+  const left = deadline.remaining();
+  return left !== undefined && ms >= left ? undefined : ms;
+}
+
+/** Wait `ms`, or less when `signal` aborts (then reject). */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(new Error("aborted"));
+    const onAbort = (): void => {
+      clearTimeout(timer);
+      reject(new Error("aborted"));
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
 }
 
 function isEventStream(response: Response): boolean {

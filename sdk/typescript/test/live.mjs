@@ -15,12 +15,13 @@ function python() {
   return existsSync(venv) ? venv : "python3";
 }
 
-/** { baseUrl, tokens, stop() } once the server answers. */
-export async function startSectr() {
-  const child = spawn(python(), ["-m", "tests.sdk_live_server"], {
+/** { baseUrl, tokens, stop() } once the server answers; `settings` is the server's
+ * settings module (tests/sdk_live_server.py), `env` added to its environment. */
+export async function startSectr({ settings, env } = {}) {
+  const child = spawn(python(), ["-m", "tests.sdk_live_server", ...(settings ? [settings] : [])], {
     cwd: ROOT,
     stdio: ["pipe", "pipe", "inherit"],
-    env: { ...process.env },
+    env: { ...process.env, ...env },
   });
   const lines = createInterface({ input: child.stdout });
   const info = await new Promise((resolveInfo, reject) => {
