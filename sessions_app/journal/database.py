@@ -152,6 +152,14 @@ def _row_fields() -> tuple[Any, ...]:
     return tuple(field for field in models.Session._meta.concrete_fields if field.attname in names)
 
 
+def _envelope_row(connection: BaseDatabaseWrapper, envelope: Envelope, created_at: Any) -> tuple[Any, ...]:
+    """One envelope's INSERT values, in the column order of DatabaseJournal._insert_statement
+    (the payload through its field's adapter: jsonb on PostgreSQL, text on SQLite);
+    `created_at` is adapted already, once for the envelopes of one insert."""
+    payload = models.Envelope._meta.get_field("payload").get_db_prep_save(envelope.payload, connection)
+    return (envelope.session_id, envelope.seq, envelope.invocation_id, envelope.type.value, payload, created_at)
+
+
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
 
@@ -846,19 +854,8 @@ class DatabaseJournal:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
             return
-        payload_field = models.Envelope._meta.get_field("payload")
         created_at = connection.ops.adapt_datetimefield_value(envelopes[0].created_at)
-        rows = [
-            (
-                envelope.session_id,
-                envelope.seq,
-                envelope.invocation_id,
-                envelope.type.value,
-                payload_field.get_db_prep_save(envelope.payload, connection),
-                created_at,
-            )
-            for envelope in envelopes
-        ]
+        rows = [_envelope_row(connection, envelope, created_at) for envelope in envelopes]
         with connection.cursor() as cursor:
             # SQLite: one statement bound once per row (executemany reuses it in C).
             # A VALUES list of 6 x N placeholders was rewritten to SQLite's "?" style
@@ -889,18 +886,9 @@ class DatabaseJournal:
                 " FROM json_to_recordset(%s::json) AS r(s text, q int, i text, t text, p jsonb)",
                 [created_at, json.dumps(records, allow_nan=False)],
             )
-        envelope = envelopes[0]
-        payload_field = models.Envelope._meta.get_field("payload")
         return (
             f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s, %s)",  # noqa: S608 - quoted names
-            [
-                envelope.session_id,
-                envelope.seq,
-                envelope.invocation_id,
-                envelope.type.value,
-                payload_field.get_db_prep_save(envelope.payload, connection),
-                created_at,
-            ],
+            list(_envelope_row(connection, envelopes[0], created_at)),
         )
 
     # ---- reads ----
