@@ -364,6 +364,22 @@ def _group_items(*appends: tuple[str, str]) -> list[_PendingAppend]:
     return [_PendingAppend(session_id, [delta(text)], None, None) for session_id, text in appends]  # type: ignore[arg-type]
 
 
+@pytest.fixture
+def counting_journal(monkeypatch: pytest.MonkeyPatch) -> tuple[DatabaseJournal, list[str]]:
+    """A journal (publishing nothing) and the sessions of the appends it made alone, each
+    in its own transaction (a group that could not commit whole goes append by append)."""
+    journal = DatabaseJournal(publish=False)
+    alone: list[str] = []
+    one_by_one = journal._append_in_own_transaction
+
+    def counted(session_id: str, events: Any, fence: Any) -> Any:
+        alone.append(session_id)
+        return one_by_one(session_id, events, fence)
+
+    monkeypatch.setattr(journal, "_append_in_own_transaction", counted)
+    return journal, alone
+
+
 def _refusing(journal: DatabaseJournal, refused: str, times: int) -> None:
     """The first `times` writes of envelopes of session `refused` fail as the database
     refusing them (whether the group goes append by append or all together)."""
@@ -419,7 +435,7 @@ def test_a_group_of_deltas_is_written_in_a_few_statements_gapless_per_session(ma
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("refusal", ["stale token", "finished run", "another session's run", "no such run"])
 def test_a_group_of_deltas_with_a_refused_fence_writes_nothing_then_goes_append_by_append(
-    make_session: Any, monkeypatch: Any, refusal: str
+    make_session: Any, counting_journal: tuple[DatabaseJournal, list[str]], refusal: str
 ) -> None:
     """The single statement (PostgreSQL) or the group's transaction (SQLite) refuses as a
     whole; each append is then tried alone, and only the refused one fails."""
@@ -435,15 +451,7 @@ def test_a_group_of_deltas_with_a_refused_fence_writes_nothing_then_goes_append_
         fence = (Run.objects.create(session=other, status=Run.RUNNING, lease_token="tok").id, "tok")
     else:
         fence = ("run_gone", "tok")
-    journal = DatabaseJournal(publish=False)
-    alone: list[str] = []
-    one_by_one = journal._append_in_own_transaction
-
-    def counted(session_id: str, events: Any, fence: Any) -> Any:
-        alone.append(session_id)
-        return one_by_one(session_id, events, fence)
-
-    monkeypatch.setattr(journal, "_append_in_own_transaction", counted)
+    journal, alone = counting_journal
     items = _group_items((good.id, "a"), (fenced.id, "late"), (good.id, "b"))
     items[0].fence = items[2].fence = (good_run.id, "tok")
     items[1].fence = fence
@@ -610,21 +618,13 @@ def test_a_group_with_a_deleted_session_refuses_only_that_append(make_session: A
 
 @pytest.mark.django_db(transaction=True)
 def test_groups_over_the_same_sessions_in_any_order_stay_gapless_without_deadlocks(
-    make_session: Any, monkeypatch: Any
+    make_session: Any, counting_journal: tuple[DatabaseJournal, list[str]]
 ) -> None:
     """Eight group commits at once, each over up to four of six sessions in its own order.
     Each group takes its locks in id order, so none deadlocks with another: a deadlock
     would roll the group back and send it append by append, which is counted here."""
     sessions = [make_session().id for _ in range(6)]
-    journal = DatabaseJournal(publish=False)
-    alone: list[str] = []
-    one_by_one = journal._append_in_own_transaction
-
-    def counted(session_id: str, events: Any, fence: Any) -> Any:
-        alone.append(session_id)
-        return one_by_one(session_id, events, fence)
-
-    monkeypatch.setattr(journal, "_append_in_own_transaction", counted)
+    journal, alone = counting_journal
 
     def chosen(i: int, n: int) -> list[str]:
         return list(dict.fromkeys(sessions[(i + n + k * (1 + i % 5)) % 6] for k in range(4)))  # this thread's order
