@@ -15,6 +15,7 @@ from django.utils.module_loading import import_string
 
 from sectr_web import middleware
 from sessions_app.models import ApiToken
+from tests.server.conftest import http_scope
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
 
@@ -23,13 +24,7 @@ async def call(path: str, *, query: bytes = b"", headers: list[tuple[bytes, byte
     """One GET through sectr_web.asgi.application: status, headers (lower-case), body."""
     from sectr_web.asgi import application
 
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-        "path": path, "raw_path": path.encode(), "query_string": query, "root_path": "",
-        "headers": [(b"host", b"127.0.0.1"), *(headers or [])],
-        "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
-    }  # fmt: skip
-    communicator = ApplicationCommunicator(application, scope)
+    communicator = ApplicationCommunicator(application, http_scope("GET", path, headers=headers, query_string=query))
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     start = await communicator.receive_output(timeout=10)
     body = b""
@@ -139,13 +134,7 @@ async def test_each_request_has_a_thread_of_its_own_reused_after_it(
         # A request still open (a session's stream) has given its thread back: another
         # request meanwhile gets the same one.
         path = f"/api/v1/sessions/{session.pk}/events"
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "GET", "scheme": "http",
-            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"127.0.0.1"), *bearer],
-            "client": ("127.0.0.1", 50000), "server": ("127.0.0.1", 80),
-        }  # fmt: skip
-        streaming = ApplicationCommunicator(application, scope)
+        streaming = ApplicationCommunicator(application, http_scope("GET", path, headers=bearer))
         await streaming.send_input({"type": "http.request", "body": b"", "more_body": False})
         assert (await streaming.receive_output(timeout=10))["status"] == 200
         assert (await call("/api/v1/sessions", headers=bearer))["status"] == 200
