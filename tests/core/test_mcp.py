@@ -562,6 +562,16 @@ async def wait_until(check: Any, seconds: float = 10.0) -> None:
         await asyncio.sleep(0.02)
 
 
+async def grow_and_run_extra_1(pool: McpPool, config: ServerConfig, heard: list[str]) -> None:
+    """Call `grow` on the pool's server "c": it adds extra_1 and says its tools changed;
+    once the pool heard that (its first change), its tools include extra_1, which runs."""
+    assert await pool.server("c", config).call("grow", {}) == "added extra_1"
+    await wait_until(lambda: heard == ["c"])
+    tools = {t.name: t for t in await pool.tools("c", config)}
+    assert set(tools) == {"changing__grow", "changing__shrink", "changing__extra_1"}
+    assert await tools["changing__extra_1"].run({}) == "extra 1"
+
+
 async def test_a_session_based_servers_tool_list_change_makes_the_pool_discover_again() -> None:
     heard: list[str] = []
     pool = McpPool(on_tools_changed=heard.append)
@@ -571,11 +581,7 @@ async def test_a_session_based_servers_tool_list_change_makes_the_pool_discover_
     server = pool.server("c", config)
     assert server.protocol_version == "2025-11-25" and server.tools_ttl_s is None
     assert await pool.tools("c", config) is first  # no hint, no change: kept
-    assert await server.call("grow", {}) == "added extra_1"
-    await wait_until(lambda: heard == ["c"])
-    tools = {t.name: t for t in await pool.tools("c", config)}
-    assert set(tools) == {"changing__grow", "changing__shrink", "changing__extra_1"}
-    assert await tools["changing__extra_1"].run({}) == "extra 1"
+    await grow_and_run_extra_1(pool, config, heard)
     await pool.close()
 
 
@@ -652,11 +658,7 @@ async def follows_a_stateless_servers_changes(config: ServerConfig) -> None:
     server = pool.server("c", config)
     assert server.protocol_version == "2026-07-28" and server.tools_ttl_s is None
     assert await pool.tools("c", config) is first  # no hint, no change: kept
-    assert await server.call("grow", {}) == "added extra_1"
-    await wait_until(lambda: heard == ["c"])
-    tools = {t.name: t for t in await pool.tools("c", config)}
-    assert set(tools) == {"changing__grow", "changing__shrink", "changing__extra_1"}
-    assert await tools["changing__extra_1"].run({}) == "extra 1"
+    await grow_and_run_extra_1(pool, config, heard)
     assert await server.call("shrink", {}) == "removed extra_1"
     await wait_until(lambda: heard == ["c", "c"])
     assert "changing__extra_1" not in {t.name for t in await pool.tools("c", config)}

@@ -85,6 +85,33 @@ def tools_section(people: dict[str, Any]) -> str:
     return page[page.index('id="mcp-servers"') :]
 
 
+class Runs:
+    """Inside with_worker's body: post to the session as its owner and wait for the worker
+    to finish the run."""
+
+    def __init__(self, owner: Any, session: Session, idle: Callable[[], Awaitable[None]]) -> None:
+        self.owner, self.session, self.idle = owner, session, idle
+
+    async def post(self, content: str) -> None:
+        await run_in_db_thread(actions.do_post_message, self.owner, self.session.pk, content)
+        await self.idle()
+
+    async def call(self, tool: str, arguments: str = "{}") -> None:
+        """A run that calls the changing server's `tool`."""
+        await self.post(f"!tool changing__{tool} {arguments}")
+
+    async def grow_until_changed(self) -> None:
+        """Call `grow` (the server adds extra_1 and says its tools changed) and wait until
+        the worker, told so on its connection, stored the new list."""
+        await self.call("grow")
+        await until(lambda: row().discovery_reason == "changed")
+
+
+#: The tools after `grow`, and the results of a run calling `grow` then one calling extra_1.
+GROWN = ["extra_1", "grow", "shrink"]
+GREW_AND_RAN_EXTRA_1 = [(False, "added extra_1"), (False, "extra 1")]
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_tool_list_change_reaches_the_next_run_without_refresh(
     people: dict[str, Any], tmp_path: Path, settings: Any
@@ -95,28 +122,22 @@ def test_a_tool_list_change_reaches_the_next_run_without_refresh(
     assert saved.protocol_version == "2025-11-25" and listed(saved) == ["grow", "shrink"]
     assert saved.discovery_reason == "saved" and saved.tools_fresh_until is None
     assert "when the server was saved" in tools_section(people)
-    owner = people["owner"]
 
     async def body(idle: Callable[[], Awaitable[None]]) -> None:
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
-        await idle()
-        # The server said its tools changed: the worker listed them on its connection.
-        await until(lambda: row().discovery_reason == "changed")
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
-        await idle()
+        runs = Runs(people["owner"], session, idle)
+        await runs.grow_until_changed()
+        await runs.call("extra_1")
         # Removed quietly (no notification): the next run still has it from the stored
         # discovery, and its call is an error result, not a failed run.
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, '!tool changing__shrink {"quietly": true}')
-        await idle()
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
-        await idle()
+        await runs.call("shrink", '{"quietly": true}')
+        await runs.call("extra_1")
 
     with_worker(body)
     changed = row()
-    assert listed(changed) == ["extra_1", "grow", "shrink"] and changed.refreshed_at > saved.refreshed_at
+    assert listed(changed) == GROWN and changed.refreshed_at > saved.refreshed_at
     assert changed.tools_fresh_until is None and changed.health == "ok"
     outcome = results(session)
-    assert outcome[:3] == [(False, "added extra_1"), (False, "extra 1"), (False, "removed extra_1")], outcome
+    assert outcome[:3] == [*GREW_AND_RAN_EXTRA_1, (False, "removed extra_1")], outcome
     error, message = outcome[3]
     assert error and "MCP server changing: extra_1 reported an error: Unknown tool: extra_1" in message, message
     assert set(Run.objects.filter(session=session).values_list("status", flat=True)) == {Run.COMPLETED}
@@ -138,28 +159,25 @@ def test_a_stateless_servers_cache_hint_expires_and_a_run_discovers_again(
     assert saved.tools_fresh_until is not None and saved.refreshed_at is not None
     assert abs((saved.tools_fresh_until - saved.refreshed_at).total_seconds() - 8) < 0.01
     assert "Fresh until" in tools_section(people)
-    owner = people["owner"]
 
     async def body(idle: Callable[[], Awaitable[None]]) -> None:
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
-        await idle()
+        runs = Runs(people["owner"], session, idle)
+        await runs.call("grow")
         # Nothing to listen to: the stored tools stay while the hint holds.
         assert await run_in_db_thread(lambda: (row().discovery_reason, listed(row()))) == ("saved", ["grow", "shrink"])
         fresh_until = saved.tools_fresh_until
         assert fresh_until is not None
         await asyncio.sleep(max(0.0, (fresh_until - timezone.now()).total_seconds()) + 0.2)
         # A run after the hint ran out uses the stored tools and starts a re-discovery.
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "hello")
-        await idle()
+        await runs.post("hello")
         await until(lambda: row().discovery_reason == "expired")
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
-        await idle()
+        await runs.call("extra_1")
 
     with_worker(body)
     expired = row()
-    assert listed(expired) == ["extra_1", "grow", "shrink"] and expired.tools_fresh_until is not None
+    assert listed(expired) == GROWN and expired.tools_fresh_until is not None
     assert expired.refreshed_at is not None and expired.tools_fresh_until > expired.refreshed_at
-    assert results(session) == [(False, "added extra_1"), (False, "extra 1")]
+    assert results(session) == GREW_AND_RAN_EXTRA_1
     assert "because the server's cache hint ran out" in tools_section(people)
 
 
@@ -202,19 +220,17 @@ def test_a_stateless_http_servers_change_reaches_the_next_run_without_refresh(
     assert server.protocol_version == "2026-07-28" and server.tools_fresh_until is None
     actions.do_create_agent(people["moderator"], "crew", "shifty", {"name": "Shifty", "tools": ["changing__*"]})
     session = actions.do_create_session(people["owner"], team="crew", agent="crew/shifty")
-    saved, owner = row(), people["owner"]
+    saved = row()
 
     async def body(idle: Callable[[], Awaitable[None]]) -> None:
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__grow {}")
-        await idle()
-        await until(lambda: row().discovery_reason == "changed")
-        await run_in_db_thread(actions.do_post_message, owner, session.pk, "!tool changing__extra_1 {}")
-        await idle()
+        runs = Runs(people["owner"], session, idle)
+        await runs.grow_until_changed()
+        await runs.call("extra_1")
 
     with_worker(body)
     changed = row()
-    assert listed(changed) == ["extra_1", "grow", "shrink"] and changed.refreshed_at > saved.refreshed_at
-    assert results(session) == [(False, "added extra_1"), (False, "extra 1")]
+    assert listed(changed) == GROWN and changed.refreshed_at > saved.refreshed_at
+    assert results(session) == GREW_AND_RAN_EXTRA_1
     assert "because the server said its tools changed" in tools_section(people)
 
 
@@ -311,7 +327,7 @@ def test_a_worker_process_stores_a_changed_tool_list_for_the_next_run(tmp_path: 
                 return str(reason), sorted(t["name"] for t in tools)
 
             wait_for(lambda: stored()[0] == "changed", 30, "the worker's re-discovery")
-            assert stored() == ("changed", ["extra_1", "grow", "shrink"])
+            assert stored() == ("changed", GROWN)
             second = driver.act(
                 f"""
                 alice = User.objects.get(username="alice")
