@@ -531,6 +531,17 @@ class Worker:
 _embedded: Worker | None = None
 _embedded_task: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
 
+#: An embedded worker that died starts again no sooner than this many seconds after its
+#: death, the wait doubling for each death in a row that came within
+#: EMBEDDED_RESTART_MAX seconds of its start, up to EMBEDDED_RESTART_MAX: one that dies at
+#: once every time (the database refusing it, a bug in its start) is logged and started
+#: again once a minute, not on every connection.
+EMBEDDED_RESTART_MIN = 2.0
+EMBEDDED_RESTART_MAX = 60.0
+_restart_wait = 0.0  # the wait after the last death (0: none since the process started)
+_restart_at = 0.0  # time.monotonic() before which no embedded worker starts
+_started_at = 0.0  # when the embedded worker of now (or the last one) started
+
 
 def embedded_worker_enabled() -> bool:
     if settings.SECTR_EMBEDDED_WORKER is not None:
@@ -543,15 +554,19 @@ def embedded_worker_enabled() -> bool:
 
 
 def start_embedded_worker() -> Worker | None:
-    """Start a worker on the running event loop (the server's), once per process."""
-    global _embedded, _embedded_task
+    """Start a worker on the running event loop (the server's), once per process, and
+    again after it died, once its restart wait is over (None until then)."""
+    global _embedded, _embedded_task, _started_at
     if _embedded is not None or not embedded_worker_enabled():
         return _embedded
     loop = asyncio.get_running_loop()  # first: outside a running loop, record nothing
+    if time.monotonic() < _restart_at:
+        return None  # the last one died moments ago: _embedded_ended's timer starts it
     # No channel-layer listener: this process's actions wake and poke it directly, and
     # a Redis receive loop on the server's own event loop delayed browser frames by
     # seconds (bench/live.py). Pokes from other processes reach it by polling.
     _embedded = Worker(concurrency=settings.SECTR_WORKER_CONCURRENCY, listen=False)
+    _started_at = time.monotonic()
     _embedded_task = loop.create_task(_embedded.run())
     _embedded_task.add_done_callback(functools.partial(_embedded_ended, _embedded))
     return _embedded
@@ -559,12 +574,30 @@ def start_embedded_worker() -> Worker | None:
 
 def _embedded_ended(worker: Worker, task: asyncio.Task[None]) -> None:
     """Log an embedded worker's death (nothing else would: its task is held, never
-    awaited), and let the next connection start another in its place."""
-    global _embedded, _embedded_task
+    awaited), and start another in its place after the restart wait (the next
+    connection after it does too)."""
+    global _embedded, _embedded_task, _restart_wait, _restart_at
     if task.cancelled() or task.exception() is None:
         return  # stopped: the server is shutting down
+    now = time.monotonic()
+    if _restart_wait == 0.0 or now - _started_at >= EMBEDDED_RESTART_MAX:
+        _restart_wait = EMBEDDED_RESTART_MIN  # the first death, or one after a good while
+    else:
+        _restart_wait = min(_restart_wait * 2, EMBEDDED_RESTART_MAX)
+    _restart_at = now + _restart_wait
     log.error(
-        "the embedded worker %s died; the next connection starts another", worker.worker_id, exc_info=task.exception()
+        "the embedded worker %s died; another starts in %g s",
+        worker.worker_id,
+        _restart_wait,
+        exc_info=task.exception(),
     )
     if _embedded is worker:
         _embedded, _embedded_task = None, None
+    task.get_loop().call_later(_restart_wait, _start_after_wait)
+
+
+def _start_after_wait() -> None:
+    try:
+        start_embedded_worker()
+    except Exception:  # a timer's callback: nobody else would see it
+        log.exception("starting the embedded worker again failed")

@@ -11,6 +11,7 @@ Run on SQLite (in-memory channel layer) and on PostgreSQL (Redis channel layer).
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -818,16 +819,43 @@ async def test_it_claims_queued_runs_within_a_poll_interval_when_every_wake_up_i
         assert waited < poll + 1.0, f"claimed {waited:.2f} s after it was queued (poll every {poll} s)"
 
 
-@pytest.mark.django_db(transaction=True)
-async def test_an_embedded_workers_death_is_logged_and_the_next_connection_starts_another(
-    owner: Any, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+@pytest.fixture
+def embedded(settings: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The embedded worker module with no worker started and no death behind it, and
+    restart waits of 0.1 s doubling up to 0.4 s (2 s and 60 s in production)."""
     from sessions_app import worker as worker_module
 
     settings.SECTR_EMBEDDED_WORKER = True
-    monkeypatch.setattr(worker_module, "_embedded", None)
-    monkeypatch.setattr(worker_module, "_embedded_task", None)
-    real_adopt = worker_module.adopt_server_loop
+    for name, value in (
+        ("_embedded", None),
+        ("_embedded_task", None),
+        ("_restart_wait", 0.0),
+        ("_restart_at", 0.0),
+        ("_started_at", 0.0),
+    ):
+        monkeypatch.setattr(worker_module, name, value)
+    monkeypatch.setattr(worker_module, "EMBEDDED_RESTART_MIN", 0.1)
+    monkeypatch.setattr(worker_module, "EMBEDDED_RESTART_MAX", 0.4)
+    return worker_module
+
+
+def embedded_deaths(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "sectr.worker" and "embedded worker" in r.getMessage()]
+
+
+async def until_started(worker_module: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while worker_module._embedded is None:
+        assert time.monotonic() < deadline, "no embedded worker started"
+        await asyncio.sleep(0.01)
+    return worker_module._embedded
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_embedded_workers_death_is_logged_and_another_starts_after_a_wait(
+    owner: Any, embedded: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real_adopt = embedded.adopt_server_loop
     calls: list[int] = []
 
     def adopt_failing_once() -> None:
@@ -836,21 +864,61 @@ async def test_an_embedded_workers_death_is_logged_and_the_next_connection_start
             raise RuntimeError("the worker's start failed")
         real_adopt()
 
-    monkeypatch.setattr(worker_module, "adopt_server_loop", adopt_failing_once)
-    first = worker_module.start_embedded_worker()
-    dying = worker_module._embedded_task
+    monkeypatch.setattr(embedded, "adopt_server_loop", adopt_failing_once)
+    first = embedded.start_embedded_worker()
+    dying = embedded._embedded_task
     assert first is not None and dying is not None
     with pytest.raises(RuntimeError):
         await dying
-    died = [r for r in caplog.records if r.name == "sectr.worker" and "embedded worker" in r.getMessage()]
-    assert [r.levelname for r in died] == ["ERROR"]
+    died = embedded_deaths(caplog)
+    assert [r.levelname for r in died] == ["ERROR"] and "another starts in 0.1 s" in died[0].getMessage()
     assert died[0].exc_info is not None and "the worker's start failed" in str(died[0].exc_info[1])
-    second = worker_module.start_embedded_worker()
-    assert second is not None and second is not first
+    assert embedded.start_embedded_worker() is None  # a connection during the wait starts none
+    second = await until_started(embedded)  # the wait's timer did
+    assert second is not first and len(calls) == 2
     try:
         run = await post(owner, await new_session(owner), "hello")
         assert (await wait_until(finished(run.pk), timeout=10)).status == Run.COMPLETED
     finally:
         second.stop()
-        assert worker_module._embedded_task is not None
-        await asyncio.wait_for(worker_module._embedded_task, 15)
+        assert embedded._embedded_task is not None
+        await asyncio.wait_for(embedded._embedded_task, 15)
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_embedded_worker_that_dies_at_once_every_time_restarts_ever_less_often(
+    owner: Any, embedded: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The wait after a death doubles while each worker dies soon after its start (within
+    EMBEDDED_RESTART_MAX), up to that; a worker that lived longer starts the count again."""
+    real_adopt = embedded.adopt_server_loop
+    starts: list[float] = []
+
+    def adopt() -> None:  # each worker's first step
+        starts.append(time.monotonic())
+        if len(starts) <= 5:
+            raise RuntimeError("the worker's start failed")
+        if len(starts) == 6:
+            time.sleep(0.5)  # lives longer than EMBEDDED_RESTART_MAX, then dies
+            raise RuntimeError("the worker failed later")
+        real_adopt()
+
+    monkeypatch.setattr(embedded, "adopt_server_loop", adopt)
+    assert embedded.start_embedded_worker() is not None
+    deadline = time.monotonic() + 20
+    while len(starts) < 7:
+        assert time.monotonic() < deadline, f"only {len(starts)} starts"
+        await asyncio.sleep(0.01)
+    last = await until_started(embedded)
+    try:
+        waits = [0.1, 0.2, 0.4, 0.4, 0.4, 0.5 + 0.1]
+        gaps = [later - earlier for earlier, later in zip(starts, starts[1:], strict=False)]
+        assert all(wait <= gap < wait + 1.0 for wait, gap in zip(waits, gaps, strict=True)), gaps
+        said = [re.search(r"another starts in (\S+) s", r.getMessage()) for r in embedded_deaths(caplog)]
+        assert [m.group(1) for m in said if m] == ["0.1", "0.2", "0.4", "0.4", "0.4", "0.1"]
+        run = await post(owner, await new_session(owner), "hello")
+        assert (await wait_until(finished(run.pk), timeout=10)).status == Run.COMPLETED
+    finally:
+        last.stop()
+        assert embedded._embedded_task is not None
+        await asyncio.wait_for(embedded._embedded_task, 15)
