@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from sectr.client import AsyncClient, Client, NotFoundError, RunEvent, SessionBusyError
+from tests.server.api.cutting_proxy import CuttingProxy
 from tests.server.api.test_api import assert_error, events, new_session, read_stream, start_run, wait_for_state
 from tests.server.api.test_api_support import LiveApi, live_api, sse_events
-from tests.server.api.test_sdk_stream import CuttingProxy
 
 pytestmark = pytest.mark.slow
 
