@@ -29,6 +29,7 @@ from sectr.client.protocol import (
     RunFollower,
     SessionCursor,
     SSEDecoder,
+    StreamUnavailable,
     answer_of,
     backoff,
     base_url_from_env,
@@ -42,6 +43,7 @@ from sectr.client.protocol import (
     run_event_from_sse,
     session_headers,
     stream_timeout,
+    stream_unavailable_wait,
     timeout_for,
     token_from_env,
     transport_error,
@@ -513,6 +515,9 @@ class AsyncSession:
                                 if cursor.accept(event):
                                     yield event
                     raise _StreamCut("the session's stream ended")  # a restart's `retry:`: go on
+                except StreamUnavailable as exc:  # a 503 before the stream: a cut, after Retry-After
+                    failures = 1 if cursor.last_seq != mark else failures + 1
+                    await asyncio.sleep(stream_unavailable_wait(exc, failures, self._client.max_reconnects))
                 except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
                     failures = 1 if cursor.last_seq != mark else failures + 1
                     if failures > self._client.max_reconnects:
@@ -927,6 +932,9 @@ class AsyncRun:
                 try:
                     async for event in self._follow_stream():
                         yield event
+                except StreamUnavailable as exc:  # a 503 before the stream: a cut, after Retry-After
+                    failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
+                    await asyncio.sleep(stream_unavailable_wait(exc, failures, self._client.max_reconnects, limit))
                 except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
                     if limit.expired:
                         raise limit.error(f"run {self.id}") from exc

@@ -248,11 +248,29 @@ def decode_answer(response: httpx.Response) -> Any:
         raise ProtocolError(f"the server answered {status} with a body that is not JSON", status=status) from None
 
 
+class StreamUnavailable(Exception):  # noqa: N818 - internal signal
+    """An event stream's GET was answered 503 `unavailable` (the database, or live
+    updates, away for a moment): a cut to reconnect from after `wait` seconds (the
+    answer's Retry-After), or, when the stream gives up, `error` (that 503) to raise."""
+
+    def __init__(self, error: SectrError, wait: float) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.wait = wait
+
+
 def check_stream_answer(response: httpx.Response) -> None:
     """Raise the typed error of an event-stream request's answer that is not a stream
-    (read its body first): an error, a redirect, or a 2xx of another content type."""
+    (read its body first): an error, a redirect, or a 2xx of another content type; a
+    503 `unavailable` as StreamUnavailable, which the stream's loop treats as a cut."""
     if response.status_code >= 300:
-        decode_answer(response)
+        wait = unavailable_retry_after(response)
+        try:
+            decode_answer(response)
+        except SectrError as error:
+            if wait is None:
+                raise
+            raise StreamUnavailable(error, wait) from None
     content_type = response.headers.get("content-type", "")
     raise ProtocolError(
         f"the server answered {response.status_code} with {content_type or 'no content type'}, not text/event-stream",
@@ -281,11 +299,10 @@ def retry_after_seconds(value: str | None) -> float:
     return min(seconds, UNAVAILABLE_WAIT_CAP)
 
 
-def unavailable_wait(response: httpx.Response, retries: int, limit: Deadline) -> float | None:
-    """The seconds to wait before sending a streamed POST again after its (read) answer
-    `response`, or None to raise its error instead: only a 503 `unavailable` is retried,
-    at most STREAM_POST_RETRIES times, and not when the wait would outlast the deadline."""
-    if response.status_code != 503 or retries >= STREAM_POST_RETRIES:
+def unavailable_retry_after(response: httpx.Response) -> float | None:
+    """The seconds a (read) 503 `unavailable` answer asks to wait before asking again
+    (its Retry-After, capped), or None for any other answer."""
+    if response.status_code != 503:
         return None
     try:
         code = response.json()["error"]["code"]
@@ -293,9 +310,29 @@ def unavailable_wait(response: httpx.Response, retries: int, limit: Deadline) ->
         return None
     if code != "unavailable":
         return None
-    wait = retry_after_seconds(response.headers.get("retry-after"))
+    return retry_after_seconds(response.headers.get("retry-after"))
+
+
+def unavailable_wait(response: httpx.Response, retries: int, limit: Deadline) -> float | None:
+    """The seconds to wait before sending a streamed POST again after its (read) answer
+    `response`, or None to raise its error instead: only a 503 `unavailable` is retried,
+    at most STREAM_POST_RETRIES times, and not when the wait would outlast the deadline."""
+    wait = unavailable_retry_after(response) if retries < STREAM_POST_RETRIES else None
     left = limit.remaining()
-    return None if left is not None and wait >= left else wait
+    return None if wait is None or (left is not None and wait >= left) else wait
+
+
+def stream_unavailable_wait(
+    exc: StreamUnavailable, failures: int, max_reconnects: int, limit: Deadline | None = None
+) -> float:
+    """The seconds to wait before reconnecting an event stream whose GET was answered
+    503 `unavailable` (`exc`), this being the `failures`-th attempt in a row without a
+    new event: its Retry-After (capped). The 503 itself is raised once more than
+    `max_reconnects` attempts in a row failed, or when the wait would outlast `limit`."""
+    left = limit.remaining() if limit is not None else None
+    if failures > max_reconnects or (left is not None and exc.wait >= left):
+        raise exc.error from None
+    return exc.wait
 
 
 def pause(seconds: float, cancel: Cancellation | None) -> None:

@@ -24,6 +24,7 @@ from sectr.client.protocol import (
     RunFollower,
     SessionCursor,
     SSEDecoder,
+    StreamUnavailable,
     answer_of,
     backoff,
     base_url_from_env,
@@ -38,6 +39,7 @@ from sectr.client.protocol import (
     run_event_from_sse,
     session_headers,
     stream_timeout,
+    stream_unavailable_wait,
     timeout_for,
     token_from_env,
     transport_error,
@@ -537,6 +539,9 @@ class Session:
                             if cursor.accept(event):
                                 yield event
                 raise _StreamCut("the session's stream ended")  # a restart's `retry:`: go on
+            except StreamUnavailable as exc:  # a 503 before the stream: a cut, after Retry-After
+                failures = 1 if cursor.last_seq != mark else failures + 1
+                pause(stream_unavailable_wait(exc, failures, self._client.max_reconnects), cancel)
             except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
                 if cancel is not None and cancel.cancelled:
                     raise RequestCancelled("the call was cancelled") from None
@@ -965,6 +970,9 @@ class Run:
             mark = (self._follower.run_id, self._follower.last_seq)
             try:
                 yield from self._follow_stream()
+            except StreamUnavailable as exc:  # a 503 before the stream: a cut, after Retry-After
+                failures = 1 if (self._follower.run_id, self._follower.last_seq) != mark else failures + 1
+                pause(stream_unavailable_wait(exc, failures, self._client.max_reconnects, limit), self._cancel)
             except (httpx.HTTPError, httpx.StreamError, _StreamCut) as exc:
                 if self._cancel is not None and self._cancel.cancelled:
                     raise RequestCancelled("the call was cancelled") from None

@@ -315,7 +315,9 @@ export class SectrClient {
     }
   }
 
-  /** @internal One connection of a run's event stream (or of the stream at `path`). */
+  /** @internal One connection of a run's event stream (or of the stream at `path`); an
+   * answer `503 unavailable` throws StreamUnavailable, a cut to reconnect from after its
+   * Retry-After. */
   async openStream(runId: string, headers: Record<string, string>, scope: Scope, path?: string): Promise<Response> {
     const response = await this.fetchImpl(`${this.baseUrl}${API_PREFIX}${path ?? `/runs/${runId}/events`}`, {
       headers: mergedHeaders(this.headers, { Accept: "text/event-stream" }, headers),
@@ -324,6 +326,15 @@ export class SectrClient {
     });
     if (isEventStream(response)) return response;
     const text = await response.text();
+    const waitMs = unavailableRetryAfter(response, text);
+    if (waitMs !== undefined) {
+      try {
+        decodeAnswer(response, text);
+      } catch (error) {
+        if (error instanceof SectrError) throw new StreamUnavailable(error, waitMs);
+        throw error;
+      }
+    }
     if (response.status >= 300) decodeAnswer(response, text);
     const type = response.headers.get("content-type") ?? "";
     throw new ProtocolError(`the server answered ${response.status} with ${type || "no content type"}, not text/event-stream`, {
@@ -385,11 +396,11 @@ export class SectrClient {
 const STREAM_POST_RETRIES = 3;
 const UNAVAILABLE_WAIT_CAP_MS = 10_000;
 
-/** The milliseconds to wait before sending a streamed POST again after its answer, or
- * undefined to throw its error instead: only a 503 `unavailable` is retried, at most
- * STREAM_POST_RETRIES times, and not when the wait would outlast the deadline. */
-function unavailableWait(response: Response, text: string, retries: number, deadline: Deadline): number | undefined {
-  if (response.status !== 503 || retries >= STREAM_POST_RETRIES) return undefined;
+/** The milliseconds a 503 `unavailable` answer (its body `text`) asks to wait before
+ * asking again (its Retry-After, at most UNAVAILABLE_WAIT_CAP_MS), or undefined for any
+ * other answer. */
+function unavailableRetryAfter(response: Response, text: string): number | undefined {
+  if (response.status !== 503) return undefined;
   let code: unknown;
   try {
     code = (JSON.parse(text) as { error?: { code?: unknown } })?.error?.code;
@@ -400,9 +411,37 @@ function unavailableWait(response: Response, text: string, retries: number, dead
   // The API sends seconds (never a date); a missing or odd value counts as 1 s.
   const header = response.headers.get("retry-after");
   const seconds = header ? Number(header) : 1;
-  const ms = Math.min(Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 1000, UNAVAILABLE_WAIT_CAP_MS);
+  return Math.min(Number.isFinite(seconds) && seconds >= 0 ? seconds * 1000 : 1000, UNAVAILABLE_WAIT_CAP_MS);
+}
+
+/** The milliseconds to wait before sending a streamed POST again after its answer, or
+ * undefined to throw its error instead: only a 503 `unavailable` is retried, at most
+ * STREAM_POST_RETRIES times, and not when the wait would outlast the deadline. */
+function unavailableWait(response: Response, text: string, retries: number, deadline: Deadline): number | undefined {
+  const ms = retries < STREAM_POST_RETRIES ? unavailableRetryAfter(response, text) : undefined;
   const left = deadline.remaining();
-  return left !== undefined && ms >= left ? undefined : ms;
+  return ms === undefined || (left !== undefined && ms >= left) ? undefined : ms;
+}
+
+/** An event stream's GET answered `503 unavailable` (the database, or live updates, away
+ * for a moment): a cut to reconnect from after `waitMs` (its Retry-After), or, when the
+ * stream gives up, `error` (that 503) to throw. */
+class StreamUnavailable extends Error {
+  constructor(
+    readonly error: SectrError,
+    readonly waitMs: number,
+  ) {
+    super(error.message);
+  }
+}
+
+/** The milliseconds to wait before reconnecting a stream after `unavailable`, this being
+ * the `failures`-th attempt in a row without a new event; throws the 503 itself once more
+ * than `maxReconnects` attempts in a row failed, or when the wait would outlast `deadline`. */
+function streamUnavailableWait(unavailable: StreamUnavailable, failures: number, maxReconnects: number, deadline?: Deadline): number {
+  const left = deadline?.remaining();
+  if (failures > maxReconnects || (left !== undefined && unavailable.waitMs >= left)) throw unavailable.error;
+  return unavailable.waitMs;
 }
 
 /** Wait `ms`, or less when `signal` aborts (then reject). */
@@ -732,6 +771,17 @@ export class Session {
         }
         throw new StreamCut("the session's stream ended"); // a restart's `retry:`: go on
       } catch (error) {
+        if (error instanceof StreamUnavailable) {
+          // A 503 before the stream (the database away): a cut, reconnected after Retry-After.
+          failures = lastSeq !== mark ? 1 : failures + 1;
+          try {
+            await pause(streamUnavailableWait(error, failures, this.client.maxReconnects), scope.controller.signal);
+          } catch (stopped) {
+            if (stopped instanceof SectrError) throw stopped;
+            throw new RequestCancelledError(`session ${this.id}: the call was cancelled`);
+          }
+          continue;
+        }
         if (error instanceof SectrError) throw error;
         if (scope.why === "cancelled") throw new RequestCancelledError(`session ${this.id}: the call was cancelled`);
         failures = lastSeq !== mark ? 1 : failures + 1;
@@ -1105,6 +1155,18 @@ export class Run implements AsyncIterable<RunEvent> {
       try {
         yield* this.follow(scope, opened?.response);
       } catch (error) {
+        if (error instanceof StreamUnavailable) {
+          // A 503 before the stream (the database away): a cut, reconnected after Retry-After.
+          failures = `${this.runId}:${this.lastSeq}` !== mark ? 1 : failures + 1;
+          const wait = streamUnavailableWait(error, failures, this.client.maxReconnects, this.deadline);
+          try {
+            await pause(wait, scope.controller.signal);
+          } catch {
+            if (scope.why === "deadline" || this.deadline.expired) throw this.deadline.error(`run ${this.id}`);
+            throw new RequestCancelledError(`run ${this.id}: the call was cancelled`);
+          }
+          continue;
+        }
         if (error instanceof SectrError) throw error;
         if (scope.why === "cancelled") throw new RequestCancelledError(`run ${this.id}: the call was cancelled`);
         if (scope.why === "deadline" || this.deadline.expired) throw this.deadline.error(`run ${this.id}`);

@@ -39,11 +39,46 @@ export async function startSectr({ settings, env } = {}) {
   };
 }
 
-/** A TCP proxy whose `cut()` drops every open connection at once (a flaky network). */
+/** The bytes of a `message.delta` frame's text as the server's SSE encodes it. */
+function deltaMarker(text) {
+  return Buffer.from(`"text":${JSON.stringify(text)}`);
+}
+
+/** Where the end of `data` that may be `marker`'s beginning starts (split across two
+ * reads, so held until the next), or data.length. */
+function partialMarkerAt(data, marker) {
+  for (let size = Math.min(marker.length - 1, data.length); size > 0; size -= 1) {
+    if (marker.subarray(0, size).equals(data.subarray(data.length - size))) return data.length - size;
+  }
+  return data.length;
+}
+
+/** A TCP proxy whose `cut()` drops every open connection at once (a flaky network).
+ *
+ * `cutAfter(texts, onCut)` cuts when the server's bytes carry the SSE frame of the delta
+ * with the first text left, forwarded up to that frame's end and not one byte more: the
+ * client has that event and must reconnect for the next, however far ahead of the client
+ * the server is (a cut by the client as it reads an event finds the rest of the run in
+ * its buffers when it lags, under load, and forces no reconnect). `onCut` runs first. */
 export async function cuttingProxy(targetUrl) {
   const target = new URL(targetUrl);
   const open = new Set();
   let accepted = 0;
+  let cuts = 0;
+  let markers = [];
+  let onCut;
+  const cutAll = (graceful) => {
+    cuts += 1;
+    for (const { client, upstream } of [...open]) {
+      if (graceful) {
+        client.end(() => upstream.destroy()); // once what was written went out
+      } else {
+        client.resetAndDestroy?.() ?? client.destroy();
+        upstream.destroy();
+      }
+    }
+    open.clear();
+  };
   const server = net.createServer((client) => {
     accepted += 1;
     const upstream = net.connect(Number(target.port), target.hostname);
@@ -57,7 +92,28 @@ export async function cuttingProxy(targetUrl) {
     client.on("error", drop).on("close", drop);
     upstream.on("error", drop).on("close", drop);
     client.pipe(upstream);
-    upstream.pipe(client);
+    let held = Buffer.alloc(0);
+    upstream.on("data", (chunk) => {
+      const data = held.length ? Buffer.concat([held, chunk]) : chunk;
+      held = Buffer.alloc(0);
+      if (!open.has(pair)) return; // cut: not one byte more
+      if (!markers.length) return void client.write(data);
+      const at = data.indexOf(markers[0]);
+      if (at < 0) {
+        const split = partialMarkerAt(data, markers[0]);
+        held = data.subarray(split);
+        return void client.write(data.subarray(0, split));
+      }
+      const end = data.indexOf("\n\n", at);
+      if (end < 0) {
+        held = data.subarray(at); // the frame's end is still to come
+        return void client.write(data.subarray(0, at));
+      }
+      markers.shift();
+      onCut?.();
+      client.write(data.subarray(0, end + 2));
+      cutAll(true); // FIN after the data: the client reads that frame, then the stream ends
+    });
   });
   await new Promise((done) => server.listen(0, "127.0.0.1", done));
   const { port } = server.address();
@@ -66,14 +122,18 @@ export async function cuttingProxy(targetUrl) {
     get accepted() {
       return accepted;
     },
+    get cuts() {
+      return cuts;
+    },
     cut() {
-      for (const { client, upstream } of [...open]) {
-        client.resetAndDestroy?.() ?? client.destroy();
-        upstream.destroy();
-      }
-      open.clear();
+      cutAll(false);
+    },
+    cutAfter(texts, then) {
+      markers = texts.map(deltaMarker);
+      onCut = then;
     },
     close() {
+      markers = [];
       this.cut();
       return new Promise((done) => server.close(done));
     },
