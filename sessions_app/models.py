@@ -774,7 +774,7 @@ class ApiToken(models.Model):
         found: ApiToken | None = None
         # Look up by the non-secret prefix and compare the hashes in constant time, so
         # neither the database index nor the comparison leaks how much of a guess matched.
-        for candidate in cls.objects.filter(prefix=raw[:TOKEN_PREFIX_LENGTH]).select_related("user"):
+        for candidate in cls._with_users(raw[:TOKEN_PREFIX_LENGTH]):
             if hmac.compare_digest(candidate.token_hash, digest):
                 found = candidate
         if found is None or found.revoked_at is not None or not found.user.is_active:
@@ -783,9 +783,53 @@ class ApiToken(models.Model):
         if found.last_used_at is None or now - found.last_used_at > LAST_USED_RESOLUTION:
             # Throttled: one write per token per minute, not one per request (SQLite has
             # a single writer, and the journal needs it more).
-            cls.objects.filter(pk=found.pk).update(last_used_at=now)
             found.last_used_at = now
+            found._write_last_used()
         return found
+
+    @classmethod
+    def _with_users(cls, prefix: str) -> list[ApiToken]:
+        """`filter(prefix=prefix).select_related("user")` in plain SQL: every API request
+        runs it, and compiling the queryset cost more than running it (a burst of a
+        hundred streamed POSTs, py-spy). Each token's user is its cached relation, as
+        select_related leaves it."""
+        from django.db import connections
+
+        from sessions_app.journal.sql import model_columns, model_instances
+
+        connection = connections[cls.objects.db]
+        user_field: Any = cls._meta.get_field("user")
+        user_model = user_field.related_model
+        qn = connection.ops.quote_name
+        columns = f"{model_columns(connection, cls, 't')}, {model_columns(connection, user_model, 'u')}"
+        join = f"u.{qn(user_model._meta.pk.column)} = t.{qn(user_field.column)}"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM {qn(cls._meta.db_table)} t"  # noqa: S608 - quoted names
+                f" INNER JOIN {qn(user_model._meta.db_table)} u ON {join}"
+                f" WHERE t.{qn(cast(models.Field, cls._meta.get_field('prefix')).column)} = %s",
+                [prefix],
+            )
+            rows = cursor.fetchall()
+        tokens = model_instances(connection, cls, rows)
+        users = model_instances(connection, user_model, rows, start=len(cls._meta.concrete_fields))
+        for token, user in zip(tokens, users, strict=True):
+            user_field.set_cached_value(token, user)
+        return tokens
+
+    def _write_last_used(self) -> None:
+        """`filter(pk=...).update(last_used_at=...)` in plain SQL (compiling the UPDATE
+        cost more than running it); no signal, as a queryset's update sends none."""
+        from django.db import connections, router
+
+        connection = connections[router.db_for_write(type(self), instance=self)]
+        qn = connection.ops.quote_name
+        field = cast(models.Field, self._meta.get_field("last_used_at"))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {qn(self._meta.db_table)} SET {qn(field.column)} = %s WHERE {qn(self._meta.pk.column)} = %s",  # noqa: S608 - quoted names
+                [field.get_db_prep_save(self.last_used_at, connection), self.pk],
+            )
 
     @property
     def is_revoked(self) -> bool:

@@ -55,6 +55,7 @@ from sectr.state import SessionState
 from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
+from sessions_app.journal.sql import insert_instance, model_columns, model_instances
 from sessions_app.models import Run, Session
 from sessions_app.telemetry import metrics
 
@@ -160,7 +161,7 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
     transaction (actions' `_locked`); the append reuses it (no second lock and read)."""
     envelopes = get_journal().append_sync(session.pk, events, locked=session)
     start = next(e for e in envelopes if e.type is EventType.INVOCATION_STARTED)
-    run = Run.objects.create(
+    run = Run(
         session=session,
         invocation_id=invocation_id,
         invocation_ids=[invocation_id],
@@ -169,6 +170,7 @@ def queue_run(session: Session, invocation_id: str, events: list[NewEvent]) -> R
         start_seq=start.seq,
         api_token_key=current_api_token_key.get(),
     )
+    insert_instance(connection, run)  # Run.objects.create, without compiling the INSERT
     if session.closed_at is not None:
         Session.objects.filter(pk=session.pk).update(closed_at=None)
     _wake_on_commit()
@@ -183,7 +185,15 @@ def queue_pending_run(session: Session, reason: dict[str, Any]) -> Run:
 
 
 def has_pending_run(session: Session) -> bool:
-    return Run.objects.filter(session=session, status=Run.PENDING).exists()
+    """Whether a message waits behind the session's active run. Plain SQL: every run's
+    POST asks, and the queryset's compilation cost more than the read."""
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {qn(Run._meta.db_table)} WHERE {qn('session_id')} = %s AND {qn('status')} = %s LIMIT 1",  # noqa: S608 - quoted names
+            [session.pk, Run.PENDING],
+        )
+        return cursor.fetchone() is not None
 
 
 def has_active_run(session: Session) -> bool:
@@ -502,20 +512,11 @@ def _claim_batch(
         # Again while candidates come back and the batch is short (some were tidied, or
         # their sessions busy): a short batch tells the worker the queue is empty.
         while len(claims) < limit:
-            runnable = Run.objects.filter(_runnable(now))
-            if seen:
-                runnable = runnable.exclude(pk__in=seen)
-            wanted = limit - len(claims)
-            candidates = list(runnable.order_by("created_at", "id").select_for_update(skip_locked=True)[:wanted])
+            candidates = _lock_runnable(now, seen, limit - len(claims))
             if not candidates:
                 break
             seen += [run.pk for run in candidates]
-            sessions = {
-                session.pk: session
-                for session in Session.objects.filter(pk__in={run.session_id for run in candidates}).select_for_update(
-                    skip_locked=True
-                )
-            }
+            sessions = {session.pk: session for session in _lock_sessions({run.session_id for run in candidates})}
             for run in candidates:
                 session = sessions.get(run.session_id)
                 if session is None:
@@ -525,6 +526,53 @@ def _claim_batch(
                 if claim is not None:
                     claims.append(claim)
     return claims, busy
+
+
+def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
+    """PostgreSQL: `Run.objects.filter(_runnable(now)).exclude(pk__in=seen)
+    .order_by("created_at", "id").select_for_update(skip_locked=True)[:limit]` in plain
+    SQL: every claim runs it, and compiling the queryset was most of a claim's CPU (7-8%
+    of a worker's under bench/peers.py at N=100)."""
+    qn = connection.ops.quote_name
+    patience = timedelta(seconds=lease_seconds() * LIVE_OWNER_GRACE_LEASES)
+    status, token, expires = qn("status"), qn("lease_token"), qn("lease_expires_at")
+    where = (
+        f"({status} = %s OR ({status} = %s AND {token} IS NULL) OR ({_OWNER_HOLDS_NO_LOCK} AND {status} = %s)"
+        f" OR ({status} = %s AND {expires} < %s))"
+    )
+    expires_field = Run._meta.get_field("lease_expires_at")
+    params: list[Any] = [
+        Run.QUEUED, Run.RUNNING, LIVENESS_LOCK_CLASS, Run.RUNNING, Run.RUNNING,
+        expires_field.get_db_prep_value(now - patience, connection),
+    ]  # fmt: skip
+    if seen:
+        where += f" AND NOT ({qn('id')} IN ({', '.join(['%s'] * len(seen))}))"
+        params += seen
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(connection, Run, qn(Run._meta.db_table))} FROM {qn(Run._meta.db_table)}"  # noqa: S608 - quoted names
+            f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s FOR UPDATE SKIP LOCKED",
+            [*params, limit],
+        )
+        rows = cursor.fetchall()
+    runs: list[Run] = model_instances(connection, Run, rows)
+    return runs
+
+
+def _lock_sessions(session_ids: Collection[str]) -> list[Session]:
+    """PostgreSQL: `Session.objects.filter(pk__in=session_ids).select_for_update(
+    skip_locked=True)` in plain SQL, for the reason `_lock_runnable` gives."""
+    qn = connection.ops.quote_name
+    table = qn(Session._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(connection, Session, table)} FROM {table}"  # noqa: S608 - quoted names
+            f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(session_ids))}) FOR UPDATE SKIP LOCKED",
+            list(session_ids),
+        )
+        rows = cursor.fetchall()
+    sessions: list[Session] = model_instances(connection, Session, rows)
+    return sessions
 
 
 #: Attempts without progress a released run has beyond max_attempts (see `_take`).

@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from sectr import operations
@@ -48,6 +48,7 @@ from sessions_app.actions.agents import resolve_new_session_agent
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
+from sessions_app.journal.sql import model_columns, model_instances
 from sessions_app.models import MediaBlob, Run, Session
 from sessions_app.provider_config import default_model
 from sessions_app.runs import promote_pending_run
@@ -70,13 +71,29 @@ def _locked(
     if need is not None:
         check_session_id(session_id)
     with transaction.atomic():
-        try:
-            session = Session.objects.select_for_update().get(pk=session_id)
-        except Session.DoesNotExist:
-            raise NotFound("no such session") from None
+        session = _locked_session_row(session_id)
         if need is not None:
             check_access(actor, session, need)
         yield session, session.projection()
+
+
+def _locked_session_row(session_id: str) -> Session:
+    """`Session.objects.select_for_update().get(pk=session_id)` in plain SQL (every run's
+    POST locks its session, and compiling the queryset cost more than running it);
+    NotFound when there is no such row."""
+    connection = connections[router.db_for_write(Session)]
+    qn = connection.ops.quote_name
+    table = qn(Session._meta.db_table)
+    sql = f"SELECT {model_columns(connection, Session, table)} FROM {table} WHERE {qn('id')} = %s"  # noqa: S608 - quoted names
+    if connection.features.has_select_for_update:
+        sql += " FOR UPDATE"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [session_id])
+        rows = cursor.fetchall()
+    if not rows:
+        raise NotFound("no such session")
+    session: Session = model_instances(connection, Session, rows)[0]
+    return session
 
 
 def _username(user: Any) -> str | None:

@@ -88,7 +88,7 @@ from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import publish_on_commit, queue_publication
-from sessions_app.journal.sql import column_converter
+from sessions_app.journal.sql import kept_converters
 from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
@@ -706,10 +706,8 @@ class DatabaseJournal:
     def _session_from_row(
         self, connection: BaseDatabaseWrapper, fields: tuple[Any, ...], row: Sequence[Any]
     ) -> models.Session:
-        values = [
-            column_converter(connection, models.Session, field.name)(value)
-            for field, value in zip(fields, row, strict=True)
-        ]
+        converters = kept_converters(connection, models.Session, tuple(field.name for field in fields))
+        values = [convert(value) for convert, value in zip(converters, row, strict=True)]
         return models.Session.from_db(self.using, [field.attname for field in fields], values)
 
     def _update_session_row(self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]) -> None:
@@ -910,8 +908,7 @@ class DatabaseJournal:
                 [session_id, after],
             )
             rows = cursor.fetchall()
-        payload_of = column_converter(connection, models.Envelope, "payload")
-        created_at_of = column_converter(connection, models.Envelope, "created_at")
+        payload_of, created_at_of = kept_converters(connection, models.Envelope, ("payload", "created_at"))
         return [
             Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
             for seq, invocation_id, event_type, payload, created in rows

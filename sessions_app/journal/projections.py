@@ -23,7 +23,7 @@ from django.db import connections
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope, prompt_text
 from sessions_app import models
-from sessions_app.journal.sql import column_converter
+from sessions_app.journal.sql import kept_converters
 
 #: Characters the search snippets use as highlight markers; removed from indexed text.
 MARK_START = "\x02"
@@ -182,7 +182,7 @@ class ReviewProjection:
                 [self.session.pk, EventType.MESSAGE_DELTA.value, start_seq, end.seq],
             )
             rows = cursor.fetchall()
-        payload_of = column_converter(connection, models.Envelope, "payload")
+        (payload_of,) = kept_converters(connection, models.Envelope, ("payload",))
         deltas = (payload_of(payload) for (payload,) in rows)
         return "".join(
             str(p.get("text") or "") for p in deltas if isinstance(p, dict) and p.get("message_id") == message_id
