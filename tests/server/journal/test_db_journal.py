@@ -1085,6 +1085,28 @@ def test_it_refuses_the_token_of_a_deactivated_user(owner: Any) -> None:
     assert ApiToken.authenticate(raw) is None
 
 
+@pytest.mark.django_db
+def test_a_tokens_check_reads_it_with_its_user_and_writes_last_used_once_a_minute(owner: Any) -> None:
+    """One statement finds the token and its user (its `user` then costs no query);
+    last_used_at is written on first use and not again within LAST_USED_RESOLUTION, and
+    what is written is what the row holds."""
+    token, raw = ApiToken.issue(owner, "laptop")
+    with CaptureQueriesContext(connection) as first:
+        found = ApiToken.authenticate(raw)
+        assert found is not None and found.pk == token.pk
+        assert found.user.pk == owner.pk and found.user.get_username() == owner.get_username()
+    assert len(first) == 2, [q["sql"] for q in first]  # the read (with the user) and the write
+    stored = ApiToken.objects.get(pk=token.pk).last_used_at
+    assert stored is not None and stored == found.last_used_at
+    with CaptureQueriesContext(connection) as again:
+        assert ApiToken.authenticate(raw) is not None
+    assert len(again) == 1, [q["sql"] for q in again]  # within the minute: no write
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=stored - timedelta(minutes=2))
+    later = ApiToken.authenticate(raw)
+    assert later is not None and later.last_used_at is not None and later.last_used_at > stored - timedelta(seconds=1)
+    assert ApiToken.objects.get(pk=token.pk).last_used_at == later.last_used_at
+
+
 # ---- media ----
 
 
