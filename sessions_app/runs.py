@@ -470,14 +470,10 @@ def _claim_sqlite_batch(
     with transaction.atomic():
         now = timezone.now()
         while len(claims) < limit:
-            candidates = list(
-                Run.objects.filter(_runnable(now))
-                .exclude(pk__in=seen)
-                .order_by("created_at", "id")[: limit - len(claims)]
-            )
+            candidates = _lock_runnable(now, seen, limit - len(claims))
             if not candidates:
                 break
-            sessions = Session.objects.in_bulk({run.session_id for run in candidates})
+            sessions = {session.pk: session for session in _lock_sessions({run.session_id for run in candidates})}
             for run in candidates:
                 seen.append(run.pk)
                 session = sessions.get(run.session_id)
@@ -529,29 +525,36 @@ def _claim_batch(
 
 
 def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
-    """PostgreSQL: `Run.objects.filter(_runnable(now)).exclude(pk__in=seen)
-    .order_by("created_at", "id").select_for_update(skip_locked=True)[:limit]` in plain
-    SQL: every claim runs it, and compiling the queryset was most of a claim's CPU (7-8%
-    of a worker's under bench/peers.py at N=100)."""
+    """`Run.objects.filter(_runnable(now)).exclude(pk__in=seen).order_by("created_at",
+    "id")[:limit]`, on PostgreSQL `.select_for_update(skip_locked=True)`, in plain SQL:
+    every claim runs it, and compiling the queryset was most of a claim's CPU (7-8% of a
+    worker's under bench/peers.py at N=100). The same condition as `_runnable`."""
     qn = connection.ops.quote_name
-    patience = timedelta(seconds=lease_seconds() * LIVE_OWNER_GRACE_LEASES)
+    postgres = connection.vendor == "postgresql"
     status, token, expires = qn("status"), qn("lease_token"), qn("lease_expires_at")
-    where = (
-        f"({status} = %s OR ({status} = %s AND {token} IS NULL) OR ({_OWNER_HOLDS_NO_LOCK} AND {status} = %s)"
-        f" OR ({status} = %s AND {expires} < %s))"
-    )
     expires_field = Run._meta.get_field("lease_expires_at")
-    params: list[Any] = [
-        Run.QUEUED, Run.RUNNING, LIVENESS_LOCK_CLASS, Run.RUNNING, Run.RUNNING,
-        expires_field.get_db_prep_value(now - patience, connection),
-    ]  # fmt: skip
+    if postgres:
+        patience = timedelta(seconds=lease_seconds() * LIVE_OWNER_GRACE_LEASES)
+        where = (
+            f"({status} = %s OR ({status} = %s AND {token} IS NULL) OR ({_OWNER_HOLDS_NO_LOCK} AND {status} = %s)"
+            f" OR ({status} = %s AND {expires} < %s))"
+        )
+        params: list[Any] = [
+            Run.QUEUED, Run.RUNNING, LIVENESS_LOCK_CLASS, Run.RUNNING, Run.RUNNING,
+            expires_field.get_db_prep_value(now - patience, connection),
+        ]  # fmt: skip
+    else:
+        where = f"({status} = %s OR ({status} = %s AND {token} IS NULL) OR ({status} = %s AND {expires} < %s))"
+        params = [Run.QUEUED, Run.RUNNING, Run.RUNNING, expires_field.get_db_prep_value(now, connection)]
     if seen:
         where += f" AND NOT ({qn('id')} IN ({', '.join(['%s'] * len(seen))}))"
         params += seen
+    table = qn(Run._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT {model_columns(connection, Run, qn(Run._meta.db_table))} FROM {qn(Run._meta.db_table)}"  # noqa: S608 - quoted names
-            f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s FOR UPDATE SKIP LOCKED",
+            f"SELECT {model_columns(connection, Run, table)} FROM {table}"  # noqa: S608 - quoted names
+            f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s"
+            + (" FOR UPDATE SKIP LOCKED" if postgres else ""),
             [*params, limit],
         )
         rows = cursor.fetchall()
@@ -560,14 +563,16 @@ def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
 
 
 def _lock_sessions(session_ids: Collection[str]) -> list[Session]:
-    """PostgreSQL: `Session.objects.filter(pk__in=session_ids).select_for_update(
-    skip_locked=True)` in plain SQL, for the reason `_lock_runnable` gives."""
+    """`Session.objects.filter(pk__in=session_ids)`, on PostgreSQL
+    `.select_for_update(skip_locked=True)`, in plain SQL for the reason `_lock_runnable`
+    gives."""
     qn = connection.ops.quote_name
     table = qn(Session._meta.db_table)
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {model_columns(connection, Session, table)} FROM {table}"  # noqa: S608 - quoted names
-            f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(session_ids))}) FOR UPDATE SKIP LOCKED",
+            f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(session_ids))})"
+            + (" FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""),
             list(session_ids),
         )
         rows = cursor.fetchall()

@@ -19,7 +19,7 @@ from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from sectr import operations
@@ -922,3 +922,52 @@ async def test_an_embedded_worker_that_dies_at_once_every_time_restarts_ever_les
         last.stop()
         assert embedded._embedded_task is not None
         await asyncio.wait_for(embedded._embedded_task, 15)
+
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_claims_plain_query_finds_what_the_runnable_condition_does(make_session: Any) -> None:
+    """`_lock_runnable` (the claim's statement, plain SQL) and the queryset of `_runnable`
+    agree on every kind of Run row, in the same order, less the runs already seen."""
+    now = timezone.now()
+    lease, patience = timedelta(seconds=60), timedelta(seconds=runs_module.lease_seconds() * 10)
+    holder = runs_module.LivenessLock("a-living-worker")
+    holder.acquire()  # PostgreSQL: its runs are not abandoned (nothing on SQLite)
+    rows = {
+        "queued": {"status": Run.QUEUED},
+        "released": {"status": Run.RUNNING, "lease_token": None, "lease_owner": "a-living-worker"},
+        "leased": {"status": Run.RUNNING, "lease_token": "t", "lease_owner": "a-living-worker",
+                   "lease_expires_at": now + lease},
+        "expired long ago": {"status": Run.RUNNING, "lease_token": "t", "lease_owner": "a-living-worker",
+                             "lease_expires_at": now - patience},
+        "expired just now": {"status": Run.RUNNING, "lease_token": "t", "lease_owner": "a-living-worker",
+                             "lease_expires_at": now - timedelta(seconds=1)},
+        "owner gone": {"status": Run.RUNNING, "lease_token": "t", "lease_owner": "a-dead-worker",
+                       "lease_expires_at": now + lease},
+        "pending": {"status": Run.PENDING},
+        "completed": {"status": Run.COMPLETED},
+        "seen": {"status": Run.QUEUED},
+    }  # fmt: skip
+    made = {}
+    for index, (name, fields) in enumerate(rows.items()):
+        created_at = now - timedelta(seconds=100 - index)
+        made[name] = Run.objects.create(session=make_session(), created_at=created_at, **fields)
+    try:
+        with transaction.atomic():
+            found = [run.pk for run in runs_module._lock_runnable(now, [made["seen"].pk], 100)]
+        expected = list(
+            Run.objects.filter(runs_module._runnable(now))
+            .exclude(pk=made["seen"].pk)
+            .order_by("created_at", "id")
+            .values_list("pk", flat=True)
+        )
+    finally:
+        holder.release()
+    assert found == expected
+    names = {run.pk: name for name, run in made.items()}
+    runnable = {"queued", "released", "expired long ago"}
+    if connection.vendor == "postgresql":
+        runnable.add("owner gone")
+    else:
+        runnable.add("expired just now")
+    assert {names[pk] for pk in found} == runnable
