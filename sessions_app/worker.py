@@ -257,6 +257,11 @@ class Worker:
         claimed = False
         if len(self.tasks) >= self.concurrency or self._stopping.is_set():
             return claimed
+        # Nothing to claim (no run queued since the last claim came back short, or the
+        # start window full): no liveness check either. Every run's first step and end
+        # wake this loop, and each wake-up's check was a thread hop and a round trip.
+        if self._drained_at == self._queued_signals or len(self.starting) >= START_WINDOW:
+            return claimed
         # A run claimed without the liveness lock would look abandoned to every other
         # worker at once: claim only while the lock is held (taken again if it was lost).
         if connection.vendor == "postgresql" and not await self._ensure_liveness():  # SQLite: no thread hop
@@ -516,14 +521,16 @@ class Worker:
             return
         layer = get_channel_layer()
         with contextlib.suppress(Exception):  # a slow channel layer must not hold the run up
-            await asyncio.wait_for(layer.group_add(group, self._channel), 2.0)
+            async with asyncio.timeout(2.0):  # not wait_for: no task of its own per run
+                await layer.group_add(group, self._channel)
 
     async def _group_discard(self, group: str) -> None:
         if not self.listen or not hasattr(self, "_channel"):
             return
         layer = get_channel_layer()
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(layer.group_discard(group, self._channel), 2.0)
+            async with asyncio.timeout(2.0):
+                await layer.group_discard(group, self._channel)
 
 
 # ---- the embedded worker (SQLite default: inside the serving process) ----
