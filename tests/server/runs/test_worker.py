@@ -924,7 +924,6 @@ async def test_an_embedded_worker_that_dies_at_once_every_time_restarts_ever_les
         await asyncio.wait_for(embedded._embedded_task, 15)
 
 
-
 @pytest.mark.django_db(transaction=True)
 def test_the_claims_plain_query_finds_what_the_runnable_condition_does(make_session: Any) -> None:
     """`_lock_runnable` (the claim's statement, plain SQL) and the queryset of `_runnable`
