@@ -161,9 +161,12 @@ class ReviewProjection:
         message_id = end.payload.get("message_id")
         if self.texts is not None:
             return self.texts.get(str(message_id), "")
-        # Plain SQL on the (session, seq) index, as the journal's own reads: every run's
-        # MESSAGE_END reads its deltas back here, inside the append's transaction, and the
-        # querysets' compilation (and a model field per row) cost more than the read.
+        # Plain SQL, as the journal's own reads: every run's MESSAGE_END reads its deltas
+        # back here, inside the append's transaction, and the querysets' compilation (and
+        # a model field per row) cost more than the read. The MESSAGE_START is found on the
+        # (session, type, seq) index, which holds no deltas (its predicate spelled out as
+        # a literal: `type = %s` implies it only while the type is bound into the text); the deltas
+        # between the two on the (session, seq) index, which holds every row.
         connection = connections[self.using]
         qn = connection.ops.quote_name
         table, session, seq, kind = (qn(n) for n in (models.Envelope._meta.db_table, "session_id", "seq", "type"))
@@ -171,7 +174,7 @@ class ReviewProjection:
             if start_seq is None:
                 cursor.execute(
                     f"SELECT {seq} FROM {table} WHERE {session} = %s AND {kind} = %s AND {seq} < %s"  # noqa: S608 - quoted names
-                    f" ORDER BY {seq} DESC LIMIT 1",
+                    f" AND NOT ({kind} = '{EventType.MESSAGE_DELTA.value}') ORDER BY {seq} DESC LIMIT 1",
                     [self.session.pk, EventType.MESSAGE_START.value, end.seq],
                 )
                 row = cursor.fetchone()

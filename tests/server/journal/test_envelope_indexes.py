@@ -1,0 +1,121 @@
+"""What the journal's hot path costs PostgreSQL: the indexes a text delta is written into,
+and the reads that still find their rows through them.
+
+Run on SQLite and on PostgreSQL; the plan check on PostgreSQL only.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+
+from sectr.events import EventType, usage_dict
+from sectr.journal import NewEvent
+from sessions_app.journal import DatabaseJournal
+from sessions_app.models import SearchEntry, Session
+
+E = EventType
+postgres_only = pytest.mark.skipif("connection.vendor != 'postgresql'")
+
+
+def delta(text: str, invocation_id: str = "inv_1") -> NewEvent:
+    return NewEvent(E.MESSAGE_DELTA, {"message_id": "msg_1", "text": text}, invocation_id)
+
+
+def envelope_indexes() -> dict[str, str]:
+    """{index name: its definition} of the envelope table."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'sessions_app_envelope'")
+        else:
+            cursor.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions_app_envelope'"
+            )
+        # SQLite: the unique (session, seq) is the table's own constraint (sqlite_autoindex_...).
+        return {name: sql for name, sql in cursor.fetchall() if not name.startswith("sqlite_autoindex_")}
+
+
+@pytest.mark.django_db
+def test_text_deltas_are_written_only_into_the_session_seq_index() -> None:
+    indexes = envelope_indexes()
+    expected = {"envelope_session_type_seq", "envelope_invocation", "envelope_failed_session"}
+    if connection.vendor == "postgresql":
+        expected |= {"sessions_app_envelope_pkey", "envelope_session_seq_uniq"}
+        assert "WHERE" not in indexes["envelope_session_seq_uniq"]
+    assert set(indexes) == expected, indexes
+    for name in ("envelope_session_type_seq", "envelope_invocation"):
+        bare = re.sub(r'[()"]|::text', "", indexes[name])  # as PostgreSQL and SQLite spell it
+        assert bare.endswith("WHERE NOT type = 'MESSAGE_DELTA'"), indexes[name]
+
+
+@postgres_only
+@pytest.mark.django_db
+def test_a_message_start_is_found_on_the_partial_index_even_by_a_generic_plan(session: Session) -> None:
+    """ReviewProjection._message_text finds a message's start on the (session, type, seq)
+    index, which holds no deltas: its query names the index's predicate itself, so even a
+    plan made without the parameters' values (a prepared statement's) can use it."""
+    journal = DatabaseJournal(publish=False)
+    journal.append_sync(session.id, [NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant"}, "inv_1")])
+    with connection.cursor() as cursor:  # a long message: 20,000 deltas
+        cursor.execute(
+            "INSERT INTO sessions_app_envelope (session_id, seq, invocation_id, type, payload, created_at)"
+            " SELECT %s, 2 + n, 'inv_1', 'MESSAGE_DELTA',"
+            " jsonb_build_object('message_id', 'msg_1', 'text', 'word '), now()"
+            " FROM generate_series(1, 20000) AS n",
+            [session.id],
+        )
+        cursor.execute("UPDATE sessions_app_session SET last_seq = 20002 WHERE id = %s", [session.id])
+        cursor.execute("ANALYZE sessions_app_envelope")
+    statements: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(keep):
+        journal.append_sync(session.id, [NewEvent(E.MESSAGE_END, {"message_id": "msg_1", "usage": usage_dict(1, 1)})])
+    (start_sql, params), *_ = [(sql, p) for sql, p in statements if "MESSAGE_DELTA" in sql and "DESC LIMIT 1" in sql]
+    numbered = iter(range(1, 10))
+    generic = re.sub("%s", lambda _m: f"${next(numbered)}", start_sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE message_start (text, text, int) AS {generic}")
+        try:
+            cursor.execute("EXPLAIN EXECUTE message_start (%s, %s, %s)", params)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE message_start")
+    assert "envelope_session_type_seq" in plan, plan
+    # And the reply's text is the deltas', read between its start and its end.
+    entry = SearchEntry.objects.get(session=session, seq=20003)
+    assert entry.text.startswith("word word word")
+
+
+@pytest.mark.django_db
+def test_the_admin_finds_an_invocations_envelopes_deltas_included(make_session: Any) -> None:
+    first, second = make_session(), make_session()
+    journal = DatabaseJournal(publish=False)
+    started = {"reason": {"kind": "user_message", "input": {"content": "hi"}}}
+    for session, inv in ((first, "inv_a"), (second, "inv_b")):
+        journal.append_sync(session.id, [NewEvent(E.INVOCATION_STARTED, started, inv)])
+        journal.append_sync(session.id, [delta("one", inv), delta("two", inv)])
+    journal.append_sync(first.id, [NewEvent(E.INVOCATION_STARTED, started, "inv_c"), delta("three", "inv_c")])
+    admin_user = get_user_model().objects.create_superuser(username="root", email="root@example.org", password=None)
+    client = Client()
+    client.force_login(admin_user)
+
+    def found(term: str) -> list[tuple[str, int]]:
+        response = client.get("/admin/sessions_app/envelope/", {"q": term})
+        assert response.status_code == 200
+        changelist = response.context["cl"]
+        return sorted((row.session_id, row.seq) for row in changelist.queryset)
+
+    assert found("inv_a") == [(first.id, 2), (first.id, 3), (first.id, 4)]
+    assert found("inv_c") == [(first.id, 5), (first.id, 6)]
+    assert found(second.id) == [(second.id, seq) for seq in (1, 2, 3, 4)]
+    assert found("inv_nobody") == []
