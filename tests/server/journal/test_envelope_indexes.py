@@ -1,7 +1,8 @@
 """What the journal's hot path costs PostgreSQL: the indexes a text delta is written into,
-and the reads that still find their rows through them.
+the reads that still find their rows through them, and the prepared statement of a
+group of deltas.
 
-Run on SQLite and on PostgreSQL; the plan check on PostgreSQL only.
+Run on SQLite and on PostgreSQL; the plan and prepared-statement checks on PostgreSQL only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from django.test import Client
 from sectr.events import EventType, usage_dict
 from sectr.journal import NewEvent
 from sessions_app.journal import DatabaseJournal
-from sessions_app.models import SearchEntry, Session
+from sessions_app.journal.database import _PendingAppend
+from sessions_app.models import Run, SearchEntry, Session
 
 E = EventType
 postgres_only = pytest.mark.skipif("connection.vendor != 'postgresql'")
@@ -119,3 +121,46 @@ def test_the_admin_finds_an_invocations_envelopes_deltas_included(make_session: 
     assert found("inv_c") == [(first.id, 5), (first.id, 6)]
     assert found(second.id) == [(second.id, seq) for seq in (1, 2, 3, 4)]
     assert found("inv_nobody") == []
+
+
+def prepared_statements() -> dict[str, tuple[int, int]]:
+    """{statement: (generic plans, custom plans)} prepared on this connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
+        return {statement: (generic, custom) for statement, generic, custom in cursor.fetchall()}
+
+
+@postgres_only
+@pytest.mark.django_db
+def test_a_group_of_deltas_is_one_prepared_statement_planned_a_few_times(make_session: Any) -> None:
+    """`_bump_and_insert_deltas` runs prepared: PostgreSQL keeps a generic plan after a
+    few custom ones. The connection prepares nothing else (Django's own statements)."""
+    sessions = [make_session(), make_session()]
+    runs = [
+        Run.objects.create(session=s, invocation_id=f"inv_{i}", status=Run.RUNNING, lease_owner="w", lease_token="tok")
+        for i, s in enumerate(sessions)
+    ]
+    journal = DatabaseJournal(publish=False)
+
+    def group(i: int, token: str = "tok") -> list[Any]:
+        items = [
+            _PendingAppend(s.id, [delta(f"{i} ", r.invocation_id or "")], (r.id, token), None)  # type: ignore[arg-type]
+            for s, r in zip(sessions, runs, strict=True)
+        ]
+        return journal._append_group(items)
+
+    before = prepared_statements()
+    for i in range(8):
+        results = group(i)
+        assert [[e.seq for e in result] for result in results] == [[2 + i], [2 + i]]
+    journal.append_sync(sessions[0].id, [NewEvent(E.SESSION_UPDATED, {"title": "t"})])
+    after = prepared_statements()
+    (statement,) = after
+    assert 'INSERT INTO "sessions_app_envelope"' in statement
+    generic, custom = after[statement]
+    earlier_generic, earlier_custom = before.get(statement, (0, 0))
+    assert generic + custom - earlier_generic - earlier_custom == 8
+    assert custom <= 5
+    # A refused fence still writes nothing, through the prepared statement too.
+    assert all(isinstance(result, Exception) for result in group(8, token="stale"))
+    assert [Session.objects.get(pk=s.pk).last_seq for s in sessions] == [10, 9]
