@@ -57,12 +57,14 @@ import asyncio
 import functools
 import json
 import logging
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import psycopg
+from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
     InterfaceError,
@@ -992,6 +994,16 @@ class _PendingAppend:
     future: asyncio.Future[list[Envelope]]
 
 
+def _only_deltas(events: list[NewEvent]) -> bool:
+    """Whether an append is text deltas only (what the streaming lane carries)."""
+    return bool(events) and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events)
+
+
+def _wake(lingering: asyncio.Future[None]) -> None:
+    if not lingering.done():
+        lingering.set_result(None)
+
+
 class _Lane:
     """One queue of a group commit: its appends waiting for the next transaction, and the
     task that writes them, one transaction after another."""
@@ -999,6 +1011,12 @@ class _Lane:
     def __init__(self) -> None:
         self.pending: list[_PendingAppend] = []
         self.drainer: asyncio.Task[None] | None = None
+        #: appends in `pending` that are not deltas only (they end a linger at once)
+        self.others = 0
+        #: when (the loop's clock) this lane's last group of deltas only started
+        self.deltas_started = -math.inf
+        #: the drainer's linger, while it waits for more deltas (see _GroupCommit._linger)
+        self.lingering: asyncio.Future[None] | None = None
 
     @property
     def busy(self) -> bool:
@@ -1026,6 +1044,16 @@ class _GroupCommit:
     lane that has one of them queued or in flight, so each session's are still written
     in order; lanes' transactions lock disjoint sessions (and their runs), so they
     cannot deadlock each other. SQLite has one writer: one lane.
+
+    Linger (SECTR_JOURNAL_LINGER_MS, `linger` in seconds here): a group made only of
+    deltas starts no sooner than `linger` after the lane's previous such group started,
+    so under load a lane writes its deltas every few milliseconds in groups of many
+    streams instead of a group per chunk (at 100 streams, a statement, a thread hop
+    and a publication per chunk: a fifth of a worker's CPU and most of PostgreSQL's).
+    An isolated delta (the previous delta group started longer ago than that) goes at
+    once, and so does a group with anything else in it: an append that is not deltas
+    only (a steer, a cancellation, a run's end, a run starting) ends a linger the
+    moment it is queued. 0 turns it off.
     """
 
     STREAMING = 0
@@ -1041,6 +1069,7 @@ class _GroupCommit:
         self._held: dict[str, list[int]] = {}
         self.groups = 0  # transactions, for tests and benchmarks
         self.appends = 0
+        self.linger = settings.SECTR_JOURNAL_LINGER_MS / 1000
 
     def _lane_for(self, session_id: str, events: list[NewEvent]) -> _Lane:
         held = self._held.get(session_id)
@@ -1054,7 +1083,7 @@ class _GroupCommit:
         other appends go where the fewest wait (an idle lane first). SQLite: one lane."""
         if self.sqlite:
             return 1
-        if events and all(EventType(event.type) is EventType.MESSAGE_DELTA for event in events):
+        if _only_deltas(events):
             return self.STREAMING
         return min(range(1, len(self.lanes)), key=lambda i: (self.lanes[i].busy, len(self.lanes[i].pending)))
 
@@ -1068,6 +1097,10 @@ class _GroupCommit:
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         lane = self._lane_for(session_id, events)
         lane.pending.append(_PendingAppend(session_id, events, fence, future))
+        if self.linger and not _only_deltas(events):
+            lane.others += 1
+            if lane.lingering is not None:
+                _wake(lane.lingering)  # not a delta: it goes now, with the deltas waiting
         if not lane.busy:
             lane.drainer = asyncio.ensure_future(self._drain(lane))
         # Shielded: a cancelled caller does not take its append out of a transaction.
@@ -1075,12 +1108,41 @@ class _GroupCommit:
 
     async def _drain(self, lane: _Lane) -> None:
         while lane.pending:
+            if self.linger and not lane.others:
+                try:
+                    await self._linger(lane)
+                except BaseException as exc:  # the task was cancelled: its callers learn it
+                    group, lane.pending, lane.others = lane.pending, [], 0
+                    for item in group:
+                        self._release(item.session_id)
+                        if not item.future.done():
+                            item.future.set_exception(exc)
+                    raise
             group, lane.pending = lane.pending, []
+            if self.linger and not lane.others:
+                lane.deltas_started = asyncio.get_running_loop().time()
+            lane.others = 0
             try:
                 await self._commit(group)
             finally:
                 for item in group:
                     self._release(item.session_id)
+
+    async def _linger(self, lane: _Lane) -> None:
+        """Wait until `linger` after the lane's previous group of deltas started (not at
+        all if it is that old), or until an append other than deltas is queued."""
+        loop = asyncio.get_running_loop()
+        wait = lane.deltas_started + self.linger - loop.time()
+        if wait <= 0:
+            return
+        # A future and a timer: cheaper than a task for wait_for, at every group.
+        lane.lingering = lingering = loop.create_future()
+        timer = loop.call_later(wait, _wake, lingering)
+        try:
+            await lingering
+        finally:
+            timer.cancel()
+            lane.lingering = None
 
     async def _commit(self, group: list[_PendingAppend]) -> None:
         """Write one group in one transaction, publish it, and answer its callers."""
@@ -1115,10 +1177,22 @@ class _GroupCommit:
 
     @staticmethod
     def _publish(results: list[list[Envelope] | Exception]) -> None:
-        """Queue each committed append for publication, in the group's order (each
-        session's in seq order). Queuing never waits (publish.queue_publication): no
+        """Queue the committed appends for publication, in the group's order (each
+        session's in seq order), one message for a session's appends that follow each
+        other in the group with no seq between them (a lingered group may hold several
+        of one session's): consumers take a message of several envelopes as it comes,
+        one publication and one delivery. Appends with a gap between them (another
+        process wrote in between) stay separate messages, so a consumer that tracks its
+        last seq sees each in order. Queuing never waits (publish.queue_publication): no
         task per session here (a gather of them was a third of the event loop's time
         under 100 streams, bench/journal.py)."""
+        batch: list[Envelope] = []
         for result in results:
-            if not isinstance(result, Exception) and result:
-                queue_publication(result)
+            if isinstance(result, Exception) or not result:
+                continue
+            if batch and (result[0].session_id != batch[-1].session_id or result[0].seq != batch[-1].seq + 1):
+                queue_publication(batch)
+                batch = []
+            batch = [*batch, *result] if batch else result
+        if batch:
+            queue_publication(batch)

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import math
 import threading
+import time
 from datetime import timedelta
 from typing import Any
 from unittest.mock import patch
@@ -341,6 +342,122 @@ async def test_deltas_stream_in_a_lane_of_their_own_on_postgresql_only(make_sess
     assert used == ([0, 1] if connection.vendor == "postgresql" else [1])
     for s in sessions:
         assert await sync_to_async(seqs)(s.id) == [1, 2]
+
+
+def lingering(journal: DatabaseJournal, seconds: float) -> Any:
+    """This event loop's group commit of `journal`, its linger set to `seconds`."""
+    group = journal._group.get()
+    group.linger = seconds
+    return group
+
+
+async def stream_ticks(journal: DatabaseJournal, session_ids: list[str], ticks: int, pause: float) -> list[Envelope]:
+    """Each session appends `ticks` deltas, one after another (as a run's writer does),
+    the sessions a little apart: a steady load of many streams."""
+
+    async def stream(index: int, session_id: str) -> list[Envelope]:
+        await asyncio.sleep(index * pause / len(session_ids))
+        written: list[Envelope] = []
+        for tick in range(ticks):
+            written += await journal.append(session_id, [delta(f"{session_id}:{tick}")])
+            await asyncio.sleep(pause)
+        return written
+
+    batches = await asyncio.gather(*(stream(i, s) for i, s in enumerate(session_ids)))
+    return [envelope for batch in batches for envelope in batch]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_under_load_the_linger_writes_deltas_in_fewer_larger_groups(make_session: Any) -> None:
+    """Many streams at once: with the linger a lane's delta groups start at least
+    `linger` apart, so each holds several streams' chunks; without it nearly every chunk
+    is a group of its own. Every delta lands once, in order, gapless."""
+    sessions = [await sync_to_async(make_session)() for _ in range(10)]
+    counts = {}
+    for linger in (0.0, 0.05):
+        journal = DatabaseJournal(publish=False)
+        group = lingering(journal, linger)
+        # a chunk every 5 ms in all: without the linger, most go alone
+        await stream_ticks(journal, [s.id for s in sessions], ticks=5, pause=0.05)
+        counts[linger] = (group.groups, group.appends)
+        assert not group._held
+    (off_groups, off_appends), (on_groups, on_appends) = counts[0.0], counts[0.05]
+    assert off_appends == on_appends == 50
+    assert on_groups * 2 <= off_groups, counts  # at least twice as many appends per group
+    assert on_groups <= 20, counts
+    for s in sessions:
+        texts = await sync_to_async(lambda sid=s.id: [e.payload["text"] for e in DatabaseJournal().load_sync(sid, 1)])()
+        assert texts == [f"{s.id}:{t}" for _ in range(2) for t in range(5)]
+        assert await sync_to_async(seqs)(s.id) == list(range(1, 12))
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_isolated_delta_and_any_other_append_do_not_wait_for_the_linger(make_session: Any) -> None:
+    """A delta after a quiet moment goes at once; one that follows it closely lingers,
+    until an append that is not deltas only (a steer, a run's end) joins its lane and
+    takes it along at once (on PostgreSQL a session's other appends follow its deltas
+    into the streaming lane while one is queued; SQLite has one lane)."""
+    first, second = [await sync_to_async(make_session)() for _ in range(2)]
+    journal = DatabaseJournal(publish=False)
+    group = lingering(journal, 3.0)
+    started = time.monotonic()
+    await asyncio.wait_for(journal.append(first.id, [delta("quiet")]), 2)
+    assert time.monotonic() - started < 1.0
+    waiting = asyncio.ensure_future(journal.append(second.id, [delta("soon after")]))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()  # lingering: the lane's last delta group started 0.1 s ago
+    steer = NewEvent(E.STEER_RECEIVED, {"text": "now"})
+    (steered,) = await asyncio.wait_for(journal.append(second.id, [steer]), 1.0)
+    (delta_envelope,) = await asyncio.wait_for(waiting, 0.5)
+    assert (delta_envelope.seq, steered.seq) == (2, 3)  # in the order they were appended
+    assert time.monotonic() - started < 2.0  # well before the 3 s linger ran out
+    assert group.appends == 3 and not group._held
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_caller_cancelled_while_its_delta_lingers_still_has_it_written(make_session: Any) -> None:
+    first, second = [await sync_to_async(make_session)() for _ in range(2)]
+    journal = DatabaseJournal(publish=False)
+    group = lingering(journal, 0.2)
+    await journal.append(first.id, [delta("a")])
+    cancelled = asyncio.ensure_future(journal.append(second.id, [delta("b")]))
+    kept = asyncio.ensure_future(journal.append(first.id, [delta("c")]))
+    await asyncio.sleep(0.05)
+    cancelled.cancel()
+    (c,) = await asyncio.wait_for(kept, 2)
+    assert c.seq == 3
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert await sync_to_async(seqs)(second.id) == [1, 2]  # written all the same, once
+    assert group.groups == 2 and group.appends == 3  # "b" and "c" went in one group
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_lingered_group_publishes_each_envelope_once_in_order(make_session: Any) -> None:
+    """Many streams through the linger, published: each session's subscriber gets every
+    envelope exactly once, in seq order; a session's appends that share a group (here
+    appended at once) go out as one message."""
+    primer, *sessions = [await sync_to_async(make_session)() for _ in range(7)]
+    subscribed = [await subscribe(publish.session_group(s.id)) for s in sessions]
+    journal = DatabaseJournal()
+    group = lingering(journal, 0.02)
+    await stream_ticks(journal, [s.id for s in sessions[1:]], ticks=4, pause=0.005)
+    group.linger = 0.3
+    await journal.append(primer.id, [delta("a delta group starts")])
+    together = await asyncio.gather(*(journal.append(sessions[0].id, [delta(str(i))]) for i in range(3)))
+    await publish.aflush_publications()
+    for s, (layer, channel) in zip(sessions, subscribed, strict=True):
+        messages = []
+        try:
+            while sum(len(m["envelopes"]) for m in messages) < (3 if s is sessions[0] else 4):
+                messages.append(await receive_for(layer, channel, s.id, timeout=5))
+        finally:
+            await layer.group_discard(publish.session_group(s.id), channel)
+        received = [e["seq"] for m in messages for e in m["envelopes"]]
+        assert received == list(range(2, 2 + len(received))), received
+        if s is sessions[0]:
+            assert len(messages) == 1  # three appends of one group: one message
+            assert messages[0]["envelopes"] == [e.to_dict() for batch in together for e in batch]
 
 
 @pytest.mark.django_db(transaction=True)
