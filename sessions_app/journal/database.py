@@ -1052,8 +1052,10 @@ class _GroupCommit:
     and a publication per chunk: a fifth of a worker's CPU and most of PostgreSQL's).
     An isolated delta (the previous delta group started longer ago than that) goes at
     once, and so does a group with anything else in it: an append that is not deltas
-    only (a steer, a cancellation, a run's end, a run starting) ends a linger the
-    moment it is queued. 0 turns it off.
+    only (a steer, a cancellation, a run's end, a run starting) ends its lane's linger
+    the moment it is queued (on PostgreSQL such appends have lanes of their own, but a
+    session's follow its deltas into the streaming lane while one is queued there;
+    SQLite's one lane lingers only while it holds deltas alone). 0 turns it off.
     """
 
     STREAMING = 0
