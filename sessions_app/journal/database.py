@@ -1073,19 +1073,19 @@ class _GroupCommit:
         self.appends = 0
         self.linger = settings.SECTR_JOURNAL_LINGER_MS / 1000
 
-    def _lane_for(self, session_id: str, events: list[NewEvent]) -> _Lane:
+    def _lane_for(self, session_id: str, deltas: bool) -> _Lane:
         held = self._held.get(session_id)
         if held is None:
-            held = self._held[session_id] = [self._new_lane(events), 0]
+            held = self._held[session_id] = [self._new_lane(deltas), 0]
         held[1] += 1
         return self.lanes[held[0]]
 
-    def _new_lane(self, events: list[NewEvent]) -> int:
+    def _new_lane(self, deltas: bool) -> int:
         """The lane of a session with nothing queued or in flight: its deltas stream, its
         other appends go where the fewest wait (an idle lane first). SQLite: one lane."""
         if self.sqlite:
             return 1
-        if _only_deltas(events):
+        if deltas:
             return self.STREAMING
         return min(range(1, len(self.lanes)), key=lambda i: (self.lanes[i].busy, len(self.lanes[i].pending)))
 
@@ -1097,9 +1097,10 @@ class _GroupCommit:
 
     async def append(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
-        lane = self._lane_for(session_id, events)
+        deltas = _only_deltas(events)
+        lane = self._lane_for(session_id, deltas)
         lane.pending.append(_PendingAppend(session_id, events, fence, future))
-        if self.linger and not _only_deltas(events):
+        if self.linger and not deltas:
             lane.others += 1
             if lane.lingering is not None:
                 _wake(lane.lingering)  # not a delta: it goes now, with the deltas waiting
