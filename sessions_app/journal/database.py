@@ -1055,8 +1055,8 @@ class _GroupCommit:
     a group with anything else in it: an append that is not deltas only (a steer, a
     cancellation, a run's end, a run starting) ends its lane's linger the moment it is
     queued (on PostgreSQL such appends have lanes of their own, but a session's follow
-    its deltas into the streaming lane while one is queued there; SQLite's one lane
-    lingers only while it holds deltas alone). 0 turns it off.
+    its deltas into the streaming lane while one is queued there). 0 turns it off; on
+    SQLite it is off (its one lane would linger only while it holds deltas alone).
     """
 
     STREAMING = 0
@@ -1072,7 +1072,10 @@ class _GroupCommit:
         self._held: dict[str, list[int]] = {}
         self.groups = 0  # transactions, for tests and benchmarks
         self.appends = 0
-        self.linger = settings.SECTR_JOURNAL_LINGER_MS / 1000
+        # Not on SQLite: its one writer thread groups a busy process's appends already,
+        # and the embedded server's CPU per chunk did not move with a linger while each
+        # chunk's lag grew by its p50 (bench/peers.py embedded, 100 streams).
+        self.linger = 0.0 if self.sqlite else settings.SECTR_JOURNAL_LINGER_MS / 1000
 
     def _lane_for(self, session_id: str, deltas: bool) -> _Lane:
         held = self._held.get(session_id)

@@ -367,6 +367,13 @@ async def stream_ticks(journal: DatabaseJournal, session_ids: list[str], ticks: 
     return [envelope for batch in batches for envelope in batch]
 
 
+@pytest.mark.django_db
+async def test_the_linger_is_the_setting_on_postgresql_and_off_on_sqlite(settings: Any) -> None:
+    settings.SECTR_JOURNAL_LINGER_MS = 7
+    group = DatabaseJournal(publish=False)._group.get()
+    assert group.linger == (0.007 if connection.vendor == "postgresql" else 0.0)
+
+
 @pytest.mark.django_db(transaction=True)
 async def test_under_load_the_linger_writes_deltas_in_fewer_larger_groups(make_session: Any) -> None:
     """Many streams at once: with the linger a lane's delta groups start at least
