@@ -1015,6 +1015,8 @@ class _Lane:
         self.others = 0
         #: when (the loop's clock) this lane's last group of deltas only started
         self.deltas_started = -math.inf
+        #: that group held more than one append (the lane is busy enough to linger)
+        self.crowded = False
         #: the drainer's linger, while it waits for more deltas (see _GroupCommit._linger)
         self.lingering: asyncio.Future[None] | None = None
 
@@ -1045,13 +1047,15 @@ class _GroupCommit:
     in order; lanes' transactions lock disjoint sessions (and their runs), so they
     cannot deadlock each other. SQLite has one writer: one lane.
 
-    Linger (SECTR_JOURNAL_LINGER_MS, 10 ms; `linger` in seconds here): a group made
-    only of deltas starts no sooner than `linger` after the lane's previous such group
+    Linger (SECTR_JOURNAL_LINGER_MS, 10 ms; `linger` in seconds here): when the lane's
+    previous group of deltas held more than one append (chunks come faster than a write
+    takes), a group made only of deltas starts no sooner than `linger` after that one
     started, so under load a lane writes its deltas every few milliseconds in groups of
     many streams instead of one or two chunks a group, each its statement and thread
     hop (bench/linger.py, 500 chunks a second: 0.51 ms of the process's CPU and 0.58 of
-    PostgreSQL's per chunk without it, 0.30 and 0.29 with 10 ms). An isolated delta
-    (the previous delta group started longer ago than that) goes at once, and so does
+    PostgreSQL's per chunk without it, 0.30 and 0.29 with 10 ms). A light load (groups
+    of one) never waits, nor does an isolated delta (the previous delta group started
+    longer ago than that), and neither does
     a group with anything else in it: an append that is not deltas only (a steer, a
     cancellation, a run's end, a run starting) ends its lane's linger the moment it is
     queued (on PostgreSQL such appends have lanes of their own, but a session's follow
@@ -1115,7 +1119,7 @@ class _GroupCommit:
 
     async def _drain(self, lane: _Lane) -> None:
         while lane.pending:
-            if self.linger and not lane.others:
+            if self.linger and lane.crowded and not lane.others:
                 try:
                     await self._linger(lane)
                 except BaseException as exc:  # the task was cancelled: its callers learn it
@@ -1128,6 +1132,7 @@ class _GroupCommit:
             group, lane.pending = lane.pending, []
             if self.linger and not lane.others:
                 lane.deltas_started = asyncio.get_running_loop().time()
+                lane.crowded = len(group) > 1
             lane.others = 0
             try:
                 await self._commit(group)

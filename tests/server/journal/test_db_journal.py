@@ -379,18 +379,20 @@ async def test_under_load_the_linger_writes_deltas_in_fewer_larger_groups(make_s
     """Many streams at once: with the linger a lane's delta groups start at least
     `linger` apart, so each holds several streams' chunks; without it nearly every chunk
     is a group of its own. Every delta lands once, in order, gapless."""
-    sessions = [await sync_to_async(make_session)() for _ in range(10)]
+    primer, *sessions = [await sync_to_async(make_session)() for _ in range(11)]
     counts = {}
     for linger in (0.0, 0.2):
         journal = DatabaseJournal(publish=False)
         group = lingering(journal, linger)
+        # two appends at once: a group of two, the sign of a lane busy enough to linger
+        await asyncio.gather(*(journal.append(primer.id, [delta(str(i))]) for i in range(2)))
         # a chunk every 10 ms in all: without the linger, most go alone (or a few
         # together while a write is slow); with it, a group every 0.2 s takes them all
         await stream_ticks(journal, [s.id for s in sessions], ticks=5, pause=0.1)
         counts[linger] = (group.groups, group.appends)
         assert not group._held
     (off_groups, off_appends), (on_groups, on_appends) = counts[0.0], counts[0.2]
-    assert off_appends == on_appends == 50
+    assert off_appends == on_appends == 52
     assert on_groups <= 8, counts
     assert on_groups * 2 <= off_groups, counts  # at least twice as many appends per group
     for s in sessions:
@@ -401,15 +403,18 @@ async def test_under_load_the_linger_writes_deltas_in_fewer_larger_groups(make_s
 
 @pytest.mark.django_db(transaction=True)
 async def test_an_isolated_delta_and_any_other_append_do_not_wait_for_the_linger(make_session: Any) -> None:
-    """A delta after a quiet moment goes at once; one that follows it closely lingers,
-    until an append that is not deltas only (a steer, a run's end) joins its lane and
-    takes it along at once (on PostgreSQL a session's other appends follow its deltas
-    into the streaming lane while one is queued; SQLite has one lane)."""
+    """A delta after a quiet moment goes at once, and so does one after a group of one
+    (a light load); one that follows a group of several closely lingers, until an
+    append that is not deltas only (a steer, a run's end) joins its lane and takes it
+    along at once (on PostgreSQL a session's other appends follow its deltas into the
+    streaming lane while one is queued; SQLite has one lane)."""
     first, second = [await sync_to_async(make_session)() for _ in range(2)]
     journal = DatabaseJournal(publish=False)
     group = lingering(journal, 3.0)
     started = time.monotonic()
     await asyncio.wait_for(journal.append(first.id, [delta("quiet")]), 2)
+    await asyncio.wait_for(journal.append(first.id, [delta("after a group of one")]), 2)
+    await asyncio.wait_for(asyncio.gather(*(journal.append(first.id, [delta(t)]) for t in "ab")), 2)
     assert time.monotonic() - started < 1.0
     waiting = asyncio.ensure_future(journal.append(second.id, [delta("soon after")]))
     await asyncio.sleep(0.1)
@@ -419,7 +424,7 @@ async def test_an_isolated_delta_and_any_other_append_do_not_wait_for_the_linger
     (delta_envelope,) = await asyncio.wait_for(waiting, 0.5)
     assert (delta_envelope.seq, steered.seq) == (2, 3)  # in the order they were appended
     assert time.monotonic() - started < 2.0  # well before the 3 s linger ran out
-    assert group.appends == 3 and not group._held
+    assert group.appends == 6 and not group._held
 
 
 @pytest.mark.django_db(transaction=True)
@@ -427,17 +432,18 @@ async def test_a_caller_cancelled_while_its_delta_lingers_still_has_it_written(m
     first, second = [await sync_to_async(make_session)() for _ in range(2)]
     journal = DatabaseJournal(publish=False)
     group = lingering(journal, 0.2)
-    await journal.append(first.id, [delta("a")])
+    await asyncio.gather(journal.append(first.id, [delta("a")]), journal.append(second.id, [delta("a")]))
     cancelled = asyncio.ensure_future(journal.append(second.id, [delta("b")]))
     kept = asyncio.ensure_future(journal.append(first.id, [delta("c")]))
     await asyncio.sleep(0.05)
+    assert not kept.done()  # lingering
     cancelled.cancel()
     (c,) = await asyncio.wait_for(kept, 2)
     assert c.seq == 3
     with pytest.raises(asyncio.CancelledError):
         await cancelled
-    assert await sync_to_async(seqs)(second.id) == [1, 2]  # written all the same, once
-    assert group.groups == 2 and group.appends == 3  # "b" and "c" went in one group
+    assert await sync_to_async(seqs)(second.id) == [1, 2, 3]  # written all the same, once
+    assert group.groups == 2 and group.appends == 4  # "b" and "c" went in one group
 
 
 @pytest.mark.django_db(transaction=True)
