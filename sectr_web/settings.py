@@ -395,7 +395,8 @@ SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
 #: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX).
 SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
 #: Milliseconds a group of streamed deltas waits, at most, for more deltas to write with
-#: it: a lane's delta groups start at least this far apart (an isolated delta, or any
+#: it (PostgreSQL): after a delta group of more than one append, the next starts at
+#: least this long after it (a delta after a quiet moment or a group of one, and any
 #: other append, goes at once; sessions_app.journal.database._GroupCommit). 0: no wait.
 SECTR_JOURNAL_LINGER_MS = env_float("SECTR_JOURNAL_LINGER_MS", 10.0)
 #: The cyclic garbage collector's young-generation threshold in Daphne and the workers,
