@@ -148,6 +148,47 @@ def bench_layer(layer_factory: Callable[[], Any], streams: int, ticks: int) -> f
     return cpu_per_chunk(run)
 
 
+def bench_layer_listening(layer_factory: Callable[[], Any], streams: int, ticks: int) -> float:
+    """bench_layer's publications, received as SSE streams receive them from the Redis
+    layer: on listening channels (`new_listening_channel`), no receive call per message."""
+    from sessions_app.journal import publish
+
+    async def run() -> int:
+        layer = layer_factory()
+        saved = publish.get_channel_layer
+        publish.get_channel_layer = lambda: layer
+        received = 0
+        waiting: asyncio.Future[None] | None = None
+
+        def deliver(message: dict[str, Any]) -> None:
+            nonlocal received
+            received += len(message["envelopes"])
+            if waiting is not None and not waiting.done() and received % streams == 0:
+                waiting.set_result(None)
+
+        try:
+            channels = []
+            for i in range(streams):
+                channel = await layer.new_listening_channel("sectr.sse.", deliver)
+                await layer.group_add(publish.session_group(f"ses_bench{i}"), channel)
+                channels.append(channel)
+            await asyncio.sleep(0.2)  # subscriptions settle
+            for tick in range(ticks):
+                waiting = asyncio.get_running_loop().create_future()
+                for envelope in envelopes_of(streams, tick):
+                    publish.queue_publication([envelope])
+                await asyncio.wait_for(waiting, 30)
+            for i, channel in enumerate(channels):
+                await layer.group_discard(publish.session_group(f"ses_bench{i}"), channel)
+                layer.close_listening_channel(channel)
+            return received
+        finally:
+            publish.get_channel_layer = saved
+            await layer.flush()
+
+    return cpu_per_chunk(run)
+
+
 def bench_sse(streams: int, ticks: int) -> float:
     from sessions_app.api.sse import RunStream
     from sessions_app.journal.publish import envelope_messages
@@ -243,6 +284,9 @@ def main() -> None:
         if args.redis:
             prefix = f"hops{uuid.uuid4().hex[:6]}"
             benches["layer (Redis pub/sub): publish + receive"] = lambda: bench_layer(
+                lambda: RedisPubSubChannelLayer(hosts=[args.redis], prefix=prefix), args.streams, args.ticks
+            )
+            benches["layer (Redis pub/sub): publish + listening"] = lambda: bench_layer_listening(
                 lambda: RedisPubSubChannelLayer(hosts=[args.redis], prefix=prefix), args.streams, args.ticks
             )
     if "sse" in hops:

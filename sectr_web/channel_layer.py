@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, cast
 
 from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer as ChannelsRedisPubSubChannelLayer
-from channels_redis.utils import decode_hosts
+from channels_redis.pubsub import RedisPubSubLoopLayer, RedisSingleShardConnection
+from channels_redis.utils import _wrap_close, decode_hosts
+from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 
@@ -40,7 +44,14 @@ SWEEP_SECONDS = 1.0
 #: while Redis stays away a command fails within about 0.7 s (0.5 s measured at most),
 #: so a stream opened then, or /readyz, is not held for long.
 REDIS_RETRY = Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), retries=3)
+#: The Redis protocol of the layer's connections unless a host says otherwise: RESP2,
+#: channels_redis' own. redis-py 8 speaks RESP3 by default, where each pub/sub message
+#: is a push reply that redis-py formats into a debug log line (str() of the whole
+#: message, logged or not) before handing it over.
+RESP_VERSION = 2
 _IMMUTABLE = (str, bytes, int, float, bool, type(None))
+
+log = logging.getLogger("sectr.channel_layer")
 
 
 def copy_message(value: Any) -> Any:
@@ -129,6 +140,73 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
         await asyncio.sleep(0)
 
 
+class _Listener:
+    """What a listening channel holds where channels_redis keeps a channel's queue
+    (`RedisPubSubLoopLayer.channels`): the receive loop's `put_nowait(data)` hands each
+    message, decoded, to the channel's callback at once."""
+
+    __slots__ = ("deliver", "deserialize")
+
+    def __init__(self, deliver: Callable[[dict[str, Any]], None], deserialize: Callable[[bytes], Any]) -> None:
+        self.deliver = deliver
+        self.deserialize = deserialize
+
+    def put_nowait(self, data: bytes) -> None:
+        try:
+            self.deliver(self.deserialize(data))
+        except Exception:
+            # One listener's failure is no reason to stop reading everyone's messages.
+            log.exception("a listening channel failed to take a message")
+
+
+class _ReceivingShard(RedisSingleShardConnection):
+    """channels_redis' connection to one Redis, with a cheaper receive loop.
+
+    channels_redis reads each pub/sub message through redis-py's whole stack (the
+    retry wrapper, a 0.1 s timeout armed and disarmed, the message turned into a dict,
+    observability hooks): about a fifth of a Daphne's CPU while streaming (py-spy under
+    bench/peers.py). Here the loop waits for the next message without a timeout (the
+    same read, its reconnection and resubscription unchanged), then takes every reply
+    that same socket read already brought straight from hiredis' buffer: a worker
+    publishes a group commit's messages in one pipeline, so they arrive together. A
+    reply that is not a published message (a subscription's confirmation) still goes
+    through redis-py, which keeps its own account of subscriptions with them.
+    """
+
+    async def _do_receiving(self) -> None:
+        while True:
+            try:
+                pubsub = self._pubsub
+                if pubsub is not None and pubsub.subscribed:
+                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+                    self._receive_message(message)
+                    await self._receive_buffered(pubsub)
+                else:
+                    await asyncio.sleep(0.1)
+            except (TimeoutError, asyncio.CancelledError, GeneratorExit):
+                raise
+            except BaseException:
+                log.exception("Unexpected exception in receive task")
+                await asyncio.sleep(1)
+
+    async def _receive_buffered(self, pubsub: Any) -> None:
+        """Every complete reply already in the connection's hiredis buffer, in order."""
+        reader = getattr(getattr(pubsub.connection, "_parser", None), "_reader", None)
+        if reader is None:  # no hiredis: redis-py's loop reads them one by one
+            return
+        while (response := reader.gets()) is not NOT_ENOUGH_DATA and response is not False:
+            if isinstance(response, list) and len(response) == 3 and response[0] == b"message":
+                self._receive_message({"channel": response[1], "data": response[2]})
+            else:
+                self._receive_message(await pubsub.handle_message(response, ignore_subscribe_messages=True))
+
+
+class _LoopLayer(RedisPubSubLoopLayer):
+    def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
+        super().__init__(*args, hosts=hosts, **kwargs)
+        self._shards = [_ReceivingShard(host, self) for host in decode_hosts(hosts)]
+
+
 class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     """channels_redis' pub/sub layer, plus `group_send_many`.
 
@@ -143,16 +221,17 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     exactly what group_send would; tests/server/journal/test_channel_layer.py checks that
     against the real Redis with the layer's own receivers.
 
-    Its connections retry (REDIS_RETRY) unless a host says otherwise. channels_redis
-    makes their pool itself, and a bare redis-py pool's connections retry nothing: after
-    a Redis restart, the first command on each connection failed on its dead socket. A
-    stream that subscribed then (its SUBSCRIBE the second write on the dead socket)
-    failed to start; with the retry, redis-py reconnects, subscribes again to what the
-    connection had (its own on-connect resubscription) and sends the command again.
+    Its connections speak RESP2 (RESP_VERSION) and retry (REDIS_RETRY) unless a host
+    says otherwise. channels_redis makes their pool itself, and a bare redis-py pool's
+    connections retry nothing: after a Redis restart, the first command on each
+    connection failed on its dead socket. A stream that subscribed then (its SUBSCRIBE
+    the second write on the dead socket) failed to start; with the retry, redis-py
+    reconnects, subscribes again to what the connection had (its own on-connect
+    resubscription) and sends the command again.
     """
 
     def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
-        hosts = [{"retry": REDIS_RETRY, **host} for host in decode_hosts(hosts)]
+        hosts = [{"retry": REDIS_RETRY, "protocol": RESP_VERSION, **host} for host in decode_hosts(hosts)]
         super().__init__(*args, hosts=hosts, **kwargs)
 
     async def new_group_channel(self, prefix: str = "specific.") -> str:
@@ -166,6 +245,31 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
         channel = f"{layer.prefix}{prefix}{uuid.uuid4().hex}"
         layer.channels[channel] = asyncio.Queue()
         return channel
+
+    def _get_layer(self) -> Any:
+        """channels_redis' per-loop layer, with `_ReceivingShard` connections."""
+        loop = asyncio.get_running_loop()
+        layer = self._layers.get(loop)
+        if layer is None:
+            layer = self._layers[loop] = _LoopLayer(*self._args, **self._kwargs, channel_layer=self)
+            _wrap_close(self, loop)
+        return layer
+
+    async def new_listening_channel(self, prefix: str, deliver: Callable[[dict[str, Any]], None]) -> str:
+        """A group channel (as `new_group_channel`) whose messages are handed to
+        `deliver(message)` by the receive loop as it reads them, instead of queued for a
+        `receive`: an SSE stream's reader task and the queue's future were a task switch
+        per message per stream. `deliver` must not block; a message that cannot be
+        decoded is logged and dropped (a reader of the journal sees the gap). Leave the
+        groups and `close_listening_channel` it when done; never `receive` from it."""
+        layer = self._get_layer()
+        channel = f"{layer.prefix}{prefix}{uuid.uuid4().hex}"
+        layer.channels[channel] = _Listener(deliver, self.deserialize)
+        return channel
+
+    def close_listening_channel(self, channel: str) -> None:
+        """Nothing more is delivered to `channel` (it holds no subscription of its own)."""
+        self._get_layer().channels.pop(channel, None)
 
     async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         """group_send each (group, message), in order, in one round trip per shard.

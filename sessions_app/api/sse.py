@@ -172,8 +172,10 @@ class RunStream:
         # gets in `_inbox`: cancelling a layer's receive on a timeout drops messages (the
         # pub/sub layer unsubscribes the channel when its receive is cancelled), and a
         # task plus an asyncio.wait per message was a good part of a stream's CPU per
-        # chunk (bench/peers.py under py-spy).
+        # chunk (bench/peers.py under py-spy). A layer that can hand each message over as
+        # it reads it (the Redis layer's `new_listening_channel`) needs no task at all.
         self._reader: asyncio.Task[None] | None = None
+        self._listening = False  # the layer delivers to `_deliver` (no reader task)
         self._inbox: collections.deque[dict[str, Any]] = collections.deque()
         # The stream's wait, when it waits: set by a message, a timeout or lost access.
         self._wakeup: asyncio.Future[None] | None = None
@@ -223,14 +225,21 @@ class RunStream:
 
     async def _join_layer(self, groups: list[str]) -> None:
         if self.channel is None:
-            # Only its groups send to a stream's channel: with the pub/sub layer, a channel
-            # of groups only (no subscription of its own, sectr_web.channel_layer).
-            new_channel = getattr(self.layer, "new_group_channel", self.layer.new_channel)
-            self.channel = await new_channel("sectr.sse.")
-            # Read from now on: cancelling the reader is also what unsubscribes the
-            # channel from a pub/sub layer (see _read_layer), however the stream ends.
-            self._reader = asyncio.get_running_loop().create_task(self._read_layer())
-            self._reader.add_done_callback(lambda _task: self._wake())
+            listen = getattr(self.layer, "new_listening_channel", None)
+            if listen is not None:
+                # The Redis layer hands each message to `_deliver` as it reads it: no
+                # reader task, no queue (sectr_web.channel_layer).
+                self.channel = await listen("sectr.sse.", self._deliver)
+                self._listening = True
+            else:
+                # Only its groups send to a stream's channel: with the pub/sub layer, a
+                # channel of groups only (no subscription of its own).
+                new_channel = getattr(self.layer, "new_group_channel", self.layer.new_channel)
+                self.channel = await new_channel("sectr.sse.")
+                # Read from now on: cancelling the reader is also what unsubscribes the
+                # channel from a pub/sub layer (see _read_layer), however the stream ends.
+                self._reader = asyncio.get_running_loop().create_task(self._read_layer())
+                self._reader.add_done_callback(lambda _task: self._wake())
         for group in groups:
             if group not in self._joined:
                 self._joined.append(group)
@@ -241,6 +250,9 @@ class RunStream:
         await self.watch.stop()
         if self._reader is not None:
             self._reader.cancel()
+        if self._listening:
+            self._listening = False
+            self.layer.close_listening_channel(self.channel)
         joined, self._joined = self._joined, []
         for group in joined:
             with contextlib.suppress(Exception):
@@ -337,15 +349,19 @@ class RunStream:
             self._wakeup.set_result(None)
 
     async def _read_layer(self) -> None:
-        """The stream's one receive loop (see `_setup`). Beyond INBOX_MAX unread messages
-        the oldest is dropped: the stream then sees a gap and reads the journal."""
+        """The stream's one receive loop (see `_setup`), for a layer that cannot deliver."""
         assert self.channel is not None  # noqa: S101 - started only for a joined channel
         while True:
-            message = await self.layer.receive(self.channel)
-            self._inbox.append(message)
-            if len(self._inbox) > INBOX_MAX and is_access_changed(self._inbox.popleft()):
-                self.watch.changed()  # never dropped: access is re-checked
-            self._wake()
+            self._deliver(await self.layer.receive(self.channel))
+
+    def _deliver(self, message: dict[str, Any]) -> None:
+        """Queue a message from the layer in `_inbox` and wake the stream. Beyond
+        INBOX_MAX unread messages the oldest is dropped: the stream then sees a gap and
+        reads the journal."""
+        self._inbox.append(message)
+        if len(self._inbox) > INBOX_MAX and is_access_changed(self._inbox.popleft()):
+            self.watch.changed()  # never dropped: access is re-checked
+        self._wake()
 
     async def _wait_for_start(self) -> AsyncIterator[bytes]:
         """Wait until a pending run is promoted (or cancelled before it started)."""

@@ -203,3 +203,51 @@ def test_a_group_channel_has_no_subscription_of_its_own(tmp_path: Any) -> None:
     assert got == {"type": "m", "n": 1}
     assert while_open == [b"only__group__g"]
     assert after == []
+
+
+def test_a_listening_channel_gets_every_message_in_order_as_receive_would(tmp_path: Any) -> None:
+    """new_listening_channel: the receive loop hands each message to the callback, the
+    same dict a receive returns, in order, a pipelined burst (one socket read, taken
+    from hiredis' buffer) as much as single ones, beside a channel that receives; after
+    close_listening_channel nothing more is delivered."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[list[Any], list[Any], list[Any]]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="listen")
+            heard: list[Any] = []
+            listening = await layer.new_listening_channel("sectr.sse.", heard.append)
+            receiving = await layer.new_group_channel("sectr.sse.")
+            for channel in (listening, receiving):
+                await layer.group_add("g", channel)
+            await layer.group_send_many([("g", {"type": "m", "n": n, "blob": b"\x00\xff"}) for n in range(50)])
+            await layer.group_send("g", {"type": "m", "n": "plain"})
+            received = [await asyncio.wait_for(layer.receive(receiving), 5) for _ in range(51)]
+            for _ in range(100):
+                if len(heard) == 51:
+                    break
+                await asyncio.sleep(0.02)
+            layer.close_listening_channel(listening)
+            await layer.group_discard("g", listening)
+            await layer.group_send("g", {"type": "m", "n": "after"})
+            late = [await asyncio.wait_for(layer.receive(receiving), 5)]
+            await asyncio.sleep(0.1)
+            await layer.flush()
+            return heard, received, late
+
+        heard, received, late = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert [m["n"] for m in heard] == [*range(50), "plain"]
+    assert heard == received
+    assert heard[0]["blob"] == b"\x00\xff"
+    assert late == [{"type": "m", "n": "after"}]  # it went out, to the receiving channel only
+
+
+def test_the_redis_layer_speaks_resp2_unless_told() -> None:
+    """RESP2: pub/sub messages as plain replies (RESP3's push replies cost a debug log
+    line each in redis-py); a host may still ask for RESP3."""
+    assert RedisPubSubChannelLayer(hosts=["redis://127.0.0.1:1/0"])._kwargs["hosts"][0]["protocol"] == 2
+    told = RedisPubSubChannelLayer(hosts=[{"address": "redis://127.0.0.1:1/0", "protocol": 3}])
+    assert told._kwargs["hosts"][0]["protocol"] == 3
