@@ -49,9 +49,9 @@ from sectr.mcp import McpPool, McpServer, McpToolError, ServerConfig, gates_from
 from sectr.tools import SchemaTool, Tool
 from sessions_app.addresses import AddressRefused, check_public_host
 from sessions_app.dbthread import run_in_db_thread
-from sessions_app.journal.sql import model_columns, model_instances
 from sessions_app.media import store_tool_media
 from sessions_app.models import InstallationMcpServer, Session, Team, TeamMcpServer
+from sessions_app.plain_sql import model_columns, model_instances
 from sessions_app.sealed import SealBroken, unseal
 from sessions_app.telemetry.metrics import MCP_CALL_SECONDS, MCP_CALLS, MCP_ERRORS
 

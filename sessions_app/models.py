@@ -810,7 +810,7 @@ class ApiToken(models.Model):
         select_related leaves it."""
         from django.db import connections
 
-        from sessions_app.journal.sql import model_columns, model_instances
+        from sessions_app.plain_sql import model_columns, model_instances
 
         connection = connections[cls.objects.db]
         user_field: Any = cls._meta.get_field("user")

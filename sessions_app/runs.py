@@ -55,8 +55,8 @@ from sectr.state import SessionState
 from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
-from sessions_app.journal.sql import insert_instance, model_columns, model_instances
 from sessions_app.models import Run, Session
+from sessions_app.plain_sql import insert_instance, model_columns, model_instances
 from sessions_app.telemetry import metrics
 
 log = logging.getLogger("sectr.runs")

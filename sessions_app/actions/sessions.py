@@ -48,8 +48,8 @@ from sessions_app.actions.agents import resolve_new_session_agent
 from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
-from sessions_app.journal.sql import model_columns, model_instances
 from sessions_app.models import MediaBlob, Run, Session
+from sessions_app.plain_sql import model_columns, model_instances
 from sessions_app.provider_config import default_model
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info

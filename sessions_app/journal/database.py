@@ -93,7 +93,7 @@ from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import publish_on_commit, queue_publication
-from sessions_app.journal.sql import kept_converters
+from sessions_app.plain_sql import kept_converters
 from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 

@@ -23,7 +23,7 @@ from django.db import connections
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope, prompt_text
 from sessions_app import models
-from sessions_app.journal.sql import kept_converters
+from sessions_app.plain_sql import kept_converters
 
 #: Characters the search snippets use as highlight markers; removed from indexed text.
 MARK_START = "\x02"
