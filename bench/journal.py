@@ -297,12 +297,13 @@ def create_scratch_postgres(url: str) -> bool:
         return False
 
 
-def drop_scratch_postgres(url: str) -> None:
+def drop_scratch_postgres(url: str, alias: str = "pg") -> None:
+    """Close the pool of the connection `alias` (the scratch database's), then drop it."""
     import psycopg
     from django.db import connections
 
-    connections["pg"].close()
-    connections["pg"].close_pool()  # type: ignore[attr-defined]
+    connections[alias].close()
+    connections[alias].close_pool()  # type: ignore[attr-defined]
     admin_url, name = postgres_admin_url(url)
     with psycopg.connect(admin_url, autocommit=True) as db:
         db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import django  # noqa: E402
-from journal import create_scratch_postgres, delta_payload, make_session, postgres_admin_url  # noqa: E402
+from journal import create_scratch_postgres, delta_payload, drop_scratch_postgres, make_session  # noqa: E402
 
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/sectr_bench_linger_paced"
 TICK = os.sysconf("SC_CLK_TCK")
@@ -64,17 +64,6 @@ def backend_cpu(pg_url: str) -> dict[int, float]:
             continue
         found[pid] = (int(fields[11]) + int(fields[12])) / TICK
     return found
-
-
-def drop_scratch(url: str) -> None:
-    import psycopg
-    from django.db import connections
-
-    connections["default"].close()
-    connections["default"].close_pool()  # type: ignore[attr-defined]
-    admin_url, name = postgres_admin_url(url)
-    with psycopg.connect(admin_url, autocommit=True) as db:
-        db.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -161,7 +150,7 @@ def main() -> None:
         session_ids = [make_session("default") for _ in range(args.streams)]
         asyncio.run(run(args, session_ids))
     finally:
-        drop_scratch(args.postgres)
+        drop_scratch_postgres(args.postgres, alias="default")
 
 
 if __name__ == "__main__":
