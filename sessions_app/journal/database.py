@@ -250,15 +250,15 @@ def _prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
     partial index whose predicate a parameter would imply, say): a generic plan is
     made without them.
     """
+    # Django's own steps of `connection.cursor()` (`_cursor`), with this cursor in place
+    # of `create_cursor()`'s: `_prepare_cursor` checks the thread and wraps it.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = connection.connection
     if raw.prepare_threshold is None:
         raw.prepare_threshold = PREPARE_ON_REQUEST_ONLY
-    connection.validate_thread_sharing()
     with connection.wrap_database_errors:
-        cursor: Any = _PreparingCursor(raw)
-    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+        return connection._prepare_cursor(_PreparingCursor(raw))  # type: ignore[attr-defined]
 
 
 def _split_fence(fence: Any) -> tuple[str, Any]:
