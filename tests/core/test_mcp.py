@@ -683,9 +683,14 @@ async def test_a_subscription_opened_again_counts_as_a_change(changing_http: Cha
     await pool.tools("c", config)
     server = pool.server("c", config)
     await changing_http.restart()
-    await wait_until(lambda: not server.alive)
-    assert heard == []
-    assert await server.call("grow", {}) == "added extra_1"  # a new connection, to the new process
+    # A stateless server keeps no session, so the connection may outlive the restart: its
+    # listener subscribes again on it at once, and that counts as the change. Or a
+    # request fails meanwhile and the connection is lost: then the next call's new
+    # connection subscribes, and that counts. Which one comes first is timing alone.
+    await wait_until(lambda: heard == ["c"] or not server.alive)
+    if heard == []:
+        assert not server.alive
+    assert await server.call("grow", {}) == "added extra_1"  # heard on the new process's stream
     await wait_until(lambda: heard == ["c", "c"])
     assert "changing__extra_1" in {t.name for t in await pool.tools("c", config)}
     await pool.close()
