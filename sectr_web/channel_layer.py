@@ -219,7 +219,9 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     It uses channels_redis' own naming, sharding, serialisation and connection (private
     parts of channels-redis 4.3, pinned in requirements.txt), so what it publishes is
     exactly what group_send would; tests/server/journal/test_channel_layer.py checks that
-    against the real Redis with the layer's own receivers.
+    against the real Redis with the layer's own receivers, and pins the source of every
+    private part of channels_redis and redis-py this module copies or reaches into (its
+    LEANED_ON), so an upgrade that changes one fails there until it is compared.
 
     Its connections speak RESP2 (RESP_VERSION) and retry (REDIS_RETRY) unless a host
     says otherwise. channels_redis makes their pool itself, and a bare redis-py pool's

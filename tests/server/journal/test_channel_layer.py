@@ -1,5 +1,7 @@
-"""The embedded default's channel layer (sectr_web.channel_layer): Channels' in-memory
-layer whose expiry sweep runs at most once a second instead of on every message."""
+"""Sectr's channel layers (sectr_web.channel_layer): the embedded default, Channels'
+in-memory layer whose expiry sweep runs at most once a second instead of on every
+message; and channels_redis' pub/sub layer with a batched group send and a cheaper
+receive loop, against a real Redis, with the upstream code it leans on pinned."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import signal
 import time
 from typing import Any
 
+import pytest
 from channels.layers import InMemoryChannelLayer as ChannelsLayer
 from django.conf import settings
 
@@ -251,3 +254,111 @@ def test_the_redis_layer_speaks_resp2_unless_told() -> None:
     assert RedisPubSubChannelLayer(hosts=["redis://127.0.0.1:1/0"])._kwargs["hosts"][0]["protocol"] == 2
     told = RedisPubSubChannelLayer(hosts=[{"address": "redis://127.0.0.1:1/0", "protocol": 3}])
     assert told._kwargs["hosts"][0]["protocol"] == 3
+
+
+# What RedisPubSubChannelLayer (sectr_web/channel_layer.py) copies, overrides or reaches
+# into, by the source it was written against (channels-redis 4.3.0 and redis 8.1.0,
+# pinned in requirements.txt). These are private parts: an upgrade may change them
+# without a word, so one that does fails here, and the one upgrading compares the new
+# code with the layer (what each entry says) before renewing its hash.
+LEANED_ON = {
+    "channels_redis.pubsub._async_proxy": (
+        "59c3bda263235b5facf7033e7ac725d0d5e9726397a6ae88d4dfba814232b7c8",
+        "the layer's proxied calls (send, receive, group_add...) still go through _get_layer, so they reach _LoopLayer",
+    ),
+    "channels_redis.pubsub.RedisPubSubChannelLayer.__init__": (
+        "b0e717765373b2f6c8012a0f9cf63b39f6ff28ace624cae0875a63fd99404e29",
+        "_get_layer still finds the layer's arguments in _args and _kwargs, its loops' layers in _layers, "
+        "and __init__'s hosts (retry, protocol) still reach the connections",
+    ),
+    "channels_redis.pubsub.RedisPubSubChannelLayer._get_layer": (
+        "1862b87a25ac72b2512da2fa30e56f87ca4b37f6874f1385d2ceb5e8b442079c",
+        "RedisPubSubChannelLayer._get_layer is a copy of it making a _LoopLayer: bring over what changed",
+    ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.__init__": (
+        "fd9d37e275298a5823df02a3cd2157aaa237b803059aa55f3ccce2053c1ecf7f",
+        "_LoopLayer.__init__ replaces its _shards with _ReceivingShard connections made the same way",
+    ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.new_channel": (
+        "bf1469b4d6819726c3c3ba641de8f49d141e61063b96fe18ea3fd5426895523d",
+        "new_group_channel and new_listening_channel name a channel as it does and keep it in `channels`",
+    ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.receive": (
+        "2d3fa7938ba6e0a67de22b47d7af2b6e492bbbdacce4725868239d854b845de4",
+        "a group channel (no subscription of its own) is still received from and cancelled as any channel",
+    ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.group_add": (
+        "09e5aeb8954a88f27cc5145d070c227484ef200bb416bdfd67941131954af50f",
+        "a channel in `channels` (a group or listening channel) can still join groups",
+    ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.group_send": (
+        "5d5f908ce40f335b7c401ff9cd35a2baf020e835f32a6d39964eecdb54f8f699",
+        "group_send_many publishes what it would: the same group channel name, shard and serialisation",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection.__init__": (
+        "9c8f408acb4c2d7be515e280121eecbc51322b451f0a0c0992871518436bf3e7",
+        "_ReceivingShard and group_send_many use its _lock, _redis and _pubsub",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection.publish": (
+        "5a18093dbcb440f569f9c0315b94f34bc473319f653b54953c43128c69148d76",
+        "group_send_many's pipeline takes the shard's lock and connection as it does",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection._do_receiving": (
+        "a822736dcb875e43bfe3b5461dfe0028401fb768fa5c9708cd1cde61bed321a7",
+        "_ReceivingShard._do_receiving is a copy of it without the timeout, draining hiredis' buffer: "
+        "bring over what changed",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection._receive_message": (
+        "2f5f46af28e8ed76a78c8dabe8831ee21e2b061f32d15e90e5a0ddd94c63c54f",
+        "_receive_buffered hands it {'channel', 'data'} dicts, and a _Listener takes its put_nowait",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection._ensure_redis": (
+        "ba228d3cee7116dcb07e59698f384ca9c24a1a4d3b9b542ad84a15168e3816b2",
+        "group_send_many calls it before using _redis",
+    ),
+    "channels_redis.utils._wrap_close": (
+        "3d610af1683772a9e4f1d174405d44693bfe6e9a3e2902d776d4aef8c787761b",
+        "RedisPubSubChannelLayer._get_layer calls it as channels_redis' own _get_layer does",
+    ),
+    "channels_redis.utils.decode_hosts": (
+        "012afe3ce1b8e8a5289f81830e47b14e22ebe09000b3ea886edf8ea1bc9c64d9",
+        "RedisPubSubChannelLayer.__init__ adds retry and protocol to the dicts it returns",
+    ),
+    "channels_redis.utils.create_pool": (
+        "c706feb32b8340783a3fd3005a9f429aa9eb459554ad819f9f63e4025e469e8c",
+        "a host's retry and protocol still reach redis-py's connection pool",
+    ),
+    "redis.asyncio.client.PubSub.get_message": (
+        "bf92023c2c452e857f682063e81a065eeeaa50382357402532d3c7d0de45a9d9",
+        "_do_receiving's get_message(timeout=None) still blocks on the next reply, reconnecting as before",
+    ),
+    "redis.asyncio.client.PubSub.parse_response": (
+        "9dc6547c1d1ed3e76ad16f04571442cc3b427000a8e3aa5eb6deea91ef5bd509",
+        "_receive_buffered skips it (health check, reconnection) for replies already in the buffer",
+    ),
+    "redis.asyncio.client.PubSub.handle_message": (
+        "310d88dea8e59a04889511f5f379dec647721910ce690ce8809b0a3124c56614",
+        "_receive_buffered skips it for a published message: nothing it does then may matter to us",
+    ),
+    "redis._parsers.hiredis._AsyncHiredisParser.on_connect": (
+        "5c7b848496314124f40e3684eca6edab6a0435a46cae9e62980eb497516db013",
+        "_receive_buffered reads its _reader, made with notEnoughData=NOT_ENOUGH_DATA",
+    ),
+    "redis._parsers.hiredis._AsyncHiredisParser.read_response": (
+        "6cba18b62d2aad4dfe9e4be4e3bbb834ba4728640cbba421587e31bc096b2315",
+        "_receive_buffered takes replies from its _reader as it does (errors, push replies)",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEANED_ON))
+def test_the_channels_redis_code_the_redis_layer_leans_on_is_what_it_was_written_against(name: str) -> None:
+    import hashlib
+    import inspect
+    import pkgutil
+
+    digest, what = LEANED_ON[name]
+    source = inspect.getsource(pkgutil.resolve_name(name))
+    assert hashlib.sha256(source.encode()).hexdigest() == digest, (
+        f"{name} changed; re-check sectr_web/channel_layer.py: {what}. Then renew its hash here"
+    )
