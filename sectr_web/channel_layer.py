@@ -243,9 +243,15 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
         UNSUBSCRIBE when its receive is cancelled, were two of a streamed POST's four
         round trips to Redis. Receiving from it and cancelling the receive work as for
         any channel (the cancel's unsubscribe finds nothing to unsubscribe)."""
+        return self._add_channel(prefix, asyncio.Queue())
+
+    def _add_channel(self, prefix: str, holder: Any) -> str:
+        """A new channel named as channels_redis' new_channel names them, `holder` (a
+        queue, or a _Listener) kept for it where that keeps a channel's queue, with no
+        subscription of its own."""
         layer = self._get_layer()
         channel = f"{layer.prefix}{prefix}{uuid.uuid4().hex}"
-        layer.channels[channel] = asyncio.Queue()
+        layer.channels[channel] = holder
         return channel
 
     def _get_layer(self) -> Any:
@@ -264,10 +270,7 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
         per message per stream. `deliver` must not block; a message that cannot be
         decoded is logged and dropped (a reader of the journal sees the gap). Leave the
         groups and `close_listening_channel` it when done; never `receive` from it."""
-        layer = self._get_layer()
-        channel = f"{layer.prefix}{prefix}{uuid.uuid4().hex}"
-        layer.channels[channel] = _Listener(deliver, self.deserialize)
-        return channel
+        return self._add_channel(prefix, _Listener(deliver, self.deserialize))
 
     def close_listening_channel(self, channel: str) -> None:
         """Nothing more is delivered to `channel` (it holds no subscription of its own)."""
