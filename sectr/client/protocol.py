@@ -569,6 +569,28 @@ class RunFollower:
             raise ProtocolError("a result event without a stop reason") from None
 
 
+def run_stream_request(
+    http: httpx.Client | httpx.AsyncClient,
+    path: str,
+    body: dict[str, Any],
+    *,
+    headers: Mapping[str, str] | None,
+    session_id: str,
+    timeout: float | None,
+    limit: Deadline,
+) -> httpx.Request:
+    """The POST of a run (at `path`, under the API) that asks for the run's event stream
+    as its answer (`Accept: text/event-stream`), with the stream's timeouts capped by
+    `limit`; `posted_run_stream` reads which run its answer is."""
+    return http.build_request(
+        "POST",
+        API_PREFIX + path,
+        json=body,
+        headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
+        timeout=limit.cap(stream_timeout(timeout)),
+    )
+
+
 def posted_run_stream(response: httpx.Response) -> str | None:
     """The run id of a POST's answer that is the run's event stream (None: not a stream);
     ProtocolError for a stream that does not say which run it is."""

@@ -37,6 +37,7 @@ from sectr.client.protocol import (
     pause,
     posted_run_stream,
     run_event_from_sse,
+    run_stream_request,
     session_headers,
     stream_timeout,
     stream_unavailable_wait,
@@ -222,12 +223,8 @@ class Client:
         retries = 0
         while True:
             limit.check(what)
-            request = self._http.build_request(
-                "POST",
-                API_PREFIX + path,
-                json=body,
-                headers={**session_headers(session_id, headers), "Accept": "text/event-stream"},
-                timeout=limit.cap(stream_timeout(timeout)),
+            request = run_stream_request(
+                self._http, path, body, headers=headers, session_id=session_id, timeout=timeout, limit=limit
             )
             if cancel is not None:
                 cancel.check()
