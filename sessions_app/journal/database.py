@@ -1198,6 +1198,7 @@ class _GroupCommit:
         last seq sees each in order. Queuing never waits (publish.queue_publication): no
         task per session here (a gather of them was a third of the event loop's time
         under 100 streams, bench/journal.py)."""
+        # Always a list of its own, extended in place: an append's result is its caller's.
         batch: list[Envelope] = []
         for result in results:
             if isinstance(result, Exception) or not result:
@@ -1205,6 +1206,6 @@ class _GroupCommit:
             if batch and (result[0].session_id != batch[-1].session_id or result[0].seq != batch[-1].seq + 1):
                 queue_publication(batch)
                 batch = []
-            batch = [*batch, *result] if batch else result
+            batch += result
         if batch:
             queue_publication(batch)
