@@ -18,7 +18,8 @@ second:
 * N streams: `append` from N concurrent tasks, one session each (aggregate rate).
 
 Django is configured here (settings.configure), with both databases as aliases and the
-production connection settings from sectr_web.settings.database_config.
+production connection settings from sectr_web.settings.database_config; the project's
+own settings are sectr_web.settings' (so the environment's SECTR_* apply, as to a server).
 """
 
 from __future__ import annotations
@@ -47,13 +48,22 @@ PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/sectr_bench"
 
 
 def configure(sqlite_path: Path, pg_url: str | None) -> None:
+    """Django's defaults and the project's own settings (what sectr_web.settings defines
+    beyond Django's: SECTR_JOURNAL_LINGER_MS, the tracing endpoint the app reads when it
+    starts...) from the environment, with the bench's databases and in-memory layer."""
     os.environ.setdefault("SECTR_VAR_DIR", str(sqlite_path.parent))
+    from django.conf import global_settings
+
+    from sectr_web import settings as project
     from sectr_web.settings import database_config
 
     databases = {"default": database_config(f"sqlite:///{sqlite_path}")}
     if pg_url:
         databases["pg"] = database_config(pg_url)
-    settings.configure(
+    own = {
+        name: value for name, value in vars(project).items() if name.isupper() and not hasattr(global_settings, name)
+    }
+    bench = dict(
         DEBUG=False,
         USE_TZ=True,
         TIME_ZONE="UTC",
@@ -64,6 +74,7 @@ def configure(sqlite_path: Path, pg_url: str | None) -> None:
         CHANNEL_LAYERS={"default": {"BACKEND": "sectr_web.channel_layer.InMemoryChannelLayer"}},
         MEDIA_ROOT=str(sqlite_path.parent / "media"),
     )
+    settings.configure(**{**own, **bench})
     django.setup()
 
 
