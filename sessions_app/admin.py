@@ -123,24 +123,7 @@ class SessionAdmin(admin.ModelAdmin):
         "updated_at",
         "closed_at",
     )
-    readonly_fields = (
-        "links",
-        "snapshot_panel",
-        "usage_by_model",
-        "transcript",
-        "owner",
-        "team",
-        "id",
-        "title",
-        "status",
-        "mode",
-        "model",
-        "last_seq",
-        "token_total",
-        "created_at",
-        "updated_at",
-        "closed_at",
-    )
+    readonly_fields = fields  # all of them: nothing here edits a session
     actions = ("rebuild_projection", "delete_sessions")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
