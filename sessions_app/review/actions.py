@@ -110,31 +110,24 @@ def _save_rating(
         raise ValidationFailed("message_id is a message's id", code="message_id")
     seq = message_end_seq(session, message_id) if message_id else 0
     now = timezone.now()
+    # What an update writes; a new rating also gets its created_at.
+    given: dict[str, Any] = {
+        "message_id": message_id,
+        "thumbs": value,
+        "score": number,
+        "tags": tag_list,
+        "comment": text,
+        "values": own,
+        "updated_at": now,
+    }
     with transaction.atomic():
         rating, _ = Rating.objects.update_or_create(
             session=session,
             seq=seq,
             author=actor,
             source=source,
-            defaults={
-                "message_id": message_id,
-                "thumbs": value,
-                "score": number,
-                "tags": tag_list,
-                "comment": text,
-                "values": own,
-                "updated_at": now,
-            },
-            create_defaults={
-                "message_id": message_id,
-                "thumbs": value,
-                "score": number,
-                "tags": tag_list,
-                "comment": text,
-                "values": own,
-                "created_at": now,
-                "updated_at": now,
-            },
+            defaults=given,
+            create_defaults={**given, "created_at": now},
         )
     return rating
 
