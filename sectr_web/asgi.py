@@ -20,6 +20,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
+from sectr_web.daphne_writes import send_chunks_at_once  # noqa: E402
 from sectr_web.middleware import ApiASGIHandler, is_api_request  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
@@ -52,7 +53,10 @@ router = ProtocolTypeRouter(
 mcp_app = RequestBodyLimit(MCP_ENDPOINT)
 MCP_PATHS = ("/mcp", "/mcp/")
 
-# ...and before Daphne itself buffers them (it reads a whole body before calling us).
+# Streamed chunks (SSE frames) go out as they are written, not on the loop's next pass.
+send_chunks_at_once()
+# ...and bodies over the limit are refused before Daphne itself buffers them (it reads a
+# whole body before calling us); this subclasses the request class installed above.
 cap_daphne_request_bodies()
 
 

@@ -8,6 +8,7 @@ follows every run of a session with the run stream's events and resume rules.
 from __future__ import annotations
 
 import asyncio
+import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -228,3 +229,44 @@ def test_the_sdk_follows_a_session_across_runs_and_cuts(api: LiveApi) -> None:
         assert tail == [event for event in expected if event.seq is not None and event.seq > middle]
         with pytest.raises(NotFoundError):
             next(iter(client.session("ses_nope").events()))
+
+
+# ---- the bytes on the wire ----
+
+
+def raw_stream(api: LiveApi, path: str, user: str = "alice") -> list[bytes]:
+    """The chunks of a chunked HTTP/1.1 response to GET `path`, read from the socket as
+    Daphne sent them, each checked against its size line, up to the last (empty) one."""
+    with socket.create_connection(("127.0.0.1", api.live.port), timeout=30) as sock:
+        request = f"GET /api/v1{path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {api.tokens[user]}\r\n\r\n"
+        sock.sendall(request.encode())
+        reader = sock.makefile("rb")
+        head = []
+        while (line := reader.readline()) != b"\r\n":
+            head.append(line)
+        assert head[0].startswith(b"HTTP/1.1 200"), head
+        assert b"transfer-encoding: chunked\r\n" in [h.lower() for h in head], head
+        chunks = []
+        while True:
+            size = int(reader.readline().rstrip(b"\r\n"), 16)
+            chunk = reader.read(size)
+            assert len(chunk) == size and reader.read(2) == b"\r\n", chunk
+            if size == 0:
+                return chunks
+            chunks.append(chunk)
+
+
+def test_a_live_stream_sends_the_bytes_of_its_replay_in_well_formed_chunks(api: LiveApi) -> None:
+    session_id = new_session(api)
+    run_id = start_run(api, session_id, "!slow 20")["run_id"]
+    live = raw_stream(api, f"/runs/{run_id}/events")
+    replay = raw_stream(api, f"/runs/{run_id}/events")
+
+    def events_only(chunks: list[bytes]) -> bytes:
+        frames = b"".join(chunks).split(b"\n\n")
+        return b"\n\n".join(frame for frame in frames if not frame.startswith(b":"))
+
+    assert len(live) >= 10  # the ticks came one by one, each in a chunk of its own
+    assert events_only(live) == events_only(replay)
+    assert events_only(live).count(b"\nevent: message.delta\n") == 20
+    assert b"\nevent: result\n" in live[-1]
