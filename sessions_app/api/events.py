@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from sectr.events import Envelope, EventType, add_usage, usage_dict
@@ -238,9 +239,24 @@ class RunEvents:
         return self._event("result", env, self.result, self.last_text)
 
 
-#: json.dumps with these options makes a new encoder per call; a frame per streamed chunk
-#: per client makes that worth keeping one.
-_encode_json = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+#: json.dumps with these options makes a new encoder per call, and so does a JSONEncoder's
+#: encode (its C encoder, built again on each call with the same options); a frame per
+#: streamed chunk per client makes that worth keeping the C encoder itself (the same one
+#: encode builds, without the circular-reference check, for JSON-ready trees), about a
+#: third of format_sse's CPU. Without the C accelerator, the JSONEncoder's encode as before.
+_json_encoder = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, check_circular=False)
+if c_make_encoder is not None:
+    _c_encode = c_make_encoder(
+        None, _json_encoder.default, encode_basestring, None, ":", ",", False, False, _json_encoder.allow_nan
+    )
+
+    def _encode_json(value: dict[str, Any]) -> str:
+        return "".join(_c_encode(value, 0))
+
+else:  # pragma: no cover - CPython builds have the accelerator
+
+    def _encode_json(value: dict[str, Any]) -> str:
+        return _json_encoder.encode(value)
 
 
 def format_sse(event: dict[str, Any]) -> bytes:

@@ -40,6 +40,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import operator
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -69,6 +70,7 @@ DATABASE_LOST_FRAME = b": the database is unavailable\nretry: %d\n\n" % (DATABAS
 LAYER_LOST_FRAME = b": live updates are unavailable\nretry: %d\n\n" % (LAYER_RETRY_SECONDS * 1000)
 
 log = logging.getLogger("sectr.api")
+envelope_seq = operator.attrgetter("seq")
 
 
 def read_envelopes(session_id: str, after_seq: int, limit: int = READ_PAGE) -> list[Envelope]:
@@ -408,9 +410,11 @@ class RunStream:
         if message.get("type") != ENVELOPES_MESSAGE_TYPE:
             return b""
         try:
-            envelopes = sorted((Envelope.from_dict(e) for e in message.get("envelopes", [])), key=lambda e: e.seq)
+            envelopes = [Envelope.from_dict(e) for e in message.get("envelopes", [])]
         except (KeyError, TypeError, ValueError):
             return await self._catch_up()
+        if len(envelopes) > 1:  # a batch comes in seq order; sorted in case it does not
+            envelopes.sort(key=envelope_seq)
         fresh = [e for e in envelopes if e.seq > self.cursor]
         if not fresh:
             return b""  # all seen already (replayed before this message was read)

@@ -143,6 +143,13 @@ def test_an_sse_frame_carries_the_seq_the_kind_and_the_event() -> None:
     assert (parsed.id, parsed.event, json.loads(parsed.data)) == ("7", "message.delta", event)
 
 
+def test_an_sse_frames_data_is_the_compact_json_of_the_event_byte_for_byte() -> None:
+    payload = {"u": 'é\u2028\x00"\\', "f": [1.5, -0.0, 1e300, float("inf")], "n": None, "b": True, "d": {"k": []}}
+    event = {"kind": "tool.result", "run_id": "run_1", "seq": None, "text": None, "payload": payload}
+    expected = "event: tool.result\ndata: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False) + "\n\n"
+    assert format_sse(event) == expected.encode()
+
+
 # ---- the client side ----
 
 
