@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol, cast
 
@@ -56,7 +56,7 @@ from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
 from sessions_app.models import Run, Session
-from sessions_app.plain_sql import insert_instance, model_columns, model_instances
+from sessions_app.plain_sql import hot_cursor, insert_instance, model_columns, model_instances
 from sessions_app.telemetry import metrics
 
 log = logging.getLogger("sectr.runs")
@@ -87,6 +87,10 @@ class Claim:
     #: The claim found the run's steer slot empty: its first step boundary need not read
     #: it again a moment later (take_parked_steer says why a steer parked since is safe).
     steer_slot_empty: bool = False
+    #: The session as the claim read it, locked (its state and team id), for the run's
+    #: start (sessions_app.runtime.session_start); None for a recovery, which journaled
+    #: since. Whether nothing was journaled since the claim is checked as it starts.
+    session: tuple[SessionState, int | None] | None = field(default=None, compare=False, repr=False)
 
     @property
     def fence(self) -> tuple[str, str]:
@@ -659,7 +663,10 @@ def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list
     run.heartbeat_at = now
     run.started_at = run.started_at or now
     _update_columns(run, _CLAIM_FIELDS)  # the row is locked: only what a claim sets
-    return Claim(run.pk, run.session_id, run.invocation_id or "", token, recovered, not run.pending_steer)
+    return Claim(
+        run.pk, run.session_id, run.invocation_id or "", token, recovered, not run.pending_steer,
+        None if recovered else (state, session.team_id),
+    )  # fmt: skip
 
 
 def _update_columns(run: Run, fields: Sequence[str]) -> None:
@@ -672,7 +679,7 @@ def _update_columns(run: Run, fields: Sequence[str]) -> None:
         field = cast(Field, Run._meta.get_field(name))  # a concrete column of the model
         assignments.append(f"{qn(field.column)} = %s")
         params.append(field.get_db_prep_save(getattr(run, field.attname), connection))
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"UPDATE {qn(Run._meta.db_table)} SET {', '.join(assignments)} WHERE id = %s",  # noqa: S608 - quoted names
             [*params, run.pk],
@@ -760,7 +767,7 @@ def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
         f" RETURNING EXISTS (SELECT 1 FROM {table} AS queued"  # noqa: S608 - quoted name
         f" WHERE queued.session_id = {table}.session_id AND queued.status = %s)"
     )
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"UPDATE {table} SET status = %s, stop_reason = %s, usage = %s, error = %s,"  # noqa: S608 - quoted name
             " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s"
@@ -869,7 +876,7 @@ def take_parked_steer(claim: Claim) -> tuple[str, str | None] | None:
     after the read is taken at the next boundary, or refused to the run's end by the
     completing fence check (SteerArrived), so it is never lost."""
     table = connection.ops.quote_name(Run._meta.db_table)
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT lease_token, pending_steer <> '' FROM {table} WHERE id = %s",  # noqa: S608 - quoted name
             [claim.run_id],

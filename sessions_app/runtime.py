@@ -13,6 +13,7 @@ references reach it as inline data.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from functools import cache
 from typing import Any
 
@@ -66,17 +67,32 @@ async def session_policy(session_id: str) -> Policy:
     return policy
 
 
-def read_start(session_id: str) -> tuple[list[Envelope], SessionState, Policy, int | None]:
+#: The session as the run's claim read it (`runs.Claim.session`), set by the worker in
+#: the run's task for `session_start`, which takes it (once) when the session matches.
+claimed_session: ContextVar[tuple[str, tuple[SessionState, int | None]] | None] = ContextVar(
+    "claimed_session", default=None
+)
+
+
+def read_start(
+    session_id: str, known: tuple[SessionState, int | None] | None = None
+) -> tuple[list[Envelope], SessionState, Policy, int | None]:
     """An invocation's transcript, state and rules, and its session's team (three plain
-    statements; two for a personal session)."""
-    transcript, state, team_id = get_journal().start_sync(session_id)
+    statements; two for a personal session; one fewer with `known`, the session as the
+    run's claim read it: DatabaseJournal.start_sync)."""
+    transcript, state, team_id = get_journal().start_sync(session_id, known)
     return transcript, state, ApprovalRule.policy_of_team(team_id), team_id
 
 
 async def session_start(session_id: str) -> tuple[list[Envelope], SessionState, Policy]:
     """The runtime's `start` source: what `session_policy` and the journal's `state` and
     `load_since_compaction` read, in one database-thread hop."""
-    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id)
+    claimed = claimed_session.get()
+    known = None
+    if claimed is not None and claimed[0] == session_id:
+        claimed_session.set(None)
+        known = claimed[1]
+    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id, known)
     remember_session_team(session_id, team_id)  # for the budget check, as session_policy
     return transcript, state, policy
 

@@ -52,7 +52,7 @@ from sessions_app.mcp_servers import close_worker_pool
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.moderation.notifications import NotificationSender
 from sessions_app.ops import retention
-from sessions_app.runtime import get_runtime
+from sessions_app.runtime import claimed_session, get_runtime
 from sessions_app.telemetry.metrics import LEASES_LOST
 
 log = logging.getLogger("sectr.worker")
@@ -322,6 +322,8 @@ class Worker:
         self.beating[claim.run_id] = claim
         channel_group = run_control_group(claim.run_id)
         await self._group_add(channel_group)
+        if claim.session is not None:  # the run's start need not read the session's row again
+            claimed_session.set((claim.session_id, claim.session))
         try:
             terminal = await self.runtime.run_invocation(
                 claim.session_id, claim.invocation_id, control=control, fence=claim.fence

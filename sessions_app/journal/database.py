@@ -63,7 +63,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-import psycopg
 from django.conf import settings
 from django.db import (
     DEFAULT_DB_ALIAS,
@@ -93,7 +92,8 @@ from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
 from sessions_app.journal.publish import publish_on_commit, queue_publication
-from sessions_app.plain_sql import kept_converters
+from sessions_app.plain_sql import hot_cursor, kept_converters
+from sessions_app.plain_sql import prepared_cursor as _prepared_cursor
 from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
@@ -167,6 +167,9 @@ def _envelope_row(connection: BaseDatabaseWrapper, envelope: Envelope, created_a
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
+#: The Run columns `_lock_session_row` reads besides the fence's: the run's invocation
+#: and API token, which the usage rollup of its MESSAGE_END needs (ReviewProjection).
+_FENCE_EXTRA_COLUMNS = ("invocation_id", "api_token_key")
 
 
 class _Unread:
@@ -205,60 +208,6 @@ def _touch_updated_at(connection: BaseDatabaseWrapper, now: datetime) -> tuple[s
         f"{column} = CASE WHEN {column} < %s THEN %s ELSE {column} END, {_qn(connection, 'appended_at')} = %s",
         [adapt(now - UPDATED_AT_STEP), adapt(now), adapt(now)],
     )
-
-
-#: psycopg's prepare_threshold for a connection that had none (Django turns automatic
-#: preparing off): so high that only the statements `_prepared_cursor` runs are prepared.
-PREPARE_ON_REQUEST_ONLY = 1 << 62
-
-
-class _PreparingCursor(psycopg.Cursor[Any]):
-    """A psycopg cursor that binds its parameters on the server and prepares every
-    statement it runs (once per connection; later runs execute the prepared one)."""
-
-    def execute(
-        self, query: Any, params: Any = None, *, prepare: bool | None = None, binary: bool | None = None
-    ) -> Any:
-        return super().execute(query, params, prepare=True, binary=binary)
-
-    def _convert_query(self, query: Any, params: Any = None) -> Any:
-        # Kept where ClientCursor keeps it: Django's query log (CaptureQueriesContext,
-        # DEBUG) reads the statement's text from `_query` (last_executed_query).
-        converted = super()._convert_query(query, params)
-        self._query = converted
-        return converted
-
-
-def _prepared_cursor(connection: BaseDatabaseWrapper) -> Any:
-    """A cursor like `connection.cursor()` (Django's wrapper: its execute wrappers, query
-    log, error translation and broken-transaction check), whose statements are prepared
-    on the server (PostgreSQL only).
-
-    Django's psycopg backend binds parameters on the client (ClientCursor): each
-    statement reaches PostgreSQL as new text, parsed and planned every time. For the
-    journal's statement per streamed chunk (`_bump_and_insert_deltas`, one plan of five
-    CTEs) the planning cost more than the execution; prepared, PostgreSQL plans it a
-    few times and then keeps a generic plan for the connection (pooled connections
-    live on, and their prepared statements with them): its backend CPU per chunk
-    dropped from 0.78 to 0.31 ms (a loop of one-delta appends, /proc). The two
-    statements of every other fenced append (a message's start and end, a tool call,
-    a run's end) are prepared too: 0.67-0.83 -> 0.51 ms per append. Only the
-    statements asked for are prepared: the connection's threshold for preparing on
-    its own stays out of reach, as Django's default None had it.
-
-    A statement run this way must not rely on its parameters' values in the plan (a
-    partial index whose predicate a parameter would imply, say): a generic plan is
-    made without them.
-    """
-    # Django's own steps of `connection.cursor()` (`_cursor`), with this cursor in place
-    # of `create_cursor()`'s: `_prepare_cursor` checks the thread and wraps it.
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    raw = connection.connection
-    if raw.prepare_threshold is None:
-        raw.prepare_threshold = PREPARE_ON_REQUEST_ONLY
-    with connection.wrap_database_errors:
-        return connection._prepare_cursor(_PreparingCursor(raw))  # type: ignore[attr-defined]
 
 
 def _split_fence(fence: Any) -> tuple[str, Any]:
@@ -368,10 +317,23 @@ class DatabaseJournal:
                 )
         return found
 
-    def start_sync(self, session_id: str) -> tuple[list[Envelope], SessionState, int | None]:
+    def start_sync(
+        self, session_id: str, known: tuple[SessionState, int | None] | None = None
+    ) -> tuple[list[Envelope], SessionState, int | None]:
         """What an invocation starts from: the transcript since the newest compaction, the
         session's state and its team's id, in two statements (the state says where the
-        newest compaction is). NotFound when the session is gone."""
+        newest compaction is). NotFound when the session is gone.
+
+        `known`: the session's state and team id as read a moment ago (a run's claim,
+        under the session's lock). When the transcript read from its compaction still
+        ends at its last_seq, nothing was journaled since (seqs are gapless, and the
+        state's columns change only with an append), so it is the state now: one
+        statement, not two. Otherwise the row is read again."""
+        if known is not None:
+            state, team_id = known
+            transcript = self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1)
+            if transcript and transcript[-1].seq == state.last_seq:
+                return transcript, state, team_id
         session = self._session_row(connections[self.using], session_id, lock=False)
         state = session.projection()
         return self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1), state, session.team_id
@@ -658,6 +620,8 @@ class DatabaseJournal:
         now = timezone.now()
         session: models.Session | None = None
         run: tuple[Any, ...] | None | _Unread = _UNREAD
+        run_invocation_id: str | None = None
+        run_token_key: int | None = None
         if locked is not None:
             session, last_seq = locked, locked.last_seq
         elif prepared and all(event_type is EventType.MESSAGE_DELTA for event_type, _, _ in prepared):
@@ -665,6 +629,8 @@ class DatabaseJournal:
         else:
             session, run = self._lock_session_row(connection, session_id, fence)
             last_seq = session.last_seq
+            if isinstance(run, tuple):
+                run, (run_invocation_id, run_token_key) = run[: len(_FENCE_COLUMNS)], run[len(_FENCE_COLUMNS) :]
         if fence is not None:
             completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
             if isinstance(run, _Unread):
@@ -684,6 +650,10 @@ class DatabaseJournal:
         state = session.projection()
         pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
         review = ReviewProjection(session, self.using)
+        if run_invocation_id is not None:
+            # Invocation ids are unique among runs: the fenced run, read with the lock, is
+            # the row the rollup would look its API token up in.
+            review.know_token_key(run_invocation_id, run_token_key)
         for envelope in envelopes:
             review.observe(state, envelope)
             apply_envelope(state, envelope)
@@ -708,7 +678,8 @@ class DatabaseJournal:
         as `_lock_run_for_fence` reads it; None when there is no such run) in the same
         statement: one round trip, parse and plan fewer for every fenced append other
         than deltas (a run's start and end, a tool call). Elsewhere, or without a (well
-        formed) fence, the run is _UNREAD."""
+        formed) fence, the run is _UNREAD. The run's tuple is its `_FENCE_COLUMNS`, then its
+        `_FENCE_EXTRA_COLUMNS`."""
         run_id = None
         if fence is not None and connection.vendor == "postgresql":
             try:
@@ -723,8 +694,8 @@ class DatabaseJournal:
         pk = _qn(connection, "id")
         columns = ", ".join(_qn(connection, field.column) for field in fields)
         session_columns = ", ".join(f"s.{_qn(connection, field.column)}" for field in fields)
-        run_columns = ", ".join(_qn(connection, name) for name in _FENCE_COLUMNS)
-        fenced = ", ".join(f"r.{_qn(connection, name)}" for name in _FENCE_COLUMNS)
+        run_columns = ", ".join(_qn(connection, name) for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
+        fenced = ", ".join(f"r.{_qn(connection, name)}" for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
         with _prepared_cursor(connection) as cursor:
             cursor.execute(
                 f"WITH s AS MATERIALIZED (SELECT {columns} FROM {table} WHERE {pk} = %s FOR NO KEY UPDATE),"  # noqa: S608 - quoted names
@@ -755,7 +726,7 @@ class DatabaseJournal:
         sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
         if lock:
             sql += _row_lock(connection)
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute(sql, [session_id])
             row = cursor.fetchone()
         if row is None:
@@ -961,7 +932,7 @@ class DatabaseJournal:
         table = _qn(connection, models.Envelope._meta.db_table)
         columns = ", ".join(_qn(connection, name) for name in ("seq", "invocation_id", "type", "payload", "created_at"))
         seq, session = _qn(connection, "seq"), _qn(connection, "session_id")
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute(
                 f"SELECT {columns} FROM {table} WHERE {session} = %s AND {seq} > %s ORDER BY {seq}",  # noqa: S608 - quoted names
                 [session_id, after],

@@ -23,7 +23,7 @@ from django.db import connections
 from sectr.events import Envelope, EventType
 from sectr.state import SessionState, apply_envelope, prompt_text
 from sessions_app import models
-from sessions_app.plain_sql import kept_converters
+from sessions_app.plain_sql import hot_cursor, kept_converters
 
 #: Characters the search snippets use as highlight markers; removed from indexed text.
 MARK_START = "\x02"
@@ -115,6 +115,11 @@ class ReviewProjection:
         if text:
             self.entries.append(models.SearchEntry(session_id=self.session.pk, seq=envelope.seq, kind=kind, text=text))
 
+    def know_token_key(self, invocation_id: str, api_token_key: int | None) -> None:
+        """The API token of the run whose invocation is `invocation_id`, as its row holds
+        it: the appender read the row already (a fenced append), so `_token_key` need not."""
+        self._invocation_tokens[invocation_id] = int(api_token_key or 0)
+
     def _token_key(self, invocation_id: str | None) -> int:
         if self.api_token_key is not None:
             return self.api_token_key
@@ -147,7 +152,7 @@ class ReviewProjection:
         connection = connections[self.using]
         qn = connection.ops.quote_name
         table = qn(models.SearchEntry._meta.db_table)
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             for start in range(0, len(self.entries), ENTRIES_PER_INSERT):  # a rebuild has many
                 batch = self.entries[start : start + ENTRIES_PER_INSERT]
                 cursor.execute(
@@ -170,7 +175,7 @@ class ReviewProjection:
         connection = connections[self.using]
         qn = connection.ops.quote_name
         table, session, seq, kind = (qn(n) for n in (models.Envelope._meta.db_table, "session_id", "seq", "type"))
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             if start_seq is None:
                 cursor.execute(
                     f"SELECT {seq} FROM {table} WHERE {session} = %s AND {kind} = %s AND {seq} < %s"  # noqa: S608 - quoted names
@@ -201,7 +206,7 @@ class ReviewProjection:
             f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
             f"ON CONFLICT (day, user_id, team_key, api_token_key, model, agent_key) DO UPDATE SET {updates}"
         )
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             for (day, token_key, model, agent), row in self.usage.items():
                 cursor.execute(
                     sql,
