@@ -34,7 +34,7 @@ from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
 from sessions_app.journal import DatabaseJournal, publish
 from sessions_app.journal.database import UPDATED_AT_STEP, _PendingAppend
-from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia
+from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia, UsageDaily
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads
 
@@ -253,6 +253,32 @@ def test_a_fenced_append_of_other_events_takes_two_statements_on_postgresql(
     assert len(writes) == (2 if connection.vendor == "postgresql" else 4), writes
     assert [e.type for e in journal.load_sync(session.id, 1)] == [E.MESSAGE_START, E.MESSAGE_DELTA]
     assert Session.objects.get(pk=session.pk).last_seq == 3
+
+
+@pytest.mark.django_db
+def test_a_fenced_reply_end_takes_its_runs_api_token_from_the_fence_row(
+    session: Session, journal: DatabaseJournal
+) -> None:
+    """On PostgreSQL the lock statement reads the fenced run's invocation and API token, so
+    the usage rollup of its reply needs no lookup; a reply of another invocation (or an
+    append without a fence, or SQLite) still looks its token up."""
+    run = leased_run(session, api_token_key=42)
+    Run.objects.create(session=session, invocation_id="inv_0", status=Run.COMPLETED, api_token_key=7)
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    start = NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant", "model": "m1"}, "inv_1")
+    journal.append_sync(session.id, [start, delta("a")], fence=(run.id, "tok-current"))
+    end = NewEvent(E.MESSAGE_END, {"message_id": "msg_1", "usage": usage, "model": "m1"}, "inv_1")
+    with CaptureQueriesContext(connection) as queries:
+        journal.append_sync(session.id, [end], fence=(run.id, "tok-current"))
+    lookups = [q["sql"] for q in queries if "api_token_key FROM" in q["sql"]]
+    assert len(lookups) == (0 if connection.vendor == "postgresql" else 1), lookups
+    other = NewEvent(E.MESSAGE_START, {"message_id": "msg_0", "role": "assistant", "model": "m0"}, "inv_0")
+    other_end = NewEvent(E.MESSAGE_END, {"message_id": "msg_0", "usage": usage, "model": "m0"}, "inv_0")
+    with CaptureQueriesContext(connection) as queries:
+        journal.append_sync(session.id, [other, other_end], fence=(run.id, "tok-current"))
+    assert len([q for q in queries if "api_token_key FROM" in q["sql"]]) == 1
+    rows = UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens", "messages")
+    assert sorted(rows) == [(7, "m0", 3, 1, 1), (42, "m1", 3, 1, 1)]
 
 
 @pytest.mark.django_db
@@ -998,18 +1024,24 @@ def test_it_loads_since_the_newest_compaction(session: Session, journal: Databas
     (newest,) = journal.append_sync(session.id, [compaction(2)])
     tail = journal.append_sync(session.id, [delta("after"), NewEvent(E.STEER_RECEIVED, {"text": "s"})])
 
-    with CaptureQueriesContext(connection) as queries:
+    statements: list[tuple[str, Any]] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, params))  # the parameters too: a prepared statement's log shows $1
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
         loaded = journal.load_since_compaction_sync(session.id)
     assert [e.seq for e in loaded] == [newest.seq] + [e.seq for e in tail]
     assert loaded[0].payload["messages"][0]["content"] == "c2"
     # The envelope read is bounded by the compaction's seq, so older rows are not read.
-    envelope_sql = [q["sql"] for q in queries.captured_queries if "sessions_app_envelope" in q["sql"]]
-    assert len(envelope_sql) == 1
-    assert f"> {newest.seq - 1} " in envelope_sql[0]
+    envelope_reads = [(sql, params) for sql, params in statements if "sessions_app_envelope" in sql]
+    assert len(envelope_reads) == 1
+    sql, params = envelope_reads[0]
+    assert '"seq" > %s' in sql and list(params) == [session.id, newest.seq - 1]
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
-            sql = f"EXPLAIN QUERY PLAN {envelope_sql[0]}"
-            plan = " ".join(str(row) for row in cursor.execute(sql).fetchall())
+            plan = " ".join(str(row) for row in cursor.execute(f"EXPLAIN QUERY PLAN {sql}", params).fetchall())
         assert "seq>?" in plan.replace(" ", "") or "seq>=?" in plan.replace(" ", "") or "INDEX" in plan, plan
 
 

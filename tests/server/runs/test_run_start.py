@@ -10,10 +10,14 @@ Run on SQLite and on PostgreSQL (its JSON columns come back differently).
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 
 from sectr.events import EventType
 from sectr.journal import NewEvent
@@ -21,7 +25,7 @@ from sessions_app import actions
 from sessions_app import runs as runs_module
 from sessions_app.journal import get_journal
 from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection
-from sessions_app.models import SearchEntry, Session
+from sessions_app.models import Run, SearchEntry, Session
 from sessions_app.runtime import read_start, session_start
 from sessions_app.team_budgets import _SESSION_TEAMS
 from sessions_app.worker import DatabaseRunControl
@@ -135,3 +139,45 @@ def test_search_entries_of_a_long_rebuild_go_in_several_inserts(crew: dict[str, 
     projection.write()
     stored = list(SearchEntry.objects.filter(session_id=session.pk).order_by("seq").values_list("seq", "text"))
     assert stored == [(seq, f"note {seq}") for seq in range(1, count + 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_start_reads_only_the_transcript_unless_something_was_journaled_since(
+    crew: dict[str, Any],
+) -> None:
+    """A claim hands its run's start the session's state and team as it read them: the
+    start reads the transcript alone and takes them when the transcript still ends at
+    that state's last_seq; after anything journaled since, it reads the row again."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team="crew")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("start-worker", 60.0, 1)
+    assert claim.run_id == run.pk and claim.session is not None
+    journal = get_journal()
+    fresh = read_start(session.pk)
+    with CaptureQueriesContext(connection) as queries:
+        claimed = read_start(session.pk, claim.session)
+    assert claimed[0] == fresh[0] and claimed[1] == fresh[1] and claimed[3] == fresh[3]
+    session_reads = [q["sql"] for q in queries if 'FROM "sessions_app_session"' in q["sql"]]
+    assert session_reads == [], session_reads
+
+    # Journaled after the claim (a rename): the claim's state is stale, the row is read.
+    actions.do_rename(owner, session.pk, "renamed")
+    with CaptureQueriesContext(connection) as queries:
+        transcript, state, _policy, team_id = read_start(session.pk, claim.session)
+    assert [q for q in queries if 'FROM "sessions_app_session"' in q["sql"]]
+    assert state == journal.state_sync(session.pk) and state.title == "renamed"
+    assert transcript == journal.load_since_compaction_sync(session.pk)
+    assert team_id == Session.objects.get(pk=session.pk).team_id
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -> None:
+    """A recovery journals in its claim: its start reads the session afresh."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    run = actions.do_post_message(owner, session.pk, "hello")
+    runs_module.claim_next_runs("dead-worker", 60.0, 1)
+    Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
+    (claim,) = runs_module.claim_next_runs("live-worker", 60.0, 1, tidy_stranded=False)
+    assert claim.recovered and claim.session is None
