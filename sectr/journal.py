@@ -20,11 +20,16 @@ from sectr.state import SessionState, apply_envelope
 
 @dataclass(frozen=True, slots=True)
 class NewEvent:
-    """An event to append; the journal assigns seq and created_at."""
+    """An event to append; the journal assigns seq and created_at.
+
+    `text` (a MESSAGE_END's only, never journaled): the text its message's deltas hold,
+    as the writer that journaled all of them knows it (InvocationWriter), so a journal
+    that indexes replies need not read them back; None when unknown."""
 
     type: EventType
     payload: dict[str, Any]
     invocation_id: str | None = None
+    text: str | None = field(default=None, compare=False, repr=False)
 
 
 @runtime_checkable

@@ -59,6 +59,11 @@ class InvocationWriter:
         self._write_lock = asyncio.Lock()
         self._inflight: set[asyncio.Task[list[Envelope]]] = set()
         self.closed = False  # the terminal event is written: nothing more may be
+        #: The text deltas this writer journaled since its newest MESSAGE_START, by message
+        #: id (`_reply_texts`); None before its first MESSAGE_START, and for good after a
+        #: write that failed (it may have landed all the same).
+        self._since_start: dict[str, list[str]] | None = None
+        self._texts_known = True
         self.appends = 0  # journal round trips, for tests and benchmarks
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
@@ -190,13 +195,50 @@ class InvocationWriter:
                 # (the import checks a file with the same rules): a malformed payload is
                 # refused here with its reason, never stored for the fold to trip on.
                 check_event(event.type, event.payload, event.invocation_id)
-            envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
+            events = self._reply_texts(events)
+            try:
+                envelopes = await self.journal.append(self.session_id, events, fence=self.fence)
+            except BaseException:
+                self._texts_known, self._since_start = False, None
+                raise
             self.appends += 1
+            self._follow_texts(envelopes)
             if any(e.type in TERMINAL_TYPES for e in envelopes):
                 self.closed = True
             if self._on_append is not None:
                 self._on_append(envelopes)
             return envelopes
+
+    def _follow_texts(self, envelopes: list[Envelope]) -> None:
+        if not self._texts_known:
+            return
+        for envelope in envelopes:
+            if envelope.type is EventType.MESSAGE_START:
+                self._since_start = {}
+            elif envelope.type is EventType.MESSAGE_DELTA and self._since_start is not None:
+                message_id, text = envelope.payload.get("message_id"), envelope.payload.get("text")
+                if isinstance(message_id, str) and text:
+                    self._since_start.setdefault(message_id, []).append(str(text))
+
+    def _reply_texts(self, events: Sequence[NewEvent]) -> Sequence[NewEvent]:
+        """`events` with each MESSAGE_END's `text`, where this writer knows it: the text
+        of the deltas of its message journaled since the newest MESSAGE_START, which this
+        writer journaled (a session has one writer at a time: its run's lease), every
+        write since having succeeded. That is what a journal reading the message's text
+        back from its deltas finds (sessions_app's search index reads the deltas after
+        the newest MESSAGE_START). Not in a batch that also starts a message or holds
+        deltas."""
+        if self._since_start is None or not any(e.type is EventType.MESSAGE_END for e in events):
+            return events
+        if any(e.type in (EventType.MESSAGE_START, EventType.MESSAGE_DELTA) for e in events):
+            return events
+        since = self._since_start
+        return [
+            NewEvent(e.type, e.payload, e.invocation_id, "".join(since.get(e.payload["message_id"], ())))
+            if e.type is EventType.MESSAGE_END and isinstance(e.payload.get("message_id"), str)
+            else e
+            for e in events
+        ]
 
     def _check_open(self) -> None:
         if self.closed:

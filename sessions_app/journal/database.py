@@ -650,6 +650,9 @@ class DatabaseJournal:
         state = session.projection()
         pending_before = state.pending_ask.get("ask_id") if state.pending_ask else None
         review = ReviewProjection(session, self.using)
+        for event in events:
+            if event.text is not None and EventType(event.type) is EventType.MESSAGE_END:
+                review.known_texts[str(event.payload.get("message_id"))] = event.text
         if run_invocation_id is not None:
             # Invocation ids are unique among runs: the fenced run, read with the lock, is
             # the row the rollup would look its API token up in.

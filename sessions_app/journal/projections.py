@@ -8,7 +8,9 @@ every writer of envelopes (worker, actions, `sectr_import`) keeps it current wit
 knowing about it. The cost stays off the streaming hot path: an all-MESSAGE_DELTA batch
 takes the journal's fast path and never reaches here; a message is indexed once, at its
 MESSAGE_END (its text read back from its deltas, one indexed query), a user message at
-its INVOCATION_STARTED, a tool at its TOOL_CALL, a steer at STEER_RECEIVED.
+its INVOCATION_STARTED, a tool at its TOOL_CALL, a steer at STEER_RECEIVED. A run's
+reply comes with its text (NewEvent.text: its writer journaled every delta of it), so
+only an append of another writer (a recovery's, an import's) reads the deltas back.
 `rebuild_review_projections` recomputes all three from the journal (`sectr_reindex`).
 """
 
@@ -70,6 +72,8 @@ class ReviewProjection:
         self._starts: dict[str, int] = {}
         self._invocation_tokens: dict[str | None, int] = {}
         self.token_keys = token_keys  # invocation id: API token id, preloaded (a rebuild)
+        #: message id: text, of the MESSAGE_ENDs whose writer knew its deltas' text (NewEvent.text)
+        self.known_texts: dict[str, str] = {}
 
     def observe(self, state: SessionState, envelope: Envelope) -> None:
         kind = envelope.type
@@ -166,6 +170,10 @@ class ReviewProjection:
         message_id = end.payload.get("message_id")
         if self.texts is not None:
             return self.texts.get(str(message_id), "")
+        if start_seq is None and isinstance(message_id, str) and message_id in self.known_texts:
+            # What the read below would find: the deltas since the newest MESSAGE_START,
+            # as the writer that journaled them (and that start) appended them.
+            return self.known_texts[message_id]
         # Plain SQL, as the journal's own reads: every run's MESSAGE_END reads its deltas
         # back here, inside the append's transaction, and the querysets' compilation (and
         # a model field per row) cost more than the read. The MESSAGE_START is found on the

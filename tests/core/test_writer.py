@@ -4,6 +4,7 @@ errors from background flushes, and the closed writer after the terminal event."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -394,3 +395,63 @@ async def test_a_handler_cannot_vote_through_append_soon(demo: DemoProvider) -> 
     assert ended.type is EventType.INVOCATION_COMPLETED
     assert [str(e) for e in refused] == ["an invocation cannot journal APPROVAL_VOTED"]
     assert "APPROVAL_VOTED" not in types_of(rt.journal.read(sid))
+
+
+def _ends(calls: list[list[NewEvent]]) -> list[tuple[str, str | None]]:
+    return [(e.payload["message_id"], e.text) for call in calls for e in call if e.type is EventType.MESSAGE_END]
+
+
+class RecordingFailingJournal(FailingJournal):
+    def __init__(self, fail_on: set[int], error: BaseException) -> None:
+        super().__init__(fail_on, error)
+        self.calls: list[list[NewEvent]] = []
+
+    async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
+        self.calls.append(list(events))
+        return await super().append(session_id, events, fence=fence)
+
+
+def _start(message_id: str) -> NewEvent:
+    return NewEvent(EventType.MESSAGE_START, {"message_id": message_id, "role": "assistant"}, "inv_1")
+
+
+async def test_a_reply_end_carries_the_text_its_writer_journaled_since_the_newest_start() -> None:
+    """NewEvent.text of a MESSAGE_END: its message's delta text since the newest
+    MESSAGE_START this writer journaled (what a journal reads back); None before any."""
+    journal = SlowJournal(latency=0.001)
+    writer, sid, _ = new_writer(journal)
+    await writer.delta("m0", text="before any start ")
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m0"})
+    await writer.append(_start("m1"))
+    for word in ("one ", "two ", "three"):
+        await writer.delta("m1", text=word)
+    await writer.delta("m1", reasoning="not searched")
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m1"})
+    await writer.append(_start("m2"))
+    await writer.delta("m1", text="late for m1 ")
+    await writer.append(_start("m3"))  # a newer start: only what follows it counts
+    await writer.delta("m2", text="after m3's start")
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m2"})
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m3"})
+    assert _ends(journal.calls) == [
+        ("m0", None),
+        ("m1", "one two three"),
+        ("m2", "after m3's start"),
+        ("m3", ""),
+    ]
+    assert delta_text(of_type(journal.read(sid), EventType.MESSAGE_DELTA)).startswith("before any start one two three")
+
+
+async def test_a_writer_whose_write_failed_gives_no_reply_text() -> None:
+    """A failed write may have landed all the same: the writer knows no text any more."""
+    journal = RecordingFailingJournal({3}, RuntimeError("the database went away"))
+    writer, _sid, _ = new_writer(journal)
+    await writer.append(_start("m1"))
+    await writer.delta("m1", text="kept ")
+    with contextlib.suppress(RuntimeError):
+        await writer.delta("m1", text="lost? ")
+        await writer.flush()
+    await writer.append(_start("m2"))
+    await writer.delta("m2", text="fine")
+    await writer.emit(EventType.MESSAGE_END, {"message_id": "m2"})
+    assert _ends(journal.calls) == [("m2", None)]

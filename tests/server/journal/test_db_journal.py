@@ -32,9 +32,10 @@ from sectr.events import (
 )
 from sectr.journal import MemoryJournal, NewEvent
 from sectr.state import project
+from sectr.writer import InvocationWriter
 from sessions_app.journal import DatabaseJournal, publish
 from sessions_app.journal.database import UPDATED_AT_STEP, _PendingAppend
-from sessions_app.models import ApiToken, MediaBlob, Run, Session, SessionMedia, UsageDaily
+from sessions_app.models import ApiToken, MediaBlob, Run, SearchEntry, Session, SessionMedia, UsageDaily
 from sessions_app.models import Envelope as EnvelopeRow
 from tests.server.conftest import run_threads
 
@@ -279,6 +280,61 @@ def test_a_fenced_reply_end_takes_its_runs_api_token_from_the_fence_row(
     assert len([q for q in queries if "api_token_key FROM" in q["sql"]]) == 1
     rows = UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens", "messages")
     assert sorted(rows) == [(7, "m0", 3, 1, 1), (42, "m1", 3, 1, 1)]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_reply_its_writer_journaled_is_indexed_as_its_deltas_read_back(make_session: Any) -> None:
+    """The same events, once through an InvocationWriter (its MESSAGE_ENDs carry their
+    text) and once as plain appends (the journal reads the deltas back): the same search
+    entries, interleaved messages and highlight markers included."""
+    written, plain = await sync_to_async(make_session)(), await sync_to_async(make_session)()
+    journal = DatabaseJournal(publish=False)
+    writer = InvocationWriter(journal, written.id, "inv_1")
+
+    def start(message_id: str) -> NewEvent:
+        return NewEvent(E.MESSAGE_START, {"message_id": message_id, "role": "assistant"}, "inv_1")
+
+    def end(message_id: str) -> NewEvent:
+        return NewEvent(E.MESSAGE_END, {"message_id": message_id}, "inv_1")
+
+    steps: list[NewEvent | tuple[str, str]] = [
+        start("m1"), ("m1", "alpha "), ("m1", "be\x02ta"), end("m1"),
+        start("m2"), ("m2", "gamma "), start("m3"), ("m2", "delta"), ("m3", "epsilon"), end("m2"), end("m3"),
+    ]  # fmt: skip
+    for step in steps:
+        if isinstance(step, NewEvent):
+            await writer.append(step)
+            await journal.append(plain.id, [step])
+        else:
+            await writer.delta(step[0], text=step[1])
+            await writer.flush()
+            await journal.append(plain.id, [delta(step[1], step[0])])
+
+    def entries(session_id: str) -> list[tuple[int, str, str]]:
+        return list(
+            SearchEntry.objects.filter(session_id=session_id).order_by("seq").values_list("seq", "kind", "text")
+        )
+
+    indexed = await sync_to_async(entries)(written.id)
+    assert indexed == await sync_to_async(entries)(plain.id)
+    assert [text for _seq, _kind, text in indexed] == ["alpha be ta", "delta", "epsilon"]
+
+
+@pytest.mark.django_db
+def test_a_reply_end_with_its_text_is_indexed_without_reading_its_deltas(
+    session: Session, journal: DatabaseJournal
+) -> None:
+    run = leased_run(session)
+    start = NewEvent(E.MESSAGE_START, {"message_id": "msg_1", "role": "assistant"}, "inv_1")
+    journal.append_sync(session.id, [start, delta("hello")], fence=(run.id, "tok-current"))
+    end = NewEvent(E.MESSAGE_END, {"message_id": "msg_1"}, "inv_1", text="hello")
+    with CaptureQueriesContext(connection) as queries:
+        (envelope,) = journal.append_sync(session.id, [end], fence=(run.id, "tok-current"))
+    reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and "sessions_app_envelope" in q["sql"]]
+    assert reads == []
+    assert list(SearchEntry.objects.filter(session=session).values_list("seq", "kind", "text")) == [
+        (envelope.seq, "assistant", "hello")
+    ]
 
 
 @pytest.mark.django_db
