@@ -167,8 +167,9 @@ def _envelope_row(connection: BaseDatabaseWrapper, envelope: Envelope, created_a
 
 #: The Run columns a fence check reads (DatabaseJournal._refuse_stale_fence).
 _FENCE_COLUMNS = ("session_id", "lease_token", "status", "finished_at", "pending_steer")
-#: The Run columns `_lock_session_row` reads besides the fence's: the run's invocation
-#: and API token, which the usage rollup of its MESSAGE_END needs (ReviewProjection).
+#: The Run columns `_lock_session_row` and `_lock_run_for_fence` read besides the fence's:
+#: the run's invocation and API token, which the usage rollup of its MESSAGE_END needs
+#: (ReviewProjection).
 _FENCE_EXTRA_COLUMNS = ("invocation_id", "api_token_key")
 
 
@@ -634,7 +635,7 @@ class DatabaseJournal:
         if fence is not None:
             completing = any(event_type is EventType.INVOCATION_COMPLETED for event_type, _, _ in prepared)
             if isinstance(run, _Unread):
-                self._check_fence(session_id, fence, completing=completing)
+                run_invocation_id, run_token_key = self._check_fence(session_id, fence, completing=completing)
             else:  # read (and locked) with the session's row
                 run_id, lease_token = _split_fence(fence)
                 self._refuse_stale_fence(session_id, run_id, lease_token, run, completing=completing)
@@ -834,11 +835,13 @@ class DatabaseJournal:
         for session_id, (run_id, lease_token) in fenced:
             self._refuse_stale_fence(session_id, run_id, lease_token, rows.get(run_id))
 
-    def _check_fence(self, session_id: str, fence: Any, *, completing: bool = False) -> None:
+    def _check_fence(self, session_id: str, fence: Any, *, completing: bool = False) -> tuple[Any, ...]:
+        """Refuse a stale fence (`_refuse_stale_fence`); else its run's `_FENCE_EXTRA_COLUMNS`."""
         run_id, lease_token = _split_fence(fence)
-        self._refuse_stale_fence(
-            session_id, run_id, lease_token, self._lock_run_for_fence(run_id), completing=completing
-        )
+        run = self._lock_run_for_fence(run_id)
+        fenced = None if run is None else run[: len(_FENCE_COLUMNS)]
+        self._refuse_stale_fence(session_id, run_id, lease_token, fenced, completing=completing)
+        return run[len(_FENCE_COLUMNS) :] if run is not None else (None, None)
 
     @staticmethod
     def _refuse_stale_fence(
@@ -861,7 +864,8 @@ class DatabaseJournal:
 
     def _lock_run_for_fence(self, run_id: str) -> tuple[Any, ...] | None:
         """(session_id, lease_token, status, finished_at, pending_steer) of the Run row,
-        locked like select_for_update(no_key=True) where the database has row locks.
+        then its `_FENCE_EXTRA_COLUMNS`, locked like select_for_update(no_key=True) where
+        the database has row locks.
 
         Plain SQL: every fenced append (each streamed delta) runs it, and compiling the
         equivalent queryset cost more CPU than the rest of the append (bench/live.py).
@@ -869,7 +873,7 @@ class DatabaseJournal:
         """
         connection = connections[self.using]
         table = _qn(connection, models.Run._meta.db_table)
-        columns = ", ".join(_qn(connection, name) for name in _FENCE_COLUMNS)
+        columns = ", ".join(_qn(connection, name) for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
         sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
         sql += _row_lock(connection)
         with connection.cursor() as cursor:

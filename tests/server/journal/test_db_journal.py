@@ -260,9 +260,9 @@ def test_a_fenced_append_of_other_events_takes_two_statements_on_postgresql(
 def test_a_fenced_reply_end_takes_its_runs_api_token_from_the_fence_row(
     session: Session, journal: DatabaseJournal
 ) -> None:
-    """On PostgreSQL the lock statement reads the fenced run's invocation and API token, so
-    the usage rollup of its reply needs no lookup; a reply of another invocation (or an
-    append without a fence, or SQLite) still looks its token up."""
+    """The fence's read of the run (on PostgreSQL the lock statement) takes its invocation
+    and API token too, so the usage rollup of its reply needs no lookup; a reply of another
+    invocation (or an append without a fence) still looks its token up."""
     run = leased_run(session, api_token_key=42)
     Run.objects.create(session=session, invocation_id="inv_0", status=Run.COMPLETED, api_token_key=7)
     usage = {"input_tokens": 3, "output_tokens": 1}
@@ -272,7 +272,7 @@ def test_a_fenced_reply_end_takes_its_runs_api_token_from_the_fence_row(
     with CaptureQueriesContext(connection) as queries:
         journal.append_sync(session.id, [end], fence=(run.id, "tok-current"))
     lookups = [q["sql"] for q in queries if "api_token_key FROM" in q["sql"]]
-    assert len(lookups) == (0 if connection.vendor == "postgresql" else 1), lookups
+    assert lookups == []
     other = NewEvent(E.MESSAGE_START, {"message_id": "msg_0", "role": "assistant", "model": "m0"}, "inv_0")
     other_end = NewEvent(E.MESSAGE_END, {"message_id": "msg_0", "usage": usage, "model": "m0"}, "inv_0")
     with CaptureQueriesContext(connection) as queries:

@@ -2,7 +2,8 @@
 `session_start`, sessions_app.runs' claim): one hop reads the transcript since the newest
 compaction, the state and the team's rules, which are read afresh at every start (a
 moderator's change applies to the next run); a claim that found the steer slot empty
-spares the first step boundary its read, and a steer parked since is still answered.
+spares the first step boundary its read, and a steer parked since is still answered;
+a run's start reads no more than its transcript after a claim, and its end's statements.
 
 Run on SQLite and on PostgreSQL (its JSON columns come back differently).
 """
@@ -24,8 +25,8 @@ from sectr.journal import NewEvent
 from sessions_app import actions
 from sessions_app import runs as runs_module
 from sessions_app.journal import get_journal
-from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection
-from sessions_app.models import Run, SearchEntry, Session
+from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection, rebuild_review_projections
+from sessions_app.models import Run, SearchEntry, Session, UsageDaily
 from sessions_app.runtime import read_start, session_start
 from sessions_app.team_budgets import _SESSION_TEAMS
 from sessions_app.worker import DatabaseRunControl
@@ -181,3 +182,40 @@ def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     (claim,) = runs_module.claim_next_runs("live-worker", 60.0, 1, tidy_stranded=False)
     assert claim.recovered and claim.session is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_end_is_five_statements_on_postgresql(crew: dict[str, Any]) -> None:
+    """A run's reply end (its writer knew the text) and its row's end: the lock, the
+    insert with the session's update, the search entry, the usage upsert and the finish
+    UPDATE on PostgreSQL; no read of the deltas, of the run's token or of its lease. The
+    search entry and the usage are what a rebuild from the journal makes."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("end-worker", 60.0, 1)
+    journal = get_journal()
+    inv = claim.invocation_id
+    start = NewEvent(EventType.MESSAGE_START, {"message_id": "m1", "role": "assistant", "model": "demo"}, inv)
+    deltas = [NewEvent(EventType.MESSAGE_DELTA, {"message_id": "m1", "text": t}, inv) for t in ("all ", "done")]
+    journal.append_sync(session.pk, [start, *deltas], fence=claim.fence)
+    usage = {"input_tokens": 5, "output_tokens": 2}
+    end = NewEvent(EventType.MESSAGE_END, {"message_id": "m1", "usage": usage, "model": "demo"}, inv, text="all done")
+    done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": usage}, inv)
+    with CaptureQueriesContext(connection) as queries:
+        terminal = journal.append_sync(session.pk, [end, done], fence=claim.fence)[-1]
+        assert runs_module.end_run(claim, terminal)
+    statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]
+    if connection.vendor == "postgresql":
+        assert len(statements) == 5, statements
+    reads = [sql for sql in statements if sql.startswith("SELECT")]
+    assert not [sql for sql in reads if "sessions_app_envelope" in sql or "api_token_key FROM" in sql], reads
+    assert Run.objects.get(pk=run.pk).status == Run.COMPLETED
+
+    live = sorted(SearchEntry.objects.filter(session_id=session.pk).values_list("seq", "kind", "text"))
+    usage_rows = list(UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens"))
+    assert (usage_rows, live[-1][1:]) == ([(0, "demo", 5, 2)], ("assistant", "all done"))
+    UsageDaily.objects.all().delete()
+    rebuild_review_projections(Session.objects.get(pk=session.pk))
+    assert sorted(SearchEntry.objects.filter(session_id=session.pk).values_list("seq", "kind", "text")) == live
+    assert list(UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens")) == usage_rows
