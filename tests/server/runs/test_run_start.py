@@ -214,7 +214,8 @@ def test_a_run_end_is_five_statements_on_postgresql(crew: dict[str, Any]) -> Non
 
     live = sorted(SearchEntry.objects.filter(session_id=session.pk).values_list("seq", "kind", "text"))
     usage_rows = list(UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens"))
-    assert (usage_rows, live[-1][1:]) == ([(0, "demo", 5, 2)], ("assistant", "all done"))
+    token_key = Run.objects.get(pk=run.pk).api_token_key  # the run's, as its row holds it
+    assert (usage_rows, live[-1][1:]) == ([(token_key, "demo", 5, 2)], ("assistant", "all done"))
     UsageDaily.objects.all().delete()
     rebuild_review_projections(Session.objects.get(pk=session.pk))
     assert sorted(SearchEntry.objects.filter(session_id=session.pk).values_list("seq", "kind", "text")) == live
