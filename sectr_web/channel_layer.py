@@ -36,6 +36,9 @@ from channels_redis.utils import _wrap_close, decode_hosts
 from redis._parsers.hiredis import NOT_ENOUGH_DATA
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 SWEEP_SECONDS = 1.0
 #: How the Redis layer's connections retry a command that met a dead connection (a
@@ -171,7 +174,40 @@ class _ReceivingShard(RedisSingleShardConnection):
     publishes a group commit's messages in one pipeline, so they arrive together. A
     reply that is not a published message (a subscription's confirmation) still goes
     through redis-py, which keeps its own account of subscriptions with them.
+
+    It also publishes batches (`publish_many`) on a connection of its own.
     """
+
+    _publishing: Any = None  # (the pool it came from, the connection): see publish_many
+
+    async def publish_many(self, pairs: list[tuple[str, bytes]]) -> None:
+        """PUBLISH each (channel, data), in order, in one write and one read of the replies;
+        the caller holds the shard's lock.
+
+        A redis-py pipeline did the same with a connection checked out of the pool and
+        back (its health probe and lock), a retry wrapper and observability hooks around
+        each batch: most of its cost (py-spy under bench/peers.py). Here one connection
+        stays checked out for the shard's publications (the pool still owns it: closing
+        the layer closes it), and redis-py's retry (REDIS_RETRY: reconnect, send again)
+        is entered only when a batch met a broken connection, as a Redis restart leaves
+        it. A batch sent again may deliver some messages twice, as the pipeline's retry
+        did (readers drop a seq they have). A read or write cut short (an error, a
+        cancel) disconnects the connection (redis-py does), so no reply is left unread.
+        """
+        self._ensure_redis()
+        pool = self._redis.connection_pool
+        if self._publishing is None or self._publishing[0] is not pool:
+            self._publishing = (pool, await pool.get_connection())
+        connection = self._publishing[1]
+        packed = connection.pack_commands([("PUBLISH", channel, data) for channel, data in pairs])
+        try:
+            await _send_and_read(connection, packed, len(pairs))
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            await connection.disconnect()
+            await connection.retry.call_with_retry(
+                lambda: _send_and_read(connection, packed, len(pairs)),
+                lambda _error: connection.disconnect(),
+            )
 
     async def _do_receiving(self) -> None:
         while True:
@@ -201,6 +237,20 @@ class _ReceivingShard(RedisSingleShardConnection):
                 self._receive_message(await pubsub.handle_message(response, ignore_subscribe_messages=True))
 
 
+async def _send_and_read(connection: Any, packed: list[bytes], replies: int) -> None:
+    """Send packed commands on a redis-py connection and read their `replies` replies (all
+    of them, even after an error reply, which is raised then)."""
+    await connection.send_packed_command(packed, check_health=False)
+    error: ResponseError | None = None
+    for _ in range(replies):
+        try:
+            await connection.read_response()
+        except ResponseError as exc:
+            error = error or exc
+    if error is not None:
+        raise error
+
+
 class _LoopLayer(RedisPubSubLoopLayer):
     def __init__(self, *args: Any, hosts: Any = None, **kwargs: Any) -> None:
         super().__init__(*args, hosts=hosts, **kwargs)
@@ -214,7 +264,8 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     worker's publications went out one at a time: about 150 us of CPU each, a message
     per appended batch per session (a third of a worker's CPU at 100 streams: py-spy,
     and a microbenchmark against the machine's Redis). group_send_many sends a batch in
-    one pipeline per shard: the same PUBLISH commands, in order, about 15-20 us each.
+    one write per shard (`_ReceivingShard.publish_many`): the same PUBLISH commands, in
+    order.
 
     It uses channels_redis' own naming, sharding, serialisation and connection (private
     parts of channels-redis 4.3, pinned in requirements.txt), so what it publishes is
@@ -286,8 +337,4 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
             by_shard.setdefault(layer._get_shard(channel), []).append((channel, self.serialize(message)))
         for shard, pairs in by_shard.items():
             async with shard._lock:  # as its publish: one user of the connection at a time
-                shard._ensure_redis()
-                async with shard._redis.pipeline(transaction=False) as pipe:
-                    for channel, data in pairs:
-                        pipe.publish(channel, data)
-                    await pipe.execute()
+                await shard.publish_many(pairs)

@@ -165,6 +165,54 @@ def test_after_a_redis_restart_its_idle_connections_subscribe_and_publish_again(
     assert took < 2.0
 
 
+def test_a_batch_cut_short_leaves_no_reply_for_the_next_and_a_flush_closes_its_connection(tmp_path: Any) -> None:
+    """group_send_many publishes on a connection the shard keeps: a batch cancelled while
+    it was written or read (a publish timeout) must not leave its replies for the next
+    batch to read as its own, and after a flush (which closes the layer's pool) the next
+    batch publishes on a new connection."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[list[Any], bool, bool, bool]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="cut")
+            name = await layer.new_channel()
+            await layer.group_add("g", name)
+            await layer.group_send_many([("g", {"type": "m", "n": "first"})])
+            shard = layer._get_layer()._shards[0]
+            first = shard._publishing[1]
+            big = [("g", {"type": "m", "n": n, "blob": b"x" * 20_000}) for n in range(200)]
+            task = asyncio.ensure_future(layer.group_send_many(big))
+            await asyncio.sleep(0.001)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            await layer.group_send_many([("g", {"type": "m", "n": "next"})])
+            await asyncio.sleep(0.2)  # any reply left unread has arrived by now
+            in_step = not await first.can_read()
+            got = []
+            while not got or got[-1] != "next":
+                got.append((await asyncio.wait_for(layer.receive(name), 5))["n"])
+            await layer.flush()
+            closed = not first.is_connected
+            name = await layer.new_channel()
+            await layer.group_add("g", name)
+            await layer.group_send_many([("g", {"type": "m", "n": "after"})])
+            got.append((await asyncio.wait_for(layer.receive(name), 5))["n"])
+            shard = layer._get_layer()._shards[0]
+            renewed = shard._publishing[1] is not first and shard._publishing[0] is shard._redis.connection_pool
+            await layer.flush()
+            return got, in_step, closed, renewed
+
+        got, in_step, closed, renewed = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert got[0] == "first" and got[-2:] == ["next", "after"]
+    assert got[1:-2] == list(range(len(got) - 3))  # what the cut batch delivered: a prefix, in order
+    assert in_step
+    assert closed and renewed
+
+
 def test_a_group_channel_has_no_subscription_of_its_own(tmp_path: Any) -> None:
     """new_group_channel: the channel gets its groups' messages, and Redis sees only the
     groups' subscriptions (none for the channel's own name, before or after its receive
