@@ -239,14 +239,29 @@ class _ReceivingShard(RedisSingleShardConnection):
 
 async def _send_and_read(connection: Any, packed: list[bytes], replies: int) -> None:
     """Send packed commands on a redis-py connection and read their `replies` replies (all
-    of them, even after an error reply, which is raised then)."""
-    await connection.send_packed_command(packed, check_health=False)
+    of them, even after an error reply, which is raised then), within one socket_timeout.
+
+    redis-py's own `send_packed_command` and `read_response` arm a timeout each (the
+    write's through wait_for, a task of its own) and run their bookkeeping per reply: for
+    a batch of ten publications, a third of the publisher's CPU (py-spy under
+    bench/peers.py). The replies come from the connection's parser, as redis-py reads
+    them; anything that cuts the exchange short disconnects the connection, as redis-py
+    does, so the next batch never reads this one's replies."""
+    if not connection.is_connected:
+        await connection.connect()
     error: ResponseError | None = None
-    for _ in range(replies):
-        try:
-            await connection.read_response()
-        except ResponseError as exc:
-            error = error or exc
+    try:
+        async with asyncio.timeout(connection.socket_timeout):
+            connection._writer.writelines(packed)
+            await connection._writer.drain()
+            parser = connection._parser
+            for _ in range(replies):
+                reply = await parser.read_response()
+                if isinstance(reply, ResponseError):
+                    error = error or reply
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
     if error is not None:
         raise error
 
