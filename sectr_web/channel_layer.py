@@ -199,7 +199,7 @@ class _ReceivingShard(RedisSingleShardConnection):
         if self._publishing is None or self._publishing[0] is not pool:
             self._publishing = (pool, await pool.get_connection())
         connection = self._publishing[1]
-        packed = connection.pack_commands([("PUBLISH", channel, data) for channel, data in pairs])
+        packed = [_pack_publishes(pairs)]
         try:
             await _send_and_read(connection, packed, len(pairs))
         except (RedisConnectionError, RedisTimeoutError, OSError):
@@ -235,6 +235,16 @@ class _ReceivingShard(RedisSingleShardConnection):
                 self._receive_message({"channel": response[1], "data": response[2]})
             else:
                 self._receive_message(await pubsub.handle_message(response, ignore_subscribe_messages=True))
+
+
+def _pack_publishes(pairs: list[tuple[str, bytes]]) -> bytes:
+    """PUBLISH channel data, for each pair, in the Redis protocol (what redis-py's
+    pack_command makes of them, without its per-argument type checks and encoding)."""
+    parts = []
+    for channel, data in pairs:
+        name = channel.encode()
+        parts.append(b"*3\r\n$7\r\nPUBLISH\r\n$%d\r\n%b\r\n$%d\r\n%b\r\n" % (len(name), name, len(data), data))
+    return b"".join(parts)
 
 
 async def _send_and_read(connection: Any, packed: list[bytes], replies: int) -> None:

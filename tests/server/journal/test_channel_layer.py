@@ -410,3 +410,10 @@ def test_the_channels_redis_code_the_redis_layer_leans_on_is_what_it_was_written
     assert hashlib.sha256(source.encode()).hexdigest() == digest, (
         f"{name} changed; re-check sectr_web/channel_layer.py: {what}. Then renew its hash here"
     )
+def test_publishes_are_packed_as_redis_py_packs_them() -> None:
+    """The layer's own packing of PUBLISH commands is byte for byte redis-py's."""
+    from redis.asyncio.connection import Connection
+
+    pairs = [("sectr.session.ses_1", b"\x00\xff\r\n$3\r\n"), ("caf\u00e9", b""), ("g" * 99, b"x" * 100_000)]
+    expected = b"".join(Connection().pack_commands([("PUBLISH", channel, data) for channel, data in pairs]))
+    assert channel_layer._pack_publishes(pairs) == expected
