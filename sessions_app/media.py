@@ -544,7 +544,8 @@ class MediaResolvingProvider:
 
     Every model call (the agent's steps and compaction summaries alike) then goes
     through `stream`, which resolves references in a database thread first. Requests
-    without media pass through untouched.
+    without media pass through untouched: `stream` hands back the inner provider's own
+    stream, not a generator around it, which was a step of its own for every chunk.
     """
 
     def __init__(self, inner: Provider) -> None:
@@ -557,9 +558,18 @@ class MediaResolvingProvider:
     def model_info(self, model: str) -> ModelInfo:
         return self.inner.model_info(model)
 
-    async def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+    def stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
         if has_media_references(request.messages):
-            messages = await run_in_db_thread(resolve_media_references, request.messages)
-            request = dataclasses.replace(request, messages=messages)
-        async for event in self.inner.stream(request):
-            yield event
+            return self._resolved_stream(request)
+        return self.inner.stream(request)
+
+    async def _resolved_stream(self, request: CompletionRequest) -> AsyncIterator[StreamEvent]:
+        messages = await run_in_db_thread(resolve_media_references, request.messages)
+        stream = self.inner.stream(dataclasses.replace(request, messages=messages))
+        try:
+            async for event in stream:
+                yield event
+        finally:
+            close = getattr(stream, "aclose", None)
+            if close is not None:
+                await close()
