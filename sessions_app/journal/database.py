@@ -91,10 +91,10 @@ from sessions_app.dbthread import (
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
 from sessions_app.journal.projections import ReviewProjection
-from sessions_app.journal.publish import publish_on_commit, queue_publication
+from sessions_app.journal.publish import publish_on_commit, queue_publications
 from sessions_app.plain_sql import hot_cursor, kept_converters
 from sessions_app.plain_sql import prepared_cursor as _prepared_cursor
-from sessions_app.telemetry.metrics import appended_numbers, count_appended, count_appended_numbers
+from sessions_app.telemetry.metrics import appended_numbers, count_appended_numbers
 from sessions_app.telemetry.tracing import observe_decisions_on_commit
 
 logger = logging.getLogger("sectr.journal")
@@ -1152,9 +1152,14 @@ class _GroupCommit:
             return
         self.groups += 1
         self.appends += len(group)
+        # Committed: counted once for the group (each count takes the metric's lock).
+        envelopes = deltas = 0
         for result in results:
             if not isinstance(result, Exception):
-                count_appended(result)  # committed: one batch per append
+                counted = appended_numbers(result)
+                envelopes += counted[0]
+                deltas += counted[1]
+        count_appended_numbers(envelopes, deltas)
         if journal.publish:
             self._publish(results)
         for item, result in zip(group, results, strict=True):
@@ -1173,17 +1178,19 @@ class _GroupCommit:
         of one session's): consumers take a message of several envelopes as it comes,
         one publication and one delivery. Appends with a gap between them (another
         process wrote in between) stay separate messages, so a consumer that tracks its
-        last seq sees each in order. Queuing never waits (publish.queue_publication): no
-        task per session here (a gather of them was a third of the event loop's time
-        under 100 streams, bench/journal.py)."""
-        # Always a list of its own, extended in place: an append's result is its caller's.
+        last seq sees each in order. Queuing never waits (publish.queue_publications, the
+        group's messages queued at once): no task per session here (a gather of them was
+        a third of the event loop's time under 100 streams, bench/journal.py)."""
+        # Each batch a list of its own, extended in place: an append's result is its caller's.
+        batches: list[list[Envelope]] = []
         batch: list[Envelope] = []
         for result in results:
             if isinstance(result, Exception) or not result:
                 continue
             if batch and (result[0].session_id != batch[-1].session_id or result[0].seq != batch[-1].seq + 1):
-                queue_publication(batch)
+                batches.append(batch)
                 batch = []
             batch += result
         if batch:
-            queue_publication(batch)
+            batches.append(batch)
+        queue_publications(batches)

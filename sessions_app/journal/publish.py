@@ -48,10 +48,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import hashlib
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -98,8 +99,10 @@ _GROUP_SAFE = re.compile(r"^[a-zA-Z0-9\-_.]+$")
 _GROUP_MAX = 99
 
 
+@functools.lru_cache(maxsize=4096)
 def session_group(session_id: str) -> str:
-    """The channel-layer group of one session's live journal tail."""
+    """The channel-layer group of one session's live journal tail (remembered for the
+    sessions seen last: every streamed chunk's message names its session's)."""
     name = SESSION_GROUP_PREFIX + session_id
     if _GROUP_SAFE.match(session_id) and len(name) <= _GROUP_MAX:
         return name
@@ -303,7 +306,14 @@ _publisher = _publishers.get
 def queue_publication(envelopes: Sequence[Envelope]) -> None:
     """Queue committed envelopes on the running loop's ordered publisher (in order,
     retried; see _OrderedPublisher). Never waits, never raises."""
-    messages = envelope_messages(envelopes)
+    queue_publications([envelopes])
+
+
+def queue_publications(appends: Iterable[Sequence[Envelope]]) -> None:
+    """`queue_publication` of several appends in order (a group commit's), queued at once."""
+    messages: list[tuple[str, dict[str, Any]]] = []
+    for envelopes in appends:
+        messages += envelope_messages(envelopes)
     if messages:
         _publisher().put(messages)
 

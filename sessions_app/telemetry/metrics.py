@@ -63,11 +63,6 @@ MCP_CALL_SECONDS = Histogram(
 )
 
 
-def count_appended(envelopes: Sequence[Envelope]) -> None:
-    """Count one committed append batch."""
-    count_appended_numbers(*appended_numbers(envelopes))
-
-
 def appended_numbers(envelopes: Sequence[Envelope]) -> tuple[int, int]:
     """(envelopes, deltas) of an append batch: what an on-commit count keeps, rather than
     the batch itself (an import appends batch after batch in one transaction)."""
