@@ -120,13 +120,18 @@ def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any]
     prepared = []
     for event in events:
         event_type = EventType(event.type)
-        if not isinstance(event.payload, dict):
-            raise TypeError(f"{event_type.value} payload must be a dict, not {type(event.payload).__name__}")
-        text = json.dumps(event.payload, allow_nan=False)  # TypeError/ValueError: not JSON
+        payload = event.payload
+        if not isinstance(payload, dict):
+            raise TypeError(f"{event_type.value} payload must be a dict, not {type(payload).__name__}")
+        if all(type(key) is str and type(value) is str for key, value in payload.items()):
+            # Strings only (a delta's): JSON gives back the same dict, so a copy will do.
+            payload = dict(payload)
+        else:
+            payload = json.loads(json.dumps(payload, allow_nan=False))  # TypeError/ValueError: not JSON
         invocation_id = event.invocation_id
         if invocation_id is not None and (not isinstance(invocation_id, str) or len(invocation_id) > INVOCATION_ID_MAX):
             raise ValueError(f"invocation_id must be a string of at most {INVOCATION_ID_MAX} characters")
-        prepared.append((event_type, json.loads(text), invocation_id))
+        prepared.append((event_type, payload, invocation_id))
     return prepared
 
 
@@ -209,6 +214,48 @@ def _touch_updated_at(connection: BaseDatabaseWrapper, now: datetime) -> tuple[s
         f"{column} = CASE WHEN {column} < %s THEN %s ELSE {column} END, {_qn(connection, 'appended_at')} = %s",
         [adapt(now - UPDATED_AT_STEP), adapt(now), adapt(now)],
     )
+
+
+_DELTAS_STATEMENTS: dict[tuple[str, str], str] = {}
+
+
+def _deltas_statement(connection: BaseDatabaseWrapper, touch: str) -> str:
+    """The SQL of `DatabaseJournal._bump_and_insert_deltas` (`touch`: its SET clause of
+    `_touch_updated_at`), made once per database and clause: its quoted names were
+    sixteen quote_name calls per streamed group."""
+    key = (connection.alias, touch)
+    statement = _DELTAS_STATEMENTS.get(key)
+    if statement is not None:
+        return statement
+    session_table = _qn(connection, models.Session._meta.db_table)
+    envelope_table = _qn(connection, models.Envelope._meta.db_table)
+    run_table = _qn(connection, models.Run._meta.db_table)
+    columns = ", ".join(
+        _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+    )
+    pk = _qn(connection, "id")
+    session_of, token, status, finished_at = (
+        _qn(connection, name) for name in ("session_id", "lease_token", "status", "finished_at")
+    )
+    statement = _DELTAS_STATEMENTS[key] = (
+        f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {session_table}"  # noqa: S608 - quoted names
+        f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
+        f" fenced AS MATERIALIZED (SELECT r.{pk} FROM {run_table} AS r,"
+        " json_to_recordset(%s::json) AS f(r text, s text, t text)"
+        f" WHERE r.{pk} = f.r AND r.{session_of} = f.s AND r.{token} = f.t AND r.{finished_at} IS NULL"
+        f" AND r.{status} NOT IN ({_FINISHED_STATUSES_SQL}) AND (SELECT count(*) FROM locked) >= 0"
+        f" ORDER BY r.{pk} FOR NO KEY UPDATE OF r),"
+        f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
+        f" FROM json_each_text(%s::json) AS v, locked WHERE s.{pk} = v.key AND locked.{pk} = s.{pk}"
+        " AND (SELECT count(*) FROM locked) = %s AND (SELECT count(*) FROM fenced) = %s"
+        f" RETURNING s.{pk} AS id, s.last_seq, v.value::int AS n),"
+        f" inserted AS (INSERT INTO {envelope_table} ({columns})"
+        " SELECT r.s, b.last_seq - b.n + r.o, r.i, r.t, r.p, %s"
+        " FROM json_to_recordset(%s::json) AS r(s text, o int, i text, t text, p jsonb)"
+        " JOIN bumped AS b ON b.id = r.s)"
+        " SELECT id, last_seq FROM bumped"
+    )
+    return statement
 
 
 def _split_fence(fence: Any) -> tuple[str, Any]:
@@ -517,13 +564,6 @@ class DatabaseJournal:
         BEGIN and COMMIT two more (bench/pg_statements.py).
         """
         connection = connections[self.using]
-        session_table = _qn(connection, models.Session._meta.db_table)
-        envelope_table = _qn(connection, models.Envelope._meta.db_table)
-        run_table = _qn(connection, models.Run._meta.db_table)
-        columns = ", ".join(
-            _qn(connection, name) for name in ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
-        )
-        pk = _qn(connection, "id")
         fences: set[tuple[str, str, str]] = set()  # (run, session, token): each once
         for item in items:
             if item.fence is not None:
@@ -546,27 +586,9 @@ class DatabaseJournal:
                     }
                 )
         touch, touch_params = _touch_updated_at(connection, now)
-        session_of, token, status, finished_at = (
-            _qn(connection, name) for name in ("session_id", "lease_token", "status", "finished_at")
-        )
         with _prepared_cursor(connection) as cursor:
             cursor.execute(
-                f"WITH locked AS MATERIALIZED (SELECT {pk} FROM {session_table}"  # noqa: S608 - quoted names
-                f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
-                f" fenced AS MATERIALIZED (SELECT r.{pk} FROM {run_table} AS r,"
-                " json_to_recordset(%s::json) AS f(r text, s text, t text)"
-                f" WHERE r.{pk} = f.r AND r.{session_of} = f.s AND r.{token} = f.t AND r.{finished_at} IS NULL"
-                f" AND r.{status} NOT IN ({_FINISHED_STATUSES_SQL}) AND (SELECT count(*) FROM locked) >= 0"
-                f" ORDER BY r.{pk} FOR NO KEY UPDATE OF r),"
-                f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
-                f" FROM json_each_text(%s::json) AS v, locked WHERE s.{pk} = v.key AND locked.{pk} = s.{pk}"
-                " AND (SELECT count(*) FROM locked) = %s AND (SELECT count(*) FROM fenced) = %s"
-                f" RETURNING s.{pk} AS id, s.last_seq, v.value::int AS n),"
-                f" inserted AS (INSERT INTO {envelope_table} ({columns})"
-                " SELECT r.s, b.last_seq - b.n + r.o, r.i, r.t, r.p, %s"
-                " FROM json_to_recordset(%s::json) AS r(s text, o int, i text, t text, p jsonb)"
-                " JOIN bumped AS b ON b.id = r.s)"
-                " SELECT id, last_seq FROM bumped",
+                _deltas_statement(connection, touch),
                 [
                     json.dumps(counts),
                     json.dumps([{"r": r, "s": s, "t": t} for r, s, t in fences]),
