@@ -143,6 +143,8 @@ def apply_envelope(state: SessionState, env: Envelope) -> SessionState:
     t = env.type
     state.last_seq = env.seq
     state.updated_at = env.created_at
+    if t is EventType.MESSAGE_DELTA:  # the most frequent by far, and it changes nothing else
+        return state
     if t is EventType.SESSION_CREATED:
         state.created_at = env.created_at
         _apply_settings(state, p)
