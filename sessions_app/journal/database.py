@@ -1114,8 +1114,11 @@ class _GroupCommit:
                 _wake(lane.lingering)  # not a delta: it goes now, with the deltas waiting
         if not lane.busy:
             lane.drainer = asyncio.ensure_future(self._drain(lane))
-        # Shielded: a cancelled caller does not take its append out of a transaction.
-        return await asyncio.shield(future)
+        # A cancelled caller cancels only its future: the append stays in its group (the
+        # lane's pending list, not the futures, is what is written), and a done future
+        # is passed over when the group's results are handed out. No shield: its second
+        # future and callback per append were for nothing.
+        return await future
 
     async def _drain(self, lane: _Lane) -> None:
         while lane.pending:
