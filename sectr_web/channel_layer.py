@@ -171,7 +171,7 @@ class _ReceivingShard(RedisSingleShardConnection):
     bench/peers.py). Here the loop waits for the next message without a timeout (the
     same read, its reconnection and resubscription unchanged), then takes every reply
     that same socket read already brought straight from hiredis' buffer: a worker
-    publishes a group commit's messages in one pipeline, so they arrive together. A
+    publishes a group commit's messages in one write, so they arrive together. A
     reply that is not a published message (a subscription's confirmation) still goes
     through redis-py, which keeps its own account of subscriptions with them.
 

@@ -269,10 +269,10 @@ class _OrderedPublisher:
     @staticmethod
     async def _send_together(layer: Any, batch: list[tuple[float, str, dict[str, Any]]]) -> bool:
         """Send the whole batch in one go where the layer can (group_send_many: the Redis
-        layer's is a pipeline, the in-memory layer's one pass; in queue order, so each
+        layer's is one write per Redis, the in-memory layer's one pass; in queue order, so each
         group's order holds), even a batch of one message; False
         when it cannot or failed, and the batch goes group by group with retries (what
-        the failed pipeline sent already is then sent again: readers drop a seq they
+        the failed batch sent already is then sent again: readers drop a seq they
         have)."""
         send_many = getattr(layer, "group_send_many", None)
         if send_many is None:
