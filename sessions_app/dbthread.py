@@ -183,7 +183,13 @@ def database_lost_as_unavailable() -> Iterator[None]:
     try:
         yield
     except LOST_DATABASE_ERRORS as exc:
-        raise JournalUnavailable(f"the database is unavailable: {exc}") from exc
+        raise database_unavailable(exc) from exc
+
+
+def database_unavailable(exc: BaseException) -> JournalUnavailable:
+    """What `database_lost_as_unavailable` raises for `exc` (a LOST_DATABASE_ERRORS), for
+    code on a hot path that catches it itself rather than enter a context manager."""
+    return JournalUnavailable(f"the database is unavailable: {exc}")
 
 
 _db_thread_call: Callable[..., Awaitable[Any]] | None = None

@@ -83,7 +83,8 @@ from sectr.loops import PerLoop
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
 from sessions_app.dbthread import (
-    database_lost_as_unavailable,
+    LOST_DATABASE_ERRORS,
+    database_unavailable,
     reset_connection,
     run_in_db_thread,
     run_in_sqlite_writer_thread,
@@ -283,9 +284,12 @@ class DatabaseJournal:
     async def append(self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None) -> list[Envelope]:
         """Append through this event loop's group commit (see _GroupCommit): appends that
         arrive while a transaction is in flight share the next one."""
-        # A group's failed appends come back as the driver's errors (_append_group).
-        with database_lost_as_unavailable():
+        # A group's failed appends come back as the driver's errors (_append_group): as
+        # database_lost_as_unavailable, without a context manager per streamed chunk.
+        try:
             return await self._group.get().append(session_id, list(events), fence)
+        except LOST_DATABASE_ERRORS as exc:
+            raise database_unavailable(exc) from exc
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
         return await run_in_db_thread(self.load_sync, session_id, after_seq)
