@@ -349,7 +349,7 @@ LEANED_ON = {
     ),
     "channels_redis.pubsub.RedisSingleShardConnection.publish": (
         "5a18093dbcb440f569f9c0315b94f34bc473319f653b54953c43128c69148d76",
-        "group_send_many's pipeline takes the shard's lock and connection as it does",
+        "group_send_many takes the shard's lock and publish_many its connection's pool as it does",
     ),
     "channels_redis.pubsub.RedisSingleShardConnection._do_receiving": (
         "a822736dcb875e43bfe3b5461dfe0028401fb768fa5c9708cd1cde61bed321a7",
@@ -388,6 +388,15 @@ LEANED_ON = {
         "310d88dea8e59a04889511f5f379dec647721910ce690ce8809b0a3124c56614",
         "_receive_buffered skips it for a published message: nothing it does then may matter to us",
     ),
+    "redis.asyncio.connection.AbstractConnection.send_packed_command": (
+        "baaeabd916209157db40455f034a0bac6fb3e2db902271313e0702bcbc678321",
+        "_send_and_read writes to the connection's _writer as it does (connect first, disconnect on a cut)",
+    ),
+    "redis.asyncio.connection.AbstractConnection.read_response": (
+        "c1b374bc1a30d0b4f987af86e3ce475a1a1288382dc140b39f436d25beebe5d4",
+        "_send_and_read reads each reply from the connection's _parser as it does (error replies returned, "
+        "a cut read disconnects)",
+    ),
     "redis._parsers.hiredis._AsyncHiredisParser.on_connect": (
         "5c7b848496314124f40e3684eca6edab6a0435a46cae9e62980eb497516db013",
         "_receive_buffered reads its _reader, made with notEnoughData=NOT_ENOUGH_DATA",
@@ -410,6 +419,8 @@ def test_the_channels_redis_code_the_redis_layer_leans_on_is_what_it_was_written
     assert hashlib.sha256(source.encode()).hexdigest() == digest, (
         f"{name} changed; re-check sectr_web/channel_layer.py: {what}. Then renew its hash here"
     )
+
+
 def test_publishes_are_packed_as_redis_py_packs_them() -> None:
     """The layer's own packing of PUBLISH commands is byte for byte redis-py's."""
     from redis.asyncio.connection import Connection
