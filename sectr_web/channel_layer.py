@@ -225,6 +225,26 @@ class _ReceivingShard(RedisSingleShardConnection):
                 log.exception("Unexpected exception in receive task")
                 await asyncio.sleep(1)
 
+    async def subscribe_many(self, channels: list[str]) -> None:
+        """`subscribe` each of `channels` not subscribed yet, in one SUBSCRIBE command."""
+        async with self._lock:
+            new = [channel for channel in dict.fromkeys(channels) if channel not in self._subscribed_to]
+            if new:
+                self._ensure_redis()
+                self._ensure_receiver()
+                await self._pubsub.subscribe(*new)
+                self._subscribed_to.update(new)
+
+    async def unsubscribe_many(self, channels: list[str]) -> None:
+        """`unsubscribe` each of `channels` still subscribed, in one UNSUBSCRIBE command."""
+        async with self._lock:
+            gone = [channel for channel in dict.fromkeys(channels) if channel in self._subscribed_to]
+            if gone:
+                self._ensure_redis()
+                self._ensure_receiver()
+                await self._pubsub.unsubscribe(*gone)
+                self._subscribed_to.difference_update(gone)
+
     async def _receive_buffered(self, pubsub: Any) -> None:
         """Every complete reply already in the connection's hiredis buffer, in order."""
         reader = getattr(getattr(pubsub.connection, "_parser", None), "_reader", None)
@@ -351,6 +371,40 @@ class RedisPubSubChannelLayer(ChannelsRedisPubSubChannelLayer):
     def close_listening_channel(self, channel: str) -> None:
         """Nothing more is delivered to `channel` (it holds no subscription of its own)."""
         self._get_layer().channels.pop(channel, None)
+
+    async def group_add_many(self, groups: list[str], channel: str) -> None:
+        """group_add `channel` to each of `groups`, with one SUBSCRIBE per shard for the
+        groups this process was not subscribed to yet: an SSE stream joins its session's
+        group and its user's access group, and each SUBSCRIBE through redis-py (its retry
+        wrapper, a task for the write's timeout, the connection's events) was a few
+        percent of a streamed POST's CPU (py-spy, the POST in-process)."""
+        layer = self._get_layer()
+        if channel not in layer.channels:
+            raise RuntimeError("group_add_many() takes a channel that exists in this process")
+        by_shard: dict[Any, list[str]] = {}
+        for group in groups:
+            group_channel = layer._get_group_channel_name(group)
+            layer.groups.setdefault(group_channel, set()).add(channel)
+            by_shard.setdefault(layer._get_shard(group_channel), []).append(group_channel)
+        for shard, names in by_shard.items():
+            await shard.subscribe_many(names)
+
+    async def group_discard_many(self, groups: list[str], channel: str) -> None:
+        """group_discard `channel` from each of `groups`, with one UNSUBSCRIBE per shard
+        for the groups it was the process's last member of."""
+        layer = self._get_layer()
+        by_shard: dict[Any, list[str]] = {}
+        for group in groups:
+            group_channel = layer._get_group_channel_name(group)
+            members = layer.groups.get(group_channel)
+            if members is None or channel not in members:
+                continue
+            members.remove(channel)
+            if not members:
+                del layer.groups[group_channel]
+                by_shard.setdefault(layer._get_shard(group_channel), []).append(group_channel)
+        for shard, names in by_shard.items():
+            await shard.unsubscribe_many(names)
 
     async def group_send_many(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         """group_send each (group, message), in order, in one round trip per shard.

@@ -134,13 +134,15 @@ class RunStream:
         self._follow_run(run)
 
     @classmethod
-    async def joined_before_run(cls, session_id: str) -> RunStream:
+    async def joined_before_run(cls, session_id: str, token: ApiToken | None = None) -> RunStream:
         """A stream that joins the session's group now, before the run it will stream is
         posted (`of_posted_run`): every envelope the post appends then reaches it through
-        the layer, so it starts without reading the journal. `close()` it if no run comes."""
+        the layer, so it starts without reading the journal. With the (admitted) `token`
+        it joins its user's access group in the same step, which `frames` would join
+        otherwise. `close()` it if no run comes."""
         stream = cls.__new__(cls)
-        stream._setup(session_id, 0, None)
-        await stream._join([stream.group])
+        stream._setup(session_id, 0, token)
+        await stream._join(stream._groups())
         return stream
 
     def of_posted_run(self, run: Run, token: ApiToken | None) -> RunStream:
@@ -192,12 +194,15 @@ class RunStream:
         """The stream has sent its last event (the run's result)."""
         return self.tracker.finished
 
+    def _groups(self) -> list[str]:
+        """The stream's groups: its session's, and its user's access group."""
+        if self.user_id is None:
+            return [self.group]
+        return [self.group, user_access_group(self.user_id)]
+
     async def frames(self) -> AsyncIterator[bytes]:
         try:
-            groups = [self.group]
-            if self.user_id is not None:
-                groups.append(user_access_group(self.user_id))
-            await self._join(groups)
+            await self._join(self._groups())
             if self.token_id is not None:
                 self.watch.start()
             with SSE_CLIENTS.track_inprogress():
@@ -242,10 +247,15 @@ class RunStream:
                 # channel from a pub/sub layer (see _read_layer), however the stream ends.
                 self._reader = asyncio.get_running_loop().create_task(self._read_layer())
                 self._reader.add_done_callback(lambda _task: self._wake())
-        for group in groups:
-            if group not in self._joined:
-                self._joined.append(group)
-                await self.layer.group_add(group, self.channel)
+        new = [group for group in groups if group not in self._joined]
+        self._joined.extend(new)
+        add_many = getattr(self.layer, "group_add_many", None)
+        if add_many is not None:
+            # One SUBSCRIBE for all of them (sectr_web.channel_layer).
+            await add_many(new, self.channel)
+            return
+        for group in new:
+            await self.layer.group_add(group, self.channel)
 
     async def close(self) -> None:
         """Stop the access watch, the channel's reader, and leave the groups."""
@@ -256,6 +266,11 @@ class RunStream:
             self._listening = False
             self.layer.close_listening_channel(self.channel)
         joined, self._joined = self._joined, []
+        discard_many = getattr(self.layer, "group_discard_many", None)
+        if discard_many is not None:
+            with contextlib.suppress(Exception):
+                await discard_many(joined, self.channel)  # one UNSUBSCRIBE for all of them
+            return
         for group in joined:
             with contextlib.suppress(Exception):
                 await self.layer.group_discard(group, self.channel)

@@ -528,14 +528,15 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
     if not wants_event_stream(call.request):
         return json_response(run_dict(await call.in_db_thread(start)), status=202)
     # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
-    # no second request before the first chunk. It joins the session's group before the
-    # post, so it needs no journal read to start (RunStream.joined_before_run); it sends
+    # no second request before the first chunk. It joins the session's group (and its
+    # user's access group, in the same step) before the post, so it needs no journal
+    # read to start (RunStream.joined_before_run); it sends
     # nothing unless the post succeeds (400, 404 close it unread). The request is admitted
     # first (401, 429), in a hop of its own: a refused token costs no subscription.
     await call.in_db_thread(lambda: None)
     if not ID_PATTERN.fullmatch(session_id):
         await call.in_db_thread(start)  # 400 or this id's 404, in that order
-    stream = await RunStream.joined_before_run(session_id)
+    stream = await RunStream.joined_before_run(session_id, call.token)
     try:
         run = await call.in_db_thread(start)
     except BaseException:

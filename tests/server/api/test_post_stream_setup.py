@@ -21,6 +21,7 @@ from channels.layers import get_channel_layer
 from sessions_app.api import sse
 from sessions_app.journal.publish import session_group
 from sessions_app.models import ApiToken, Run, Session
+from sessions_app.socket_access import user_access_group
 from tests.server.chat.test_consumers import journal
 from tests.server.chat.test_web import completed, reply
 from tests.server.conftest import http_scope
@@ -65,8 +66,12 @@ async def read_until(communicator: ApplicationCommunicator, needle: str, timeout
 
 def joined(session_id: str) -> int:
     """How many channels of this process are in the session's group (either layer)."""
+    return members(session_group(session_id))
+
+
+def members(group: str) -> int:
+    """How many channels of this process are in `group` (either layer)."""
     layer: Any = get_channel_layer()
-    group = session_group(session_id)
     if hasattr(layer, "_get_layer"):  # channels_redis' pub/sub layer: one per event loop
         inner = layer._get_layer()
         return len(inner.groups.get(inner._get_group_channel_name(group), ()))
@@ -100,6 +105,33 @@ async def test_the_posts_stream_starts_without_reading_the_journal(
     assert reads == []  # the prompt's events and the words all came through the layer
     await communicator.wait(timeout=5)
     assert joined(session.pk) == 0
+
+
+async def test_the_stream_joins_its_access_group_with_the_sessions_before_the_post(
+    token: str, session: Session, owner: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both of the stream's groups are joined before the post (in one step: one SUBSCRIBE
+    with the pub/sub layer), so a revocation from then on reaches the stream; both are
+    left when it ends."""
+    access = user_access_group(owner.pk)
+    seen: list[tuple[int, int]] = []
+    joined_before_run = sse.RunStream.joined_before_run
+
+    async def observed(session_id: str, token: ApiToken | None = None) -> sse.RunStream:
+        stream = await joined_before_run(session_id, token)
+        seen.append((joined(session_id), members(access)))
+        return stream
+
+    monkeypatch.setattr(sse.RunStream, "joined_before_run", observed)
+    communicator = await send_post(token, session.pk, {"content": "hello"})
+    assert (await communicator.receive_output(timeout=10))["status"] == 200
+    await read_until(communicator, ": stream of")
+    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
+    await journal(session, [*reply("done", inv=run.invocation_id), completed(run.invocation_id)])
+    await read_until(communicator, "event: result")
+    await communicator.wait(timeout=5)
+    assert seen == [(1, 1)]
+    assert (joined(session.pk), members(access)) == (0, 0)
 
 
 @pytest.mark.parametrize(

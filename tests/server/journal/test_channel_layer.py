@@ -296,6 +296,62 @@ def test_a_listening_channel_gets_every_message_in_order_as_receive_would(tmp_pa
     assert late == [{"type": "m", "n": "after"}]  # it went out, to the receiving channel only
 
 
+def test_group_add_many_and_discard_many_take_one_command_each(tmp_path: Any) -> None:
+    """group_add_many subscribes to every group new to the process in one SUBSCRIBE (a
+    group another channel holds already needs none); group_discard_many unsubscribes,
+    in one UNSUBSCRIBE, only the groups the channel was the process's last member of:
+    the others still deliver to their members."""
+    import redis as redis_client
+
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[list[Any], list[Any], dict[str, int], list[bytes]]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="many")
+            heard_a: list[Any] = []
+            heard_b: list[Any] = []
+            a = await layer.new_listening_channel("sectr.sse.", heard_a.append)
+            b = await layer.new_listening_channel("sectr.sse.", heard_b.append)
+            with redis_client.Redis.from_url(redis.url) as plain:
+
+                def calls() -> dict[str, int]:
+                    stats = plain.info("commandstats")
+                    names = ("subscribe", "unsubscribe")
+                    return {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in names}
+
+                await layer.group_add("shared", b)
+                before = calls()
+                await layer.group_add_many(["own", "shared", "own"], a)
+                await layer.group_send_many([("own", {"type": "m", "n": 1}), ("shared", {"type": "m", "n": 2})])
+                for _ in range(100):
+                    if len(heard_a) == 2 and len(heard_b) == 1:
+                        break
+                    await asyncio.sleep(0.02)
+                await layer.group_discard_many(["own", "shared", "never"], a)
+                await layer.group_send_many([("own", {"type": "m", "n": 3}), ("shared", {"type": "m", "n": 4})])
+                for _ in range(100):
+                    if len(heard_b) == 2:
+                        break
+                    await asyncio.sleep(0.02)
+                await asyncio.sleep(0.1)  # a message to `own` would have come by now
+                after = calls()
+                counts = {name: after[name] - before[name] for name in after}
+                channels = sorted(plain.pubsub_channels())
+            layer.close_listening_channel(a)
+            layer.close_listening_channel(b)
+            await layer.flush()
+            return heard_a, heard_b, counts, channels
+
+        heard_a, heard_b, counts, channels = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert [m["n"] for m in heard_a] == [1, 2]
+    assert [m["n"] for m in heard_b] == [2, 4]  # still a member after a's discard
+    assert counts == {"subscribe": 1, "unsubscribe": 1}
+    assert channels == [b"many__group__shared"]
+
+
 def test_the_redis_layer_speaks_resp2_unless_told() -> None:
     """RESP2: pub/sub messages as plain replies (RESP3's push replies cost a debug log
     line each in redis-py); a host may still ask for RESP3."""
