@@ -41,3 +41,7 @@ class RefusingRedisPubSubChannelLayer(RedisPubSubChannelLayer):
         refuse_stream_join(channel)
         # channels_redis' layer hands its calls to a layer of the running loop.
         await self._get_layer().group_add(group, channel)
+
+    async def group_add_many(self, groups: list[str], channel: str) -> None:
+        refuse_stream_join(channel)
+        await super().group_add_many(groups, channel)

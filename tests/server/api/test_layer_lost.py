@@ -35,7 +35,13 @@ def layer_down(monkeypatch: pytest.MonkeyPatch) -> None:
     async def refuse(group: str, channel: str) -> None:
         raise RedisConnectionError(LOST)
 
-    monkeypatch.setattr(get_channel_layer(), "group_add", refuse)
+    async def refuse_many(groups: list[str], channel: str) -> None:
+        raise RedisConnectionError(LOST)
+
+    layer = get_channel_layer()
+    monkeypatch.setattr(layer, "group_add", refuse)
+    if hasattr(layer, "group_add_many"):  # the Redis layer: a stream joins its groups at once
+        monkeypatch.setattr(layer, "group_add_many", refuse_many)
 
 
 async def test_a_stream_the_layer_cannot_join_ends_with_retry(owner: Any, layer_down: None) -> None:
