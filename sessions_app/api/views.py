@@ -11,8 +11,6 @@ sessions_app.actions (and media/token actions), called in a thread.
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -20,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.core.exceptions import RequestAborted
 from django.db import connections
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse, StreamingHttpResponse
 from django.views.decorators.csrf import csrf_exempt
@@ -31,7 +28,7 @@ from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
 from sessions_app.api import auth
 from sessions_app.api.auth import authenticate, check_rate_limit, required_bearer_token
-from sessions_app.api.errors import ApiError, ChannelLayerUnavailable, error_response, exception_response
+from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run, started
 from sessions_app.attribution import current_api_token_key
 from sessions_app.dbthread import run_in_db_thread
@@ -533,60 +530,22 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
     # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
     # no second request before the first chunk. It joins the session's group (and its
     # user's access group, in the same step) before the post, so it needs no journal
-    # read to start (RunStream.joined_before_run); it sends nothing unless the post
-    # succeeds (400, 404 close it unread). All in one database hop: the admission (401,
-    # 429) first, so a refused token costs no subscription; then the join, on the event
-    # loop while the hop waits for it (a layer that cannot join is a 503 before anything
-    # is written); then the post. A hop of its own for the admission, and another for
-    # the post, each with a pooled connection checked out and given back, cost about
-    # 0.2 ms more of the process's CPU per streamed POST.
-    loop = asyncio.get_running_loop()
-    joining = _Joining()
-
-    async def join() -> None:
-        stream = await RunStream.joined_before_run(session_id, call.token)
-        if joining.abandoned:  # the request ended while the stream joined
-            await stream.close()
-        else:
-            joining.stream = stream
-
-    def joined_then_start() -> Run:
-        if ID_PATTERN.fullmatch(session_id):  # else 400 or this id's 404, in that order
-            try:
-                asyncio.run_coroutine_threadsafe(join(), loop).result(JOIN_WAIT_SECONDS)
-            except concurrent.futures.TimeoutError:
-                raise ChannelLayerUnavailable("the stream could not join its groups in time") from None
-            if joining.stream is None:  # the client left meanwhile: post nothing
-                raise RequestAborted("the request ended before its stream joined its groups")
-        return start()
-
+    # read to start (RunStream.joined_before_run); it sends
+    # nothing unless the post succeeds (400, 404 close it unread). The request is admitted
+    # first (401, 429), in a hop of its own: a refused token costs no subscription.
+    await call.in_db_thread(lambda: None)
+    if not ID_PATTERN.fullmatch(session_id):
+        await call.in_db_thread(start)  # 400 or this id's 404, in that order
+    stream = await RunStream.joined_before_run(session_id, call.token)
     try:
-        run = await call.in_db_thread(joined_then_start)
+        run = await call.in_db_thread(start)
     except BaseException:
-        joining.abandoned = True
-        if joining.stream is not None:
-            await joining.stream.close()
+        await stream.close()
         raise
-    stream = joining.stream
-    assert stream is not None  # noqa: S101 - joined before the post, or the post raised
     response = event_stream_response(await started(stream.of_posted_run(run, call.token).frames()))
     response["Location"] = f"/api/v1/runs/{run.pk}"
     response[RUN_ID_HEADER] = run.pk
     return response
-
-
-#: How long a streamed POST's database hop waits for its stream to join its groups on
-#: the event loop (the layer's own retries give up well before).
-JOIN_WAIT_SECONDS = 30.0
-
-
-class _Joining:
-    """A streamed POST's stream, once joined on the event loop for the hop that waits."""
-
-    def __init__(self) -> None:
-        self.stream: RunStream | None = None
-        #: the request ended before the join did: the join leaves its groups again
-        self.abandoned = False
 
 
 async def get_run(call: ApiCall, run_id: str) -> HttpResponse:

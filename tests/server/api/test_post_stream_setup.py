@@ -134,59 +134,6 @@ async def test_the_stream_joins_its_access_group_with_the_sessions_before_the_po
     assert (joined(session.pk), members(access)) == (0, 0)
 
 
-async def test_the_post_admits_joins_and_posts_in_one_database_hop(
-    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The admission, the stream's join (on the event loop, which the hop waits for) and
-    the post share one hop to the database threads: each hop checks a pooled connection
-    out and back in."""
-    from sessions_app.api import views
-
-    hops: list[str] = []
-    run_in_db_thread = views.run_in_db_thread
-
-    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
-        hops.append(getattr(func, "__name__", "?"))
-        return await run_in_db_thread(func, *args, **kwargs)
-
-    monkeypatch.setattr(views, "run_in_db_thread", counted)
-    communicator = await send_post(token, session.pk, {"content": "hello"})
-    assert (await communicator.receive_output(timeout=10))["status"] == 200
-    await read_until(communicator, ": stream of")
-    assert len(hops) == 1, hops
-    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
-    await journal(session, [*reply("done", inv=run.invocation_id), completed(run.invocation_id)])
-    await read_until(communicator, "event: result")
-    await communicator.wait(timeout=5)
-
-
-async def test_a_client_gone_while_its_stream_joins_leaves_no_group_joined(
-    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The request ends (its client left) while the hop waits for the join: the join,
-    once done, leaves its groups again, and nothing is posted."""
-    joining = asyncio.Event()
-    joined_before_run = sse.RunStream.joined_before_run
-
-    async def slow(session_id: str, token: ApiToken | None = None) -> sse.RunStream:
-        joining.set()
-        await asyncio.sleep(0.3)
-        return await joined_before_run(session_id, token)
-
-    monkeypatch.setattr(sse.RunStream, "joined_before_run", slow)
-    communicator = await send_post(token, session.pk, {"content": "hello"})
-    await asyncio.wait_for(joining.wait(), 10)
-    await communicator.send_input({"type": "http.disconnect"})
-    await communicator.wait(timeout=5)
-    await asyncio.sleep(0.5)  # the join has finished by now (and left its groups)
-    for _ in range(40):
-        if joined(session.pk) == 0:
-            break
-        await asyncio.sleep(0.05)
-    assert joined(session.pk) == 0
-    assert not await database_sync_to_async(Run.objects.filter(session_id=session.pk).exists)()
-
-
 @pytest.mark.parametrize(
     ("case", "status"),
     [("bad token", 401), ("bad body", 400), ("no such session", 404), ("bad id", 404)],
