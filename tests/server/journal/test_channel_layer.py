@@ -395,6 +395,10 @@ LEANED_ON = {
         "09e5aeb8954a88f27cc5145d070c227484ef200bb416bdfd67941131954af50f",
         "a channel in `channels` (a group or listening channel) can still join groups",
     ),
+    "channels_redis.pubsub.RedisPubSubLoopLayer.group_discard": (
+        "420c784f63b0fa9d6a79748def166e32f26cc6565ebc578573b23526c29030df",
+        "group_add_many and group_discard_many keep `groups` as group_add and group_discard do",
+    ),
     "channels_redis.pubsub.RedisPubSubLoopLayer.group_send": (
         "5d5f908ce40f335b7c401ff9cd35a2baf020e835f32a6d39964eecdb54f8f699",
         "group_send_many publishes what it would: the same group channel name, shard and serialisation",
@@ -406,6 +410,14 @@ LEANED_ON = {
     "channels_redis.pubsub.RedisSingleShardConnection.publish": (
         "5a18093dbcb440f569f9c0315b94f34bc473319f653b54953c43128c69148d76",
         "group_send_many takes the shard's lock and publish_many its connection's pool as it does",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection.subscribe": (
+        "173a8f40b17e4e28a716afd0e3489b5059772957749b3b6ded5b3e6801fc13e0",
+        "_ReceivingShard.subscribe_many does what it does for several channels in one SUBSCRIBE",
+    ),
+    "channels_redis.pubsub.RedisSingleShardConnection.unsubscribe": (
+        "e2b9f0f1ff880674267d34fe08891a039472e0eadf02a6bfcd94ed635ebb7d9f",
+        "_ReceivingShard.unsubscribe_many does what it does for several channels in one UNSUBSCRIBE",
     ),
     "channels_redis.pubsub.RedisSingleShardConnection._do_receiving": (
         "a822736dcb875e43bfe3b5461dfe0028401fb768fa5c9708cd1cde61bed321a7",
