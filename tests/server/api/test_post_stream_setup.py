@@ -64,6 +64,20 @@ async def read_until(communicator: ApplicationCommunicator, needle: str, timeout
     return text
 
 
+async def stream_a_run(token: str, session: Session, words: str = "done") -> tuple[Run, str]:
+    """POST a prompt for its stream, journal the run's reply of `words` and its end, and
+    read the stream to its result and its end: the run and the stream's text."""
+    communicator = await send_post(token, session.pk, {"content": "hello"})
+    start = await communicator.receive_output(timeout=10)
+    assert start["status"] == 200, start
+    text = await read_until(communicator, ": stream of")
+    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
+    await journal(session, [*reply(words, inv=run.invocation_id), completed(run.invocation_id)])
+    text += await read_until(communicator, "event: result")
+    await communicator.wait(timeout=5)
+    return run, text
+
+
 def joined(session_id: str) -> int:
     """How many channels of this process are in the session's group (either layer)."""
     return members(session_group(session_id))
@@ -94,16 +108,9 @@ async def test_the_posts_stream_starts_without_reading_the_journal(
         return read_envelopes(session_id, after_seq, limit)
 
     monkeypatch.setattr(sse, "read_envelopes", counted)
-    communicator = await send_post(token, session.pk, {"content": "hello"})
-    start = await communicator.receive_output(timeout=10)
-    assert start["status"] == 200, start
-    text = await read_until(communicator, ": stream of")
-    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
-    await journal(session, [*reply("live words", inv=run.invocation_id), completed(run.invocation_id)])
-    text += await read_until(communicator, "event: result")
+    run, text = await stream_a_run(token, session, "live words")
     assert "live " in text and "words" in text and run.pk in text
     assert reads == []  # the prompt's events and the words all came through the layer
-    await communicator.wait(timeout=5)
     assert joined(session.pk) == 0
 
 
@@ -123,13 +130,7 @@ async def test_the_stream_joins_its_access_group_with_the_sessions_before_the_po
         return stream
 
     monkeypatch.setattr(sse.RunStream, "joined_before_run", observed)
-    communicator = await send_post(token, session.pk, {"content": "hello"})
-    assert (await communicator.receive_output(timeout=10))["status"] == 200
-    await read_until(communicator, ": stream of")
-    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
-    await journal(session, [*reply("done", inv=run.invocation_id), completed(run.invocation_id)])
-    await read_until(communicator, "event: result")
-    await communicator.wait(timeout=5)
+    await stream_a_run(token, session)
     assert seen == [(1, 1)]
     assert (joined(session.pk), members(access)) == (0, 0)
 
@@ -215,13 +216,7 @@ async def test_the_posts_request_takes_no_request_thread(token: str, session: Se
     request_started.connect(record_started)
     request_finished.connect(record_finished)
     try:
-        communicator = await send_post(token, session.pk, {"content": "hello"})
-        assert (await communicator.receive_output(timeout=10))["status"] == 200
-        await read_until(communicator, ": stream of")
-        run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
-        await journal(session, [*reply("done", inv=run.invocation_id), completed(run.invocation_id)])
-        await read_until(communicator, "event: result")
-        await communicator.wait(timeout=5)
+        await stream_a_run(token, session)
     finally:
         request_started.disconnect(record_started)
         request_finished.disconnect(record_finished)
