@@ -87,17 +87,19 @@ def check_storable(value: Any, where: str = "payload") -> None:
             raise InvalidEvent(f"{path} is not a JSON value ({type(item).__name__})")
 
 
+def strings_only(payload: dict[Any, Any]) -> bool:
+    """Whether `payload` maps plain strings to plain strings (a delta's, on every streamed
+    chunk): a JSON value as it is, which a copy reproduces as a JSON round trip would."""
+    return all(type(key) is str and type(item) is str for key, item in payload.items())
+
+
 def _plain_texts(payload: dict[Any, Any]) -> bool:
     """Whether `payload` maps strings to strings, none with a NUL or a lone surrogate (a
     delta's, on every streamed chunk): storable, checked in one pass over its text. False
     sends it through the full walk, which also names what is wrong."""
-    parts = []
-    for key, item in payload.items():
-        if type(key) is not str or type(item) is not str:
-            return False
-        parts.append(key)
-        parts.append(item)
-    text = "".join(parts)
+    if not strings_only(payload):
+        return False
+    text = "".join(part for pair in payload.items() for part in pair)
     if "\x00" in text:
         return False
     try:

@@ -80,6 +80,7 @@ from sectr.errors import LeaseLost, NotFound, SteerArrived
 from sectr.events import Envelope, EventType
 from sectr.journal import NewEvent
 from sectr.loops import PerLoop
+from sectr.payloads import strings_only
 from sectr.state import SessionState, apply_envelope
 from sessions_app import models
 from sessions_app.dbthread import (
@@ -124,7 +125,7 @@ def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any]
         payload = event.payload
         if not isinstance(payload, dict):
             raise TypeError(f"{event_type.value} payload must be a dict, not {type(payload).__name__}")
-        if all(type(key) is str and type(value) is str for key, value in payload.items()):
+        if strings_only(payload):
             # Strings only (a delta's): JSON gives back the same dict, so a copy will do.
             payload = dict(payload)
         else:
