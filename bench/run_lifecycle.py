@@ -4,10 +4,14 @@ burst of N runs queued at once and executed by one Worker in this process.
 
     DATABASE_URL=sqlite:////tmp/run-life.sqlite3 .venv/bin/python bench/run_lifecycle.py --runs 100
     DATABASE_URL=postgres://postgres@127.0.0.1/sectr_run_life .venv/bin/python bench/run_lifecycle.py
+    # with publication to Redis, 30 chunks 100 ms apart per reply:
+    ... REDIS_URL=redis://127.0.0.1:6379/0 .venv/bin/python bench/run_lifecycle.py --ticks 30 --tick-ms 100
 
 Migrates the database and makes N sessions (`--team`: of a team with an agent and a
 budget, as bench/run_start.py, both by bench/team_runs.py; else plain sessions, as
-bench/admission.py's), each with a queued `!slow 1` message (one chunk, no pause). Then
+bench/admission.py's), each with a queued `!slow 1` message (one chunk, no pause;
+`--ticks 30 --tick-ms 100` streams bench/peers.py's replies instead, and the difference
+from the one-chunk figure is the worker's CPU per streamed chunk). Then
 starts a Worker (the default concurrency) and waits until every run has finished; prints
 the process's CPU (the event loop and the database threads) per run, the wall time of
 the burst, and the SQL statements per run by kind. The same burst is run `--rounds`
@@ -33,7 +37,27 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "sectr_web.settings")
 os.environ.setdefault("ALLOWED_HOSTS", "testserver,localhost")
-os.environ["SECTR_DEMO_SLOW_MS"] = "0"
+
+
+def arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--team", action="store_true", help="sessions of a team with an agent and a budget")
+    parser.add_argument("--sql", action="store_true", help="print each statement of the last round, counted")
+    parser.add_argument(
+        "--ticks",
+        type=int,
+        default=1,
+        help="chunks per reply (`!slow <ticks>`): more than one adds the streaming appends to each run's cost",
+    )
+    parser.add_argument("--tick-ms", type=int, default=0, help="the demo model's pause between two chunks")
+    return parser.parse_args()
+
+
+#: parsed before Django starts: the demo model reads its pace from the environment then
+ARGS = arguments()
+os.environ["SECTR_DEMO_SLOW_MS"] = str(ARGS.tick_ms)
 
 import django  # noqa: E402
 
@@ -96,9 +120,9 @@ def setup(team: bool) -> dict[str, object]:
     return team_extras(TEAM, owner, moderator, "life", "Life") if team else {}
 
 
-def queue(count: int, extras: dict[str, object]) -> None:
+def queue(count: int, extras: dict[str, object], ticks: int = 1) -> None:
     """N fresh sessions (the last round's deleted), each with a queued message."""
-    queue_runs(get_user_model().objects.get(username=OWNER), count, extras, "!slow 1")
+    queue_runs(get_user_model().objects.get(username=OWNER), count, extras, f"!slow {ticks}")
 
 
 def unfinished() -> int:
@@ -139,11 +163,13 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
     return cpu, wall
 
 
-async def rounds(runs: int, extras: dict[str, object], count: int, counter: StatementCounter) -> list[float]:
+async def rounds(
+    runs: int, extras: dict[str, object], count: int, counter: StatementCounter, ticks: int = 1
+) -> list[float]:
     """CPU per run (ms) of each round after the first (one event loop for all, as a server)."""
     cpus: list[float] = []
     for round_ in range(count):
-        await run_in_db_thread(queue, runs, extras)
+        await run_in_db_thread(queue, runs, extras, ticks)
         cpu, wall = await burst(counter)
         per_run = cpu / runs * 1000
         print(f"round {round_}: CPU per run {per_run:.2f} ms, burst wall {wall:.2f} s")
@@ -153,20 +179,18 @@ async def rounds(runs: int, extras: dict[str, object], count: int, counter: Stat
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", type=int, default=100)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--team", action="store_true", help="sessions of a team with an agent and a budget")
-    parser.add_argument("--sql", action="store_true", help="print each statement of the last round, counted")
-    args = parser.parse_args()
+    args = ARGS
     extras = setup(args.team)
     counter = StatementCounter()
-    cpus = asyncio.run(rounds(args.runs, extras, args.rounds, counter))
+    cpus = asyncio.run(rounds(args.runs, extras, args.rounds, counter, args.ticks))
     statements = sum(counter.full.values())
     kinds: collections.Counter[str] = collections.Counter()
     for sql, count in counter.full.items():
         kinds[counter.kind(sql)] += count
-    print(f"runs per burst: {args.runs}; team: {args.team}; load average {os.getloadavg()[0]:.2f}")
+    load = os.getloadavg()[0]
+    print(
+        f"runs per burst: {args.runs}; ticks {args.ticks} {args.tick_ms} ms apart; team: {args.team}; load {load:.2f}"
+    )
     print(f"CPU per run (rounds after the first): median {statistics.median(cpus):.2f} ms, min {min(cpus):.2f} ms")
     print(f"SQL statements per run (last round): {statements / args.runs:.1f}")
     for kind, count in kinds.most_common():
