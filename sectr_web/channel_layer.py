@@ -40,6 +40,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sectr.watchdog import Watchdog
+
 SWEEP_SECONDS = 1.0
 #: How the Redis layer's connections retry a command that met a dead connection (a
 #: restarted Redis): reconnect and send it again, up to 3 times, at most 0.1, 0.2 and
@@ -179,6 +181,7 @@ class _ReceivingShard(RedisSingleShardConnection):
     """
 
     _publishing: Any = None  # (the pool it came from, the connection): see publish_many
+    _watchdog: Watchdog | None = None  # the publications' socket_timeout (_send_and_read)
 
     async def publish_many(self, pairs: list[tuple[str, bytes]]) -> None:
         """PUBLISH each (channel, data), in order, in one write and one read of the replies;
@@ -199,13 +202,16 @@ class _ReceivingShard(RedisSingleShardConnection):
         if self._publishing is None or self._publishing[0] is not pool:
             self._publishing = (pool, await pool.get_connection())
         connection = self._publishing[1]
+        watchdog = self._watchdog
+        if watchdog is None:
+            watchdog = self._watchdog = Watchdog()
         packed = [_pack_publishes(pairs)]
         try:
-            await _send_and_read(connection, packed, len(pairs))
+            await _send_and_read(connection, packed, len(pairs), watchdog)
         except (RedisConnectionError, RedisTimeoutError, OSError):
             await connection.disconnect()
             await connection.retry.call_with_retry(
-                lambda: _send_and_read(connection, packed, len(pairs)),
+                lambda: _send_and_read(connection, packed, len(pairs), watchdog),
                 lambda _error: connection.disconnect(),
             )
 
@@ -267,9 +273,11 @@ def _pack_publishes(pairs: list[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-async def _send_and_read(connection: Any, packed: list[bytes], replies: int) -> None:
+async def _send_and_read(connection: Any, packed: list[bytes], replies: int, watchdog: Watchdog) -> None:
     """Send packed commands on a redis-py connection and read their `replies` replies (all
-    of them, even after an error reply, which is raised then), within one socket_timeout.
+    of them, even after an error reply, which is raised then), within one socket_timeout
+    (kept by `watchdog`, the shard's: asyncio.timeout's timer per batch was a few percent
+    of a worker's CPU; with no socket_timeout, the default, nothing is armed at all).
 
     redis-py's own `send_packed_command` and `read_response` arm a timeout each (the
     write's through wait_for, a task of its own) and run their bookkeeping per reply: for
@@ -281,7 +289,7 @@ async def _send_and_read(connection: Any, packed: list[bytes], replies: int) -> 
         await connection.connect()
     error: ResponseError | None = None
     try:
-        async with asyncio.timeout(connection.socket_timeout):
+        with watchdog.guard(connection.socket_timeout):
             connection._writer.writelines(packed)
             await connection._writer.drain()
             parser = connection._parser

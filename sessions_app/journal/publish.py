@@ -62,6 +62,7 @@ from django.db import transaction
 from sectr.asks import ask_changes
 from sectr.events import Envelope
 from sectr.loops import PerLoop
+from sectr.watchdog import Watchdog
 from sessions_app.telemetry.metrics import PUBLISH_DROPS, group_kind
 
 logger = logging.getLogger("sectr.publish")
@@ -231,6 +232,8 @@ class _OrderedPublisher:
         self.idle = asyncio.Event()  # the queue is empty and nothing is being sent
         self.idle.set()
         self.task: asyncio.Task[None] | None = None
+        #: PUBLISH_TIMEOUT of each batch (`_send_together`), one timer for all of them
+        self.watchdog = Watchdog()
 
     def put(self, messages: list[tuple[str, dict[str, Any]]]) -> None:
         now = asyncio.get_running_loop().time()
@@ -266,8 +269,7 @@ class _OrderedPublisher:
 
             await asyncio.gather(*(self._send_group(layer, group, items) for group, items in by_group.items()))
 
-    @staticmethod
-    async def _send_together(layer: Any, batch: list[tuple[float, str, dict[str, Any]]]) -> bool:
+    async def _send_together(self, layer: Any, batch: list[tuple[float, str, dict[str, Any]]]) -> bool:
         """Send the whole batch in one go where the layer can (group_send_many: the Redis
         layer's is one write per Redis, the in-memory layer's one pass; in queue order, so each
         group's order holds), even a batch of one message; False
@@ -278,7 +280,7 @@ class _OrderedPublisher:
         if send_many is None:
             return False
         try:
-            async with asyncio.timeout(PUBLISH_TIMEOUT):
+            with self.watchdog.guard(PUBLISH_TIMEOUT):
                 await send_many([(group, message) for _queued, group, message in batch])
             return True
         except asyncio.CancelledError:

@@ -10,12 +10,14 @@ import contextlib
 import os
 import signal
 import time
+import unittest.mock
 from typing import Any
 
 import pytest
 from channels.layers import InMemoryChannelLayer as ChannelsLayer
 from django.conf import settings
 
+from sectr.watchdog import Watchdog
 from sectr_web import channel_layer
 from sectr_web.channel_layer import InMemoryChannelLayer, RedisPubSubChannelLayer
 from tests.cluster import PrivateRedis
@@ -211,6 +213,57 @@ def test_a_batch_cut_short_leaves_no_reply_for_the_next_and_a_flush_closes_its_c
     assert got[1:-2] == list(range(len(got) - 3))  # what the cut batch delivered: a prefix, in order
     assert in_step
     assert closed and renewed
+
+
+def test_a_hung_redis_fails_a_batch_within_its_socket_timeout_and_the_publisher_within_its_own() -> None:
+    """A Redis that takes the batch and never answers (a stuck server, a dead network
+    path): each write and read of the batch gives up after the host's socket_timeout
+    (the shard's watchdog), disconnecting its connection so no reply is left for the
+    next batch, and the publisher gives the whole batch up after PUBLISH_TIMEOUT (its
+    own watchdog) and sends it message by message."""
+    from sessions_app.journal import publish
+
+    async def exchange() -> tuple[float, bool, float, bool]:
+        async def answer_until_publish(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while data := await reader.read(65536):
+                if b"PUBLISH" in data:
+                    await asyncio.Event().wait()  # hung: the batch is read and never answered
+                commands = data.count(b"\r\n*") + data.startswith(b"*")
+                writer.write(b"+OK\r\n" * commands)  # the connection's handshake
+                await writer.drain()
+
+        server = await asyncio.start_server(answer_until_publish, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        layer = RedisPubSubChannelLayer(
+            hosts=[{"address": f"redis://127.0.0.1:{port}", "socket_timeout": 0.2, "retry": None}], prefix="hung"
+        )
+        shard = layer._get_layer()._shards[0]
+        shard._ensure_redis()
+        connection = await shard._redis.connection_pool.get_connection()
+        started = time.monotonic()
+        with pytest.raises(TimeoutError):
+            await channel_layer._send_and_read(
+                connection, [b"*1\r\n$7\r\nPUBLISH\r\n"], 1, shard._watchdog or Watchdog()
+            )
+        shard_took = time.monotonic() - started
+        cut = not connection.is_connected
+
+        publisher = publish._OrderedPublisher()
+        started = time.monotonic()
+        with unittest.mock.patch.object(publish, "PUBLISH_TIMEOUT", 0.5):
+            slow = RedisPubSubChannelLayer(
+                hosts=[{"address": f"redis://127.0.0.1:{port}", "socket_timeout": 30}], prefix="hung"
+            )
+            sent = await publisher._send_together(slow, [(0.0, "g", {"type": "m"})])
+        publisher_took = time.monotonic() - started
+        server.close()
+        return shard_took, cut, publisher_took, sent
+
+    shard_took, cut, publisher_took, sent = asyncio.run(exchange())
+    assert 0.19 <= shard_took < 1.0
+    assert cut
+    assert 0.49 <= publisher_took < 1.5
+    assert not sent
 
 
 def test_a_group_channel_has_no_subscription_of_its_own(tmp_path: Any) -> None:
