@@ -60,7 +60,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from sectr.asks import ask_changes
-from sectr.events import Envelope
+from sectr.events import Envelope, EventType
 from sectr.loops import PerLoop
 from sectr.watchdog import Watchdog
 from sessions_app.telemetry.metrics import PUBLISH_DROPS, group_kind
@@ -124,14 +124,16 @@ def envelope_messages(envelopes: Sequence[Envelope]) -> list[tuple[str, dict[str
         by_session.setdefault(envelope.session_id, []).append(envelope)
     messages: list[tuple[str, dict[str, Any]]] = []
     for session_id, batch in by_session.items():
-        batch.sort(key=lambda e: e.seq)
+        if len(batch) > 1:
+            batch.sort(key=lambda e: e.seq)
         messages.append(
             (
                 session_group(session_id),
                 {"type": ENVELOPES_MESSAGE_TYPE, "session_id": session_id, "envelopes": [e.to_dict() for e in batch]},
             )
         )
-        moderated = [e.to_dict() for e in batch if is_moderation_envelope(e)]
+        # A delta (most envelopes: one per streamed chunk) concerns no ask.
+        moderated = [e.to_dict() for e in batch if e.type is not EventType.MESSAGE_DELTA and is_moderation_envelope(e)]
         if moderated:
             messages.append(
                 (MODERATION_GROUP, {"type": ENVELOPES_MESSAGE_TYPE, "session_id": session_id, "envelopes": moderated})
