@@ -256,8 +256,8 @@ def _message_start(p: dict[str, Any], w: str) -> None:
 
 
 def _message_delta(p: dict[str, Any], w: str) -> None:
-    unknown = sorted(set(p) - DELTA_KEYS)
-    if unknown:
+    if not DELTA_KEYS.issuperset(p):
+        unknown = sorted(set(p) - DELTA_KEYS)
         raise InvalidEvent(f"{w} has unknown key(s) {', '.join(k[:40] for k in unknown[:5])}")
     _string(p, "message_id", w, empty=False)
     if "text" not in p and "reasoning" not in p:
@@ -403,6 +403,8 @@ _SHAPES = {
 
 def event_type(value: Any) -> EventType:
     """The EventType named `value`; InvalidEvent for anything else."""
+    if type(value) is EventType:  # (most are: the Enum call was a cost of every streamed chunk)
+        return value
     try:
         return EventType(value)
     except ValueError:
