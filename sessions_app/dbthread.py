@@ -16,7 +16,9 @@ It sits below the journal (sessions_app.journal.database) and the media store
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 import time
@@ -201,14 +203,47 @@ async def run_in_sqlite_writer_thread(func: Callable[_P, _R], *args: _P.args, **
     """Like run_in_db_thread, on one dedicated thread: SQLite has a single writer anyway,
     and one thread keeps one warm connection (appends spread over the pool's threads
     each paid for a colder connection: 430 us an append against 290 us on one thread)."""
-    global _sqlite_writer_call, _sqlite_writer_executor
+    global _sqlite_writer_call
     if _sqlite_writer_call is None:
-        _sqlite_writer_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-sqlite-writer")
         _sqlite_writer_call = sync_to_async(
-            _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer_executor
+            _call_with_fresh_connections, thread_sensitive=False, executor=_sqlite_writer()
         )
     with database_lost_as_unavailable():
         return cast(_R, await _sqlite_writer_call(func, args, kwargs))
+
+
+def _sqlite_writer() -> ThreadPoolExecutor:
+    global _sqlite_writer_executor
+    if _sqlite_writer_executor is None:
+        _sqlite_writer_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sectr-sqlite-writer")
+    return _sqlite_writer_executor
+
+
+async def run_plain_in_db_thread(func: Callable[..., _R], *args: Any, sqlite_writer: bool = False) -> _R:
+    """`run_in_db_thread` (`run_in_sqlite_writer_thread` with `sqlite_writer`) without
+    asgiref's SyncToAsync, for sync code that never calls back into async code
+    (async_to_sync): the journal's group commit, once per group of streamed chunks.
+
+    The same threads, the same connection handling (`_call_with_fresh_connections`),
+    the caller's context variables copied into the call, and the same outcome of a
+    cancel (the caller is cancelled at once; a call already running runs to its end, one
+    not started yet never starts). What it leaves out is what only code calling back
+    into the event loop needs (the thread's note of the loop, the context's changes
+    copied back to the caller, each asgiref Local re-homed), and it cost more than the
+    call: SyncToAsync was a twentieth of a worker's CPU per streamed chunk (py-spy,
+    bench/run_lifecycle.py --ticks 30).
+    """
+    executor = _sqlite_writer() if sqlite_writer else journal_executor()
+    call = contextvars.copy_context().run
+    try:
+        return cast(
+            _R,
+            await asyncio.get_running_loop().run_in_executor(
+                executor, call, _call_with_fresh_connections, func, args, {}
+            ),
+        )
+    except LOST_DATABASE_ERRORS as exc:
+        raise database_unavailable(exc) from exc
 
 
 async def run_in_db_thread(func: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:

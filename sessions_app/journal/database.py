@@ -88,7 +88,7 @@ from sessions_app.dbthread import (
     database_unavailable,
     reset_connection,
     run_in_db_thread,
-    run_in_sqlite_writer_thread,
+    run_plain_in_db_thread,
 )
 from sessions_app.journal.ask_index import update_ask_index
 from sessions_app.journal.moderation import record_moderation
@@ -1170,9 +1170,9 @@ class _GroupCommit:
         # one order by every group, so two processes' groups cannot deadlock on them.
         group.sort(key=lambda item: item.session_id)
         journal = self.journal
-        run = run_in_sqlite_writer_thread if self.sqlite else run_in_db_thread
         try:
-            results = await run(journal._append_group, group)
+            # Plainly (no SyncToAsync): a group's write never calls back into the loop.
+            results = await run_plain_in_db_thread(journal._append_group, group, sqlite_writer=self.sqlite)
         except BaseException as exc:  # the thread itself failed: every caller learns it
             for item in group:
                 if not item.future.done():
