@@ -14,6 +14,7 @@ that outlived a cancel, say) raises instead of landing after the end.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -56,7 +57,8 @@ class InvocationWriter:
         self._on_append = on_append
         # (message_id, kind, text) for a delta, or a whole event queued by `append_soon`
         self._buffer: list[tuple[str, str, str] | NewEvent] = []
-        self._flusher: asyncio.Task[None] | None = None
+        #: the write under way: a drain task, or the future of `_write_soon`'s write
+        self._flusher: asyncio.Future[None] | None = None
         self._error: BaseException | None = None
         self._write_lock = asyncio.Lock()
         self._inflight: set[asyncio.Task[list[Envelope]]] = set()
@@ -67,6 +69,9 @@ class InvocationWriter:
         self._since_start: dict[str, list[str]] | None = None
         self._texts_known = True
         self.appends = 0  # journal round trips, for tests and benchmarks
+        #: The journal's `submit(session_id, events, fence=...)`, where it has one: an
+        #: append queued at once, its future returned (see `_write_soon`).
+        self._submit: Callable[..., asyncio.Future[list[Envelope]]] | None = getattr(journal, "submit", None)
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
         """Append events atomically after any buffered deltas."""
@@ -104,9 +109,11 @@ class InvocationWriter:
             self._buffer.append((message_id, "reasoning", reasoning))
         if text:
             self._buffer.append((message_id, "text", text))
-        if self._flusher is None or self._flusher.done():
+        if (self._flusher is None or self._flusher.done()) and not self._write_soon():
             self._flusher = asyncio.create_task(self._drain())
-        # Yield once so an idle stream's delta is written before the producer goes on.
+        # Yield once so an idle stream's delta is written before the producer goes on
+        # (queued already when `_write_soon` took it), and so that a producer whose
+        # chunks never wait (a buffered HTTP stream) still lets the loop run between two.
         await asyncio.sleep(0)
 
     async def flush(self) -> None:
@@ -146,6 +153,67 @@ class InvocationWriter:
         except BaseException as exc:  # kept for the producer: it raises on its next call
             self._error = exc
             self._buffer.clear()
+
+    def _write_soon(self) -> bool:
+        """Write the buffer as `_drain` would, without a task: where the journal can queue
+        an append at once (`submit`: the database journal's group commit) and no other
+        write is under way, the batch is checked and queued now and the rest follows
+        from its future (`_written`); False (nothing done) otherwise.
+
+        A task per streamed chunk (and its coroutines down to the group commit's queue)
+        was a tenth of a worker's CPU per chunk (py-spy, bench/run_lifecycle.py
+        --ticks 30). Everything else is as the
+        task's write: one write at a time (`flush` waits for this one's future, a write
+        under the lock or in flight sends the batch to the task), the same checks, the
+        same bookkeeping when it lands, an error kept for the producer's next call.
+        """
+        submit = self._submit
+        if submit is None or self._write_lock.locked() or self._inflight or not self._buffer:
+            return False
+        batch, self._buffer = self._buffer, []
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._flusher = done
+        try:
+            merged = self._merge(batch)
+            self._check_open()
+            refuse_people_only(merged)  # as in _write_now
+            for event in merged:
+                check_event(event.type, event.payload, event.invocation_id)
+            written = submit(self.session_id, self._reply_texts(merged), fence=self.fence)
+        except BaseException as exc:  # kept for the producer: it raises on its next call
+            self._error = exc
+            self._buffer.clear()
+            done.set_result(None)
+            return True
+        written.add_done_callback(functools.partial(self._written, done))
+        return True
+
+    def _written(self, done: asyncio.Future[None], written: asyncio.Future[list[Envelope]]) -> None:
+        """`_write_soon`'s write landed (or failed): what `_write_now` does after the
+        journal's append, then the deltas buffered meanwhile go out, and then `done`."""
+        try:
+            envelopes = written.result()
+            if done.cancelled():  # discarded meanwhile, as a cancelled drain task
+                raise asyncio.CancelledError
+        except BaseException as exc:
+            self._texts_known, self._since_start = False, None
+            self._error = exc
+            self._buffer.clear()
+        else:
+            try:
+                self.appends += 1
+                self._follow_texts(envelopes)
+                if any(e.type in TERMINAL_TYPES for e in envelopes):
+                    self.closed = True
+                if self._on_append is not None:
+                    self._on_append(envelopes)
+            except BaseException as exc:
+                self._error = exc
+                self._buffer.clear()
+        if self._buffer and self._error is None and not self._write_soon():
+            self._flusher = asyncio.ensure_future(self._drain())
+        if not done.done():
+            done.set_result(None)
 
     def _merge(self, batch: list[tuple[str, str, str] | NewEvent]) -> list[NewEvent]:
         merged: list[NewEvent] = []

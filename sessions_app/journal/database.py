@@ -277,6 +277,10 @@ class DatabaseJournal:
         self.publish = publish
         self.using = using
         self._group: PerLoop[_GroupCommit] = PerLoop(lambda: _GroupCommit(self))
+        if type(self).append is not DatabaseJournal.append:
+            # A subclass that watches or changes `append` sees every append: no `submit`
+            # (InvocationWriter then appends through `append`).
+            self.submit = None  # type: ignore[method-assign,assignment]
 
     # ---- the protocol (async) ----
 
@@ -289,6 +293,14 @@ class DatabaseJournal:
             return await self._group.get().append(session_id, list(events), fence)
         except LOST_DATABASE_ERRORS as exc:
             raise database_unavailable(exc) from exc
+
+    def submit(
+        self, session_id: str, events: Sequence[NewEvent], *, fence: Any = None
+    ) -> asyncio.Future[list[Envelope]]:
+        """`append` without a coroutine to await (InvocationWriter's streamed deltas): the
+        append is queued in this event loop's group commit at once, and the future holds
+        what `append` would return or raise (a lost database: JournalUnavailable)."""
+        return self._group.get().submit(session_id, list(events), fence)
 
     async def load(self, session_id: str, after_seq: int = 0) -> list[Envelope]:
         return await run_in_db_thread(self.load_sync, session_id, after_seq)
@@ -1109,6 +1121,14 @@ class _GroupCommit:
             del self._held[session_id]
 
     async def append(self, session_id: str, events: list[NewEvent], fence: Any) -> list[Envelope]:
+        # A cancelled caller cancels only its future: the append stays in its group (the
+        # lane's pending list, not the futures, is what is written), and a done future
+        # is passed over when the group's results are handed out. No shield: its second
+        # future and callback per append were for nothing.
+        return await self.submit(session_id, events, fence)
+
+    def submit(self, session_id: str, events: list[NewEvent], fence: Any) -> asyncio.Future[list[Envelope]]:
+        """Queue an append; the future of its envelopes (or of its error)."""
         future: asyncio.Future[list[Envelope]] = asyncio.get_running_loop().create_future()
         deltas = _only_deltas(events)
         lane = self._lane_for(session_id, deltas)
@@ -1119,11 +1139,7 @@ class _GroupCommit:
                 _wake(lane.lingering)  # not a delta: it goes now, with the deltas waiting
         if not lane.busy:
             lane.drainer = asyncio.ensure_future(self._drain(lane))
-        # A cancelled caller cancels only its future: the append stays in its group (the
-        # lane's pending list, not the futures, is what is written), and a done future
-        # is passed over when the group's results are handed out. No shield: its second
-        # future and callback per append were for nothing.
-        return await future
+        return future
 
     async def _drain(self, lane: _Lane) -> None:
         while lane.pending:
@@ -1195,7 +1211,12 @@ class _GroupCommit:
         for item, result in zip(group, results, strict=True):
             if item.future.done():
                 continue
-            if isinstance(result, Exception):
+            if isinstance(result, LOST_DATABASE_ERRORS):
+                # As DatabaseJournal.append raises it, for a `submit` future too.
+                unavailable = database_unavailable(result)
+                unavailable.__cause__ = result
+                item.future.set_exception(unavailable)
+            elif isinstance(result, Exception):
                 item.future.set_exception(result)
             else:
                 item.future.set_result(result)

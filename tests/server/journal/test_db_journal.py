@@ -31,6 +31,7 @@ from sectr.events import (
     user_message_reason,
 )
 from sectr.journal import MemoryJournal, NewEvent
+from sectr.payloads import InvalidEvent
 from sectr.state import project
 from sectr.writer import InvocationWriter
 from sessions_app.journal import DatabaseJournal, publish
@@ -318,6 +319,43 @@ async def test_a_reply_its_writer_journaled_is_indexed_as_its_deltas_read_back(m
     indexed = await sync_to_async(entries)(written.id)
     assert indexed == await sync_to_async(entries)(plain.id)
     assert [text for _seq, _kind, text in indexed] == ["alpha be ta", "delta", "epsilon"]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_writer_queues_each_idle_delta_in_the_group_commit_before_delta_returns(make_session: Any) -> None:
+    """On the database journal a writer's delta goes to the group commit at once (its
+    `submit`), with no task of the writer's: queued before delta() returns, the deltas
+    that come while it is in flight follow in one envelope, the transcript follows each
+    write, and a write's error (a bad delta, a lost fence) is the producer's next call's."""
+    session = await sync_to_async(make_session)()
+    journal = DatabaseJournal(publish=False)
+    seen: list[Envelope] = []
+    writer = InvocationWriter(journal, session.id, "inv_1", on_append=seen.extend)
+    group = journal._group.get()
+    await writer.append(NewEvent(E.MESSAGE_START, {"message_id": "m1", "role": "assistant"}, "inv_1"))
+    tasks = len(asyncio.all_tasks())
+    await writer.delta("m1", text="a")
+    assert {sid: held[1] for sid, held in group._held.items()} == {session.id: 1}  # queued or in flight
+    assert [e.type for e in seen] == [E.MESSAGE_START]
+    await writer.delta("m1", text="b")  # while "a" is in flight: buffered
+    await writer.delta("m1", text="c")
+    assert len(asyncio.all_tasks()) <= tasks + 1  # the lane's drainer, no task per delta
+    await writer.flush()
+    deltas = [e for e in seen if e.type is E.MESSAGE_DELTA]
+    assert [e.payload["text"] for e in deltas] == ["a", "bc"]
+    assert [e.seq for e in seen] == list(range(seen[0].seq, seen[0].seq + 3))
+    assert writer.appends == 3
+
+    await writer.delta("m1", text="\x00")  # refused before it reaches the journal
+    with pytest.raises(InvalidEvent):
+        await writer.delta("m1", text="d")
+
+    fenced = InvocationWriter(journal, session.id, "inv_1", fence=("run_gone", "tok"))
+    await fenced.delta("m1", text="e")
+    with pytest.raises(LeaseLost):
+        await fenced.flush()
+    stored = await sync_to_async(lambda: list(EnvelopeRow.objects.filter(session_id=session.id).order_by("seq")))()
+    assert [row.payload.get("text") for row in stored if row.type == "MESSAGE_DELTA"] == ["a", "bc"]
 
 
 @pytest.mark.django_db
