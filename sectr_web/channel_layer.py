@@ -33,7 +33,7 @@ from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 from channels_redis.pubsub import RedisPubSubChannelLayer as ChannelsRedisPubSubChannelLayer
 from channels_redis.pubsub import RedisPubSubLoopLayer, RedisSingleShardConnection
 from channels_redis.utils import _wrap_close, decode_hosts
-from redis._parsers.hiredis import NOT_ENOUGH_DATA
+from redis._parsers.hiredis import NOT_ENOUGH_DATA, _AsyncHiredisParser
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -170,12 +170,15 @@ class _ReceivingShard(RedisSingleShardConnection):
     channels_redis reads each pub/sub message through redis-py's whole stack (the
     retry wrapper, a 0.1 s timeout armed and disarmed, the message turned into a dict,
     observability hooks): about a fifth of a Daphne's CPU while streaming (py-spy under
-    bench/peers.py). Here the loop waits for the next message without a timeout (the
-    same read, its reconnection and resubscription unchanged), then takes every reply
-    that same socket read already brought straight from hiredis' buffer: a worker
-    publishes a group commit's messages in one write, so they arrive together. A
-    reply that is not a published message (a subscription's confirmation) still goes
-    through redis-py, which keeps its own account of subscriptions with them.
+    bench/peers.py). Here the loop reads the connection's socket itself and takes each
+    reply straight from hiredis' buffer (`_read_directly`), with no timeout, as
+    get_message(timeout=None) would: a worker publishes a group commit's messages in
+    one write, so they arrive together. A reply that is not a published message (a
+    subscription's confirmation) still goes through redis-py, which keeps its own
+    account of subscriptions with them. Whenever the direct read cannot go on (the
+    connection broke or was never made, health checks are on, no hiredis), one
+    redis-py get_message(timeout=None) reads instead: its reconnection and
+    resubscription are what recovers the connection, as before.
 
     It also publishes batches (`publish_many`) on a connection of its own.
     """
@@ -220,9 +223,11 @@ class _ReceivingShard(RedisSingleShardConnection):
             try:
                 pubsub = self._pubsub
                 if pubsub is not None and pubsub.subscribed:
-                    message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
-                    self._receive_message(message)
-                    await self._receive_buffered(pubsub)
+                    await self._read_directly(pubsub)
+                    if pubsub.subscribed:
+                        # redis-py's read: it reconnects and resubscribes a broken connection.
+                        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
+                        self._receive_message(message)
                 else:
                     await asyncio.sleep(0.1)
             except (TimeoutError, asyncio.CancelledError, GeneratorExit):
@@ -251,14 +256,32 @@ class _ReceivingShard(RedisSingleShardConnection):
                 await self._pubsub.unsubscribe(*gone)
                 self._subscribed_to.difference_update(gone)
 
-    async def _receive_buffered(self, pubsub: Any) -> None:
-        """Every complete reply already in the connection's hiredis buffer, in order."""
-        reader = getattr(getattr(pubsub.connection, "_parser", None), "_reader", None)
-        if reader is None:  # no hiredis: redis-py's loop reads them one by one
+    async def _read_directly(self, pubsub: Any) -> None:
+        """Read the pub/sub connection's replies, in order, straight from its hiredis
+        parser, while the process is subscribed; return when the connection is down, a
+        read failed (redis-py's read then meets the same and reconnects) or cannot be
+        done this way (no hiredis, or health checks, which redis-py's read sends)."""
+        connection = pubsub.connection
+        parser = getattr(connection, "_parser", None)
+        if not isinstance(parser, _AsyncHiredisParser) or connection.health_check_interval:
             return
-        while (response := reader.gets()) is not NOT_ENOUGH_DATA and response is not False:
-            if isinstance(response, list) and len(response) == 3 and response[0] == b"message":
+        while pubsub.subscribed and pubsub.connection is connection and connection.is_connected and parser._connected:
+            response = parser._reader.gets()  # a new _reader on each connect
+            if response is NOT_ENOUGH_DATA:
+                try:
+                    await parser.read_from_socket()
+                except (RedisConnectionError, OSError):
+                    return
+                continue
+            if type(response) is list and len(response) == 3 and response[0] == b"message":
                 self._receive_message({"channel": response[1], "data": response[2]})
+            elif isinstance(response, RedisConnectionError) or (
+                isinstance(response, list) and response and isinstance(response[0], RedisConnectionError)
+            ):
+                await connection.disconnect()  # as redis-py's read: reconnect, resubscribe
+                return
+            elif isinstance(response, ResponseError):
+                raise response
             else:
                 self._receive_message(await pubsub.handle_message(response, ignore_subscribe_messages=True))
 

@@ -474,12 +474,12 @@ LEANED_ON = {
     ),
     "channels_redis.pubsub.RedisSingleShardConnection._do_receiving": (
         "a822736dcb875e43bfe3b5461dfe0028401fb768fa5c9708cd1cde61bed321a7",
-        "_ReceivingShard._do_receiving is a copy of it without the timeout, draining hiredis' buffer: "
+        "_ReceivingShard._do_receiving is a copy of it without the timeout, reading hiredis' replies itself: "
         "bring over what changed",
     ),
     "channels_redis.pubsub.RedisSingleShardConnection._receive_message": (
         "2f5f46af28e8ed76a78c8dabe8831ee21e2b061f32d15e90e5a0ddd94c63c54f",
-        "_receive_buffered hands it {'channel', 'data'} dicts, and a _Listener takes its put_nowait",
+        "_read_directly hands it {'channel', 'data'} dicts, and a _Listener takes its put_nowait",
     ),
     "channels_redis.pubsub.RedisSingleShardConnection._ensure_redis": (
         "ba228d3cee7116dcb07e59698f384ca9c24a1a4d3b9b542ad84a15168e3816b2",
@@ -499,15 +499,17 @@ LEANED_ON = {
     ),
     "redis.asyncio.client.PubSub.get_message": (
         "bf92023c2c452e857f682063e81a065eeeaa50382357402532d3c7d0de45a9d9",
-        "_do_receiving's get_message(timeout=None) still blocks on the next reply, reconnecting as before",
+        "_do_receiving's get_message(timeout=None) still blocks on the next reply, reconnecting as before "
+        "(what _read_directly falls back on)",
     ),
     "redis.asyncio.client.PubSub.parse_response": (
         "9dc6547c1d1ed3e76ad16f04571442cc3b427000a8e3aa5eb6deea91ef5bd509",
-        "_receive_buffered skips it (health check, reconnection) for replies already in the buffer",
+        "_read_directly skips it (health check, reconnection) while the connection is up, and leaves "
+        "health checks to it",
     ),
     "redis.asyncio.client.PubSub.handle_message": (
         "310d88dea8e59a04889511f5f379dec647721910ce690ce8809b0a3124c56614",
-        "_receive_buffered skips it for a published message: nothing it does then may matter to us",
+        "_read_directly skips it for a published message: nothing it does then may matter to us",
     ),
     "redis.asyncio.connection.AbstractConnection.send_packed_command": (
         "baaeabd916209157db40455f034a0bac6fb3e2db902271313e0702bcbc678321",
@@ -520,11 +522,19 @@ LEANED_ON = {
     ),
     "redis._parsers.hiredis._AsyncHiredisParser.on_connect": (
         "5c7b848496314124f40e3684eca6edab6a0435a46cae9e62980eb497516db013",
-        "_receive_buffered reads its _reader, made with notEnoughData=NOT_ENOUGH_DATA",
+        "_read_directly reads its _reader, made with notEnoughData=NOT_ENOUGH_DATA, anew on each connect",
+    ),
+    "redis._parsers.hiredis._AsyncHiredisParser.on_disconnect": (
+        "18d19682b3830e3dbb627aaea2005ac540b9158f6bba05b9f59063dbfea2504d",
+        "_read_directly stops reading once _connected is False, as its read_response refuses to read then",
+    ),
+    "redis._parsers.hiredis._AsyncHiredisParser.read_from_socket": (
+        "6cad7e2b45b7ba1dd08db3a092435d647fe664bba18a0972d96983f25629f27d",
+        "_read_directly feeds the _reader with it, a closed connection raising ConnectionError",
     ),
     "redis._parsers.hiredis._AsyncHiredisParser.read_response": (
         "6cba18b62d2aad4dfe9e4be4e3bbb834ba4728640cbba421587e31bc096b2315",
-        "_receive_buffered takes replies from its _reader as it does (errors, push replies)",
+        "_read_directly takes replies from its _reader as it does (errors, push replies)",
     ),
 }
 
