@@ -183,6 +183,10 @@ class RunStream:
         self._inbox: collections.deque[dict[str, Any]] = collections.deque()
         # The stream's wait, when it waits: set by a message, a timeout or lost access.
         self._wakeup: asyncio.Future[None] | None = None
+        # When the current wait times out, and the one timer that wakes it then (see
+        # `_wait_until`).
+        self._deadline = 0.0
+        self._timer: asyncio.TimerHandle | None = None
         self.group = session_group(session_id)
 
     def _set_token(self, token: ApiToken | None) -> None:
@@ -260,6 +264,9 @@ class RunStream:
     async def close(self) -> None:
         """Stop the access watch, the channel's reader, and leave the groups."""
         await self.watch.stop()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self._reader is not None:
             self._reader.cancel()
         if self._listening:
@@ -330,20 +337,41 @@ class RunStream:
             return None
         if not self._inbox:
             self._raise_if_layer_failed()
-            loop = asyncio.get_running_loop()
-            self._wakeup = loop.create_future()
-            timer = loop.call_later(wait, self._wake)
-            try:
-                await self._wakeup
-            finally:
-                timer.cancel()
-                self._wakeup = None
+            await self._wait_until(asyncio.get_running_loop(), wait)
             if self.revoked:
                 return None
             if not self._inbox:
                 self._raise_if_layer_failed()
                 return None
         return self._take()
+
+    async def _wait_until(self, loop: asyncio.AbstractEventLoop, wait: float) -> None:
+        """Wait for `_wake`, or `wait` seconds.
+
+        A timer armed and cancelled for each wait was one per streamed chunk per stream
+        (a handle made, pushed on the loop's heap and popped again: a few percent of a
+        Daphne's CPU while streaming, py-spy under bench/peers.py). Here the stream's one
+        timer stays armed across waits: a wait that ends sooner than the timer's moves it
+        earlier; a timer that fires before the current wait's end re-arms itself for it."""
+        self._deadline = deadline = loop.time() + wait
+        if self._timer is None or self._timer.when() > deadline:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = loop.call_at(deadline, self._on_timer, loop, deadline)
+        self._wakeup = loop.create_future()
+        try:
+            await self._wakeup
+        finally:
+            self._wakeup = None
+
+    def _on_timer(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
+        self._timer = None
+        if self._wakeup is None:
+            return  # no wait now: the next one arms the timer again
+        if self._deadline <= when:
+            self._wake()
+        else:
+            self._timer = loop.call_at(self._deadline, self._on_timer, loop, self._deadline)
 
     def _raise_if_layer_failed(self) -> None:
         """ChannelLayerUnavailable, once the layer's receive failed: the stream ends."""
