@@ -167,6 +167,72 @@ def test_after_a_redis_restart_its_idle_connections_subscribe_and_publish_again(
     assert took < 2.0
 
 
+def test_the_receive_loop_reads_replies_itself_and_redis_py_recovers_a_restart_under_it(
+    tmp_path: Any, monkeypatch: Any
+) -> None:
+    """While subscribed, the receive loop reads the connection's replies itself: no
+    redis-py get_message once it is up. Redis restarted under a subscribed loop, its read
+    fails; redis-py's get_message then reconnects and subscribes again to what the
+    connection had, and the loop reads itself again."""
+    from redis.asyncio.client import PubSub
+
+    calls: list[int] = []
+    original = PubSub.get_message
+
+    async def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(PubSub, "get_message", counted)
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def restart_under() -> tuple[list[Any], int, list[Any], int]:
+            subscriber = RedisPubSubChannelLayer(hosts=[redis.url], prefix="direct")
+            publisher = RedisPubSubChannelLayer(hosts=[redis.url], prefix="direct")
+            heard: list[Any] = []
+            channel = await subscriber.new_listening_channel("sectr.sse.", heard.append)
+            await subscriber.group_add_many(["g"], channel)
+            for n in range(20):
+                await publisher.group_send_many([("g", {"type": "m", "n": n})])
+            for _ in range(250):
+                if len(heard) == 20:
+                    break
+                await asyncio.sleep(0.02)
+            before, slow_before = list(heard), len(calls)
+            heard.clear()
+            redis.stop(signal.SIGKILL)
+            redis.start()
+            for _ in range(250):  # until the subscription is back: a publish reaches it
+                await publisher.group_send_many([("g", {"type": "m", "n": "again"})])
+                await asyncio.sleep(0.02)
+                if heard:
+                    break
+            await asyncio.sleep(0.2)  # the last of them read
+            slow_after = len(calls)
+            heard.clear()
+            for n in range(20):
+                await publisher.group_send_many([("g", {"type": "m", "n": n})])
+            for _ in range(250):
+                if len(heard) == 20:
+                    break
+                await asyncio.sleep(0.02)
+            after = list(heard)
+            grew = len(calls) - slow_after
+            await subscriber.flush()
+            await publisher.flush()
+            return before, slow_before, after, grew
+
+        before, slow_before, after, grew = asyncio.run(restart_under())
+    finally:
+        redis.stop()
+    assert [m["n"] for m in before] == list(range(20))
+    assert slow_before == 0  # read by the loop itself
+    assert [m["n"] for m in after] == list(range(20))
+    assert grew == 0  # back to reading itself after redis-py's recovery
+
+
 def test_a_batch_cut_short_leaves_no_reply_for_the_next_and_a_flush_closes_its_connection(tmp_path: Any) -> None:
     """group_send_many publishes on a connection the shard keeps: a batch cancelled while
     it was written or read (a publish timeout) must not leave its replies for the next
