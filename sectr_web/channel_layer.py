@@ -263,7 +263,7 @@ class _ReceivingShard(RedisSingleShardConnection):
         done this way (no hiredis, or health checks, which redis-py's read sends)."""
         connection = pubsub.connection
         parser = getattr(connection, "_parser", None)
-        if not isinstance(parser, _AsyncHiredisParser) or connection.health_check_interval:
+        if connection is None or not isinstance(parser, _AsyncHiredisParser) or connection.health_check_interval:
             return
         while pubsub.subscribed and pubsub.connection is connection and connection.is_connected and parser._connected:
             response = parser._reader.gets()  # a new _reader on each connect
