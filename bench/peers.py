@@ -69,7 +69,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lean_http import LeanClient  # noqa: E402
-from live import cpu_seconds, percentile, server_pids  # noqa: E402
+from live import cpu_seconds, cpu_seconds_exact, percentile, server_pids  # noqa: E402
 
 import tests.cluster  # noqa: E402
 import tests.liveserver  # noqa: E402
@@ -297,7 +297,7 @@ class PostgresBackends:
 
     def _sample(self) -> dict[int, float]:
         rows = self.connection.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.database])
-        return {pid: cpu_seconds(pid) for (pid,) in rows.fetchall()}
+        return {pid: cpu_seconds_exact(pid) for (pid,) in rows.fetchall()}
 
     def _loop(self) -> None:
         while not self.stopping.wait(PG_SAMPLE_SECONDS):
