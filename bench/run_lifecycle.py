@@ -14,7 +14,9 @@ bench/admission.py's), each with a queued `!slow 1` message (one chunk, no pause
 from the one-chunk figure is the worker's CPU per streamed chunk). Then
 starts a Worker (the default concurrency) and waits until every run has finished; prints
 the process's CPU (the event loop and the database threads) per run, the wall time of
-the burst, and the SQL statements per run by kind. The same burst is run `--rounds`
+the burst, and the SQL statements per run by kind; on a PostgreSQL of this machine also
+its backends' CPU per run and how many backends the burst opened (round 0's pool starts
+cold: the difference from later rounds is what new connections cost the server). The same burst is run `--rounds`
 times (fresh runs each time, the first one a warm-up; profile the later ones from
 outside, e.g. `py-spy record --pid`). Runs on older versions of Sectr too (with
 bench/team_runs.py beside it), so the same script compares before and after.
@@ -129,6 +131,73 @@ def unfinished() -> int:
     return Run.objects.filter(session__owner__username=OWNER, status__in=(Run.QUEUED, Run.RUNNING)).count()
 
 
+class PostgresCpu:
+    """CPU of this server's PostgreSQL backends connected to the database (PostgreSQL on
+    this machine only): each backend's /proc/<pid>/schedstat (to the nanosecond) is read
+    every 50 ms while a burst runs, so a backend the pool opens during it counts too.
+    Their sum over a burst, beside the process's own CPU, is what the database spent."""
+
+    def __init__(self) -> None:
+        self.connection: Any = None
+        database = settings.DATABASES["default"]
+        if database["ENGINE"] != "django.db.backends.postgresql" or database["HOST"] not in ("127.0.0.1", "localhost"):
+            return
+        import psycopg
+
+        self.connection = psycopg.connect(
+            host=database["HOST"],
+            port=database["PORT"] or 5432,
+            user=database["USER"],
+            dbname="postgres",
+            autocommit=True,
+        )
+        self.name = database["NAME"]
+        self.seen: dict[int, float] = {}
+        self.start: dict[int, float] = {}
+        self.stopping = threading.Event()
+
+    def _sample(self) -> dict[int, float]:
+        rows = self.connection.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [self.name]
+        ).fetchall()
+        found = {}
+        for (pid,) in rows:
+            try:
+                found[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+            except OSError:
+                pass
+        return found
+
+    def _loop(self) -> None:
+        while not self.stopping.wait(0.05):
+            for pid, used in self._sample().items():
+                self.seen[pid] = max(used, self.seen.get(pid, 0.0))
+
+    def begin(self) -> None:
+        if self.connection is None:
+            return
+        self.start = self._sample()
+        self.seen = dict(self.start)
+        self.stopping.clear()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def end(self) -> tuple[float, int]:
+        """(CPU seconds, backends opened) since `begin`; (nan, 0) without a local PostgreSQL."""
+        if self.connection is None:
+            return float("nan"), 0
+        self.stopping.set()
+        self.thread.join()
+        for pid, used in self._sample().items():
+            self.seen[pid] = max(used, self.seen.get(pid, 0.0))
+        return sum(used - self.start.get(pid, 0.0) for pid, used in self.seen.items()), len(
+            set(self.seen) - set(self.start)
+        )
+
+
+POSTGRES = PostgresCpu()
+
+
 async def burst(counter: StatementCounter) -> tuple[float, float]:
     """Run the queued runs with a fresh Worker: (CPU s, wall s) until all finished."""
     worker = Worker(
@@ -141,6 +210,7 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
     )
     counter.full.clear()
     counter.on = True
+    POSTGRES.begin()
     c0, w0 = time.process_time(), time.perf_counter()
     task = asyncio.ensure_future(worker.run())
     left, moved_at = -1, time.monotonic()
@@ -152,6 +222,9 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
         elif time.monotonic() - moved_at > STALL_SECONDS:
             raise SystemExit(f"no run finished for {STALL_SECONDS} s ({left} left): see the worker's log above")
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+    postgres, opened = POSTGRES.end()
+    if postgres == postgres:  # not nan
+        print(f"  PostgreSQL backends: {postgres / ARGS.runs * 1000:.2f} ms CPU per run, {opened} opened")
     counter.on = False
     worker.stop()
     await task
