@@ -12,7 +12,8 @@ budget, as bench/run_start.py, both by bench/team_runs.py; else plain sessions, 
 bench/admission.py's), each with a queued `!slow 1` message (one chunk, no pause;
 `--ticks 30 --tick-ms 100` streams bench/peers.py's replies instead, and the difference
 from the one-chunk figure is the worker's CPU per streamed chunk). Then
-starts a Worker (the default concurrency) and waits until every run has finished; prints
+starts a Worker (the default concurrency; `--listen`: on the channel layer, as a worker
+process does, its Redis costs counted) and waits until every run has finished; prints
 the process's CPU (the event loop and the database threads) per run, the wall time of
 the burst, and the SQL statements per run by kind; on a PostgreSQL of this machine also
 its backends' CPU per run and how many backends the burst opened (round 0's pool starts
@@ -54,6 +55,11 @@ def arguments() -> argparse.Namespace:
         help="chunks per reply (`!slow <ticks>`): more than one adds the streaming appends to each run's cost",
     )
     parser.add_argument("--tick-ms", type=int, default=0, help="the demo model's pause between two chunks")
+    parser.add_argument(
+        "--listen",
+        action="store_true",
+        help="the worker listens on the channel layer (REDIS_URL), as a worker process does: its Redis costs count",
+    )
     return parser.parse_args()
 
 
@@ -198,7 +204,7 @@ class PostgresCpu:
 POSTGRES = PostgresCpu()
 
 
-async def burst(counter: StatementCounter) -> tuple[float, float]:
+async def burst(counter: StatementCounter, listen: bool = False) -> tuple[float, float]:
     """Run the queued runs with a fresh Worker: (CPU s, wall s) until all finished."""
     worker = Worker(
         concurrency=settings.SECTR_WORKER_CONCURRENCY,
@@ -206,7 +212,7 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
         expiry_interval=0,
         retention_interval=0,
         notify=False,
-        listen=False,
+        listen=listen,
     )
     counter.full.clear()
     counter.on = True
@@ -237,13 +243,13 @@ async def burst(counter: StatementCounter) -> tuple[float, float]:
 
 
 async def rounds(
-    runs: int, extras: dict[str, object], count: int, counter: StatementCounter, ticks: int = 1
+    runs: int, extras: dict[str, object], count: int, counter: StatementCounter, ticks: int = 1, listen: bool = False
 ) -> list[float]:
     """CPU per run (ms) of each round after the first (one event loop for all, as a server)."""
     cpus: list[float] = []
     for round_ in range(count):
         await run_in_db_thread(queue, runs, extras, ticks)
-        cpu, wall = await burst(counter)
+        cpu, wall = await burst(counter, listen)
         per_run = cpu / runs * 1000
         print(f"round {round_}: CPU per run {per_run:.2f} ms, burst wall {wall:.2f} s")
         if round_:
@@ -255,14 +261,15 @@ def main() -> None:
     args = ARGS
     extras = setup(args.team)
     counter = StatementCounter()
-    cpus = asyncio.run(rounds(args.runs, extras, args.rounds, counter, args.ticks))
+    cpus = asyncio.run(rounds(args.runs, extras, args.rounds, counter, args.ticks, args.listen))
     statements = sum(counter.full.values())
     kinds: collections.Counter[str] = collections.Counter()
     for sql, count in counter.full.items():
         kinds[counter.kind(sql)] += count
     load = os.getloadavg()[0]
     print(
-        f"runs per burst: {args.runs}; ticks {args.ticks} {args.tick_ms} ms apart; team: {args.team}; load {load:.2f}"
+        f"runs per burst: {args.runs}; ticks {args.ticks} {args.tick_ms} ms apart; team: {args.team};"
+        f" listen: {args.listen}; load {load:.2f}"
     )
     print(f"CPU per run (rounds after the first): median {statistics.median(cpus):.2f} ms, min {min(cpus):.2f} ms")
     print(f"SQL statements per run (last round): {statements / args.runs:.1f}")
