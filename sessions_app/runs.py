@@ -144,15 +144,21 @@ def _wake_on_commit() -> None:
     transaction.on_commit(local_listeners.wake)  # a worker in this process (the embedded one)
 
 
-def poke_run(run_id: str) -> None:
-    """Tell the worker holding `run_id` to re-read its cancel flag now."""
+def poke_run(run_id: str, worker_id: str | None) -> None:
+    """Tell the worker holding `run_id` (`worker_id`, its row's lease owner) to re-read
+    its cancel flag now. A run no worker holds needs no poke: its claim, which locks its
+    row after the caller's change committed, reads the flag and the steer slot itself."""
     local_listeners.poke(run_id)
-    if getattr(settings, "REDIS_URL", ""):  # the in-memory layer cannot reach other processes
-        poke_run_control(run_id)
+    # The in-memory layer cannot reach other processes.
+    if worker_id and getattr(settings, "REDIS_URL", ""):
+        poke_run_control(run_id, worker_id)
 
 
-def poke_run_on_commit(run_id: str) -> None:
-    transaction.on_commit(lambda: poke_run(run_id))
+def poke_run_on_commit(run: Run) -> None:
+    """`poke_run` once the caller's transaction commits, to the worker that holds `run`
+    as the caller locked it (no other worker can claim it before that commit)."""
+    run_id, worker_id = run.pk, run.lease_owner
+    transaction.on_commit(lambda: poke_run(run_id, worker_id))
 
 
 # ---- queue (inside the caller's session lock) ----
@@ -913,7 +919,7 @@ def park_steer(run: Run, state: SessionState, text: str, author: str | None) -> 
     run.pending_steer = f"{run.pending_steer}\n\n{text}" if run.pending_steer else text
     run.steer_author = run.steer_author or (author or "")
     run.save(update_fields=["pending_steer", "steer_author"])
-    poke_run_on_commit(run.pk)
+    poke_run_on_commit(run)
     return run
 
 
@@ -957,5 +963,5 @@ def cancel_run(run: Run, state: SessionState, by: str | None) -> tuple[Run, bool
     run.cancel_requested = True
     run.cancel_requested_by = by or ""
     run.save(update_fields=["cancel_requested", "cancel_requested_by"])
-    poke_run_on_commit(run.pk)
+    poke_run_on_commit(run)
     return run, False

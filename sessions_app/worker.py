@@ -46,7 +46,7 @@ from sessions_app.journal.publish import (
     WORKERS_GROUP,
     adopt_server_loop,
     aflush_publications,
-    run_control_group,
+    worker_control_group,
 )
 from sessions_app.mcp_servers import close_worker_pool
 from sessions_app.moderation.expiry import expire_due_asks
@@ -196,9 +196,9 @@ class Worker:
             await self._ensure_liveness()
         runs.local_listeners.add(self)
         if self.listen:
-            # The channel exists before the first claim: a run claimed while the listener
-            # was still starting would otherwise never join its control group, and its
-            # Stop would wait for the heartbeat's once-a-second look at the flag.
+            # The channel and its control group exist before the first claim: a Stop of
+            # a run claimed while the listener was still starting would otherwise wait
+            # for the heartbeat's once-a-second look at the flag.
             await self._open_channel()
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
@@ -320,8 +320,6 @@ class Worker:
         control = self.controls[claim.run_id]
         set_log_context(run_id=claim.run_id, session_id=claim.session_id)  # this run's task only
         self.beating[claim.run_id] = claim
-        channel_group = run_control_group(claim.run_id)
-        await self._group_add(channel_group)
         if claim.session is not None:  # the run's start need not read the session's row again
             claimed_session.set((claim.session_id, claim.session))
         try:
@@ -349,7 +347,6 @@ class Worker:
             return
         finally:
             self.beating.pop(claim.run_id, None)
-            await self._group_discard(channel_group)
         try:
             await run_in_db_thread(runs.end_run, claim, terminal)
         except Exception:
@@ -481,12 +478,15 @@ class Worker:
         try:
             self._channel = await asyncio.wait_for(layer.new_channel("sectr.worker."), 5.0)
             await asyncio.wait_for(layer.group_add(WORKERS_GROUP, self._channel), 5.0)
+            # The pokes of every run this worker will hold (sessions_app.runs.poke_run):
+            # addressed to the worker its row names, so no run subscribes on its own.
+            await asyncio.wait_for(layer.group_add(worker_control_group(self.worker_id), self._channel), 5.0)
         except Exception:  # Redis down at start: polling still works; _rejoin_groups retries
             log.warning("worker %s: channel layer unavailable; polling only for now", self.worker_id, exc_info=True)
 
     async def _rejoin_groups(self) -> None:
-        """Join the workers' group and every executing run's control group again: a
-        restarted Redis forgot every subscription (cheap when nothing changed)."""
+        """Join the workers' group and this worker's control group again: a restarted
+        Redis forgot every subscription (cheap when nothing changed)."""
         if not self.listen:
             return
         if not hasattr(self, "_channel"):
@@ -494,8 +494,7 @@ class Worker:
                 await self._open_channel()
             return
         await self._group_add(WORKERS_GROUP)
-        for run_id in list(self.beating):
-            await self._group_add(run_control_group(run_id))
+        await self._group_add(worker_control_group(self.worker_id))
 
     async def _listen(self) -> None:
         layer = get_channel_layer()
@@ -525,14 +524,6 @@ class Worker:
         with contextlib.suppress(Exception):  # a slow channel layer must not hold the run up
             async with asyncio.timeout(2.0):  # not wait_for: no task of its own per run
                 await layer.group_add(group, self._channel)
-
-    async def _group_discard(self, group: str) -> None:
-        if not self.listen or not hasattr(self, "_channel"):
-            return
-        layer = get_channel_layer()
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(2.0):
-                await layer.group_discard(group, self._channel)
 
 
 # ---- the embedded worker (SQLite default: inside the serving process) ----

@@ -362,12 +362,16 @@ RUN_CONTROL_GROUP_PREFIX = "sectr.run."
 RUN_CONTROL_MESSAGE_TYPE = "run.control"
 
 
-def run_control_group(run_id: str) -> str:
-    """The group a worker joins while it executes `run_id` (cancel pokes reach it there)."""
-    return RUN_CONTROL_GROUP_PREFIX + run_id
+def worker_control_group(worker_id: str) -> str:
+    """The group a worker joins once, at its start, for the cancel and steer pokes of
+    every run it holds. Addressed to the worker the run's row names (its lease owner),
+    not to the run: a group per run cost each run a subscribe and an unsubscribe (two
+    Redis round trips on the worker's event loop) for a poke few runs ever get. Hashed:
+    a worker id may hold characters (and a length) a group name may not."""
+    return RUN_CONTROL_GROUP_PREFIX + "worker." + hashlib.sha256(worker_id.encode()).hexdigest()[:40]
 
 
-def poke_run_control(run_id: str) -> None:
-    """Tell the worker (in any process) that holds `run_id` to re-read its cancel flag.
-    Never raises: the worker's poll still sees the flag."""
-    _send_sync([(run_control_group(run_id), {"type": RUN_CONTROL_MESSAGE_TYPE, "run_id": run_id})])
+def poke_run_control(run_id: str, worker_id: str) -> None:
+    """Tell the worker `worker_id` (in any process), which holds `run_id`, to re-read the
+    run's cancel flag and steer slot. Never raises: the worker's poll still sees the flag."""
+    _send_sync([(worker_control_group(worker_id), {"type": RUN_CONTROL_MESSAGE_TYPE, "run_id": run_id})])

@@ -251,6 +251,42 @@ async def test_it_cancels_a_running_run_within_a_second_and_keeps_its_partial_te
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_a_stop_from_another_process_reaches_the_worker_through_its_control_group(
+    owner: Any, start_worker: StartWorker, settings: Any
+) -> None:
+    """A Stop asked in another process is a poke on the channel layer, to the control
+    group of the worker the run's row names as its lease owner: the worker joined it at
+    its start (no run subscribes on its own) and re-reads the flag when poked, long
+    before its heartbeat's look (once a second) would."""
+    settings.REDIS_URL = settings.REDIS_URL or "redis://in-memory"  # poke_run sends through the layer
+    worker = await start_worker(listen=True, lease=30.0)
+    poked: list[str] = []
+    check_cancel = worker._check_cancel
+
+    async def recording(run_id: str) -> None:
+        poked.append(run_id)
+        await check_cancel(run_id)
+
+    worker._check_cancel = recording  # type: ignore[method-assign]
+    session = await new_session(owner)
+    run = await post(owner, session, "!slow 30")
+    await wait_until(lambda: len(ticks(streamed_text(session.pk))) >= 2)
+    runs_module.local_listeners.discard(worker)  # as a worker of another process: the layer only
+
+    asked = time.monotonic()
+    await db(actions.do_cancel, owner, run.pk)
+    cancelled = await wait_until(finished(run.pk), timeout=5, interval=0.01)
+    took = time.monotonic() - asked
+    assert poked == [run.pk]
+    assert took < 1.0, f"the cancel took {took:.2f}s"
+    assert (cancelled.status, cancelled.stop_reason, cancelled.lease_owner) == (
+        Run.CANCELLED,
+        "cancelled",
+        worker.worker_id,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_it_journals_a_steer_at_a_step_boundary_and_answers_it(owner: Any, start_worker: StartWorker) -> None:
     await start_worker()
     session = await new_session(owner)
