@@ -44,6 +44,8 @@ _INDEXED = frozenset(
 
 #: Search entries per INSERT (4 parameters each, under SQLite's old limit of 999).
 ENTRIES_PER_INSERT = 200
+#: Usage rows (11 parameters each) an append's one-statement write (`write`) takes at most.
+USAGE_ROWS_FOLDED = 16
 
 
 def searchable(text: str) -> str:
@@ -143,9 +145,26 @@ class ReviewProjection:
     def write(self, usage: bool = True) -> None:
         for end, start_seq in self.ended:
             self._entry(end, "assistant", self._message_text(end, start_seq))
-        if self.entries:
+        usage = usage and bool(self.usage)
+        connection = connections[self.using]
+        if (
+            usage
+            and self.entries
+            and len(self.entries) <= ENTRIES_PER_INSERT
+            and len(self.usage) <= USAGE_ROWS_FOLDED
+            and connection.vendor == "postgresql"
+        ):
+            # A run's end has both (its reply's entry, its usage): one statement, the
+            # entries' INSERT a data-modifying CTE of the usage's upsert, instead of two
+            # round trips inside the append's transaction. Same rows, same transaction.
+            entries_sql, entries_params = self._entries_insert(self.entries)
+            usage_sql, usage_params = self._usage_upsert(self.usage)
+            with hot_cursor(connection) as cursor:
+                cursor.execute(f"WITH entries AS ({entries_sql}) {usage_sql}", [*entries_params, *usage_params])
+            usage = False
+        elif self.entries:
             self._insert_entries()
-        if self.usage and usage:
+        if usage:
             self._upsert_usage()
         if self.forks:
             models.ForkLink.objects.using(self.using).bulk_create(self.forks, ignore_conflicts=True)
@@ -154,16 +173,18 @@ class ReviewProjection:
         """The entries in one plain INSERT: a run's reply is indexed at its MESSAGE_END and
         a message at its start, and the ORM's bulk_create compiled more than it wrote."""
         connection = connections[self.using]
-        qn = connection.ops.quote_name
-        table = qn(models.SearchEntry._meta.db_table)
         with hot_cursor(connection) as cursor:
             for start in range(0, len(self.entries), ENTRIES_PER_INSERT):  # a rebuild has many
-                batch = self.entries[start : start + ENTRIES_PER_INSERT]
-                cursor.execute(
-                    f"INSERT INTO {table} (session_id, seq, kind, text) VALUES "  # noqa: S608 - quoted name
-                    + ", ".join("(%s, %s, %s, %s)" for _ in batch),
-                    [v for e in batch for v in (e.session_id, e.seq, e.kind, e.text)],
-                )
+                cursor.execute(*self._entries_insert(self.entries[start : start + ENTRIES_PER_INSERT]))
+
+    def _entries_insert(self, batch: list[models.SearchEntry]) -> tuple[str, list[Any]]:
+        """The INSERT of a batch of entries: (SQL, parameters)."""
+        table = connections[self.using].ops.quote_name(models.SearchEntry._meta.db_table)
+        return (
+            f"INSERT INTO {table} (session_id, seq, kind, text) VALUES "  # noqa: S608 - quoted name
+            + ", ".join("(%s, %s, %s, %s)" for _ in batch),
+            [v for e in batch for v in (e.session_id, e.seq, e.kind, e.text)],
+        )
 
     def _message_text(self, end: Envelope, start_seq: int | None) -> str:
         """The text of the message `end` closes, from its deltas (already inserted)."""
@@ -205,29 +226,35 @@ class ReviewProjection:
         )
 
     def _upsert_usage(self) -> None:
+        with hot_cursor(connections[self.using]) as cursor:
+            for key, row in self.usage.items():  # a rebuild's may be many: one statement each
+                cursor.execute(*self._usage_upsert({key: row}))
+
+    def _usage_upsert(self, rows: dict[tuple[date, int, str, str], list[int]]) -> tuple[str, list[Any]]:
+        """The upsert of usage rows into the rollup, one statement for all of them (their
+        keys are distinct: no row is touched twice): (SQL, parameters)."""
         connection = connections[self.using]
         table = connection.ops.quote_name(models.UsageDaily._meta.db_table)
         counters = ("input_tokens", "output_tokens", "reasoning_tokens", "cached_input_tokens", "messages")
         updates = ", ".join(f"{name} = {table}.{name} + excluded.{name}" for name in counters)
+        params: list[Any] = []
+        for (day, token_key, model, agent), row in rows.items():
+            params += [
+                connection.ops.adapt_datefield_value(day),
+                self.session.owner_id,
+                self.session.team_id or 0,
+                token_key,
+                model,
+                agent,
+                *row,
+            ]
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(rows))
         sql = (
             f"INSERT INTO {table} (day, user_id, team_key, api_token_key, model, agent_key, {', '.join(counters)}) "  # noqa: S608
-            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            f"VALUES {values} "
             f"ON CONFLICT (day, user_id, team_key, api_token_key, model, agent_key) DO UPDATE SET {updates}"
         )
-        with hot_cursor(connection) as cursor:
-            for (day, token_key, model, agent), row in self.usage.items():
-                cursor.execute(
-                    sql,
-                    [
-                        connection.ops.adapt_datefield_value(day),
-                        self.session.owner_id,
-                        self.session.team_id or 0,
-                        token_key,
-                        model,
-                        agent,
-                        *row,
-                    ],
-                )
+        return sql, params
 
 
 #: The usage rollup's agent key of an experiment's replay starts with this.
