@@ -477,6 +477,7 @@ def _claim_sqlite_batch(
     """
     claims: list[Claim] = []
     seen: list[str] = [*executing]
+    queued: list[Run] = []  # claimed queued runs, their rows written at the end (`_update_claimed`)
     with transaction.atomic():
         now = timezone.now()
         while len(claims) < limit:
@@ -489,9 +490,10 @@ def _claim_sqlite_batch(
                 session = sessions.get(run.session_id)
                 if session is None:
                     continue  # a run's row cannot outlive its session's; defensive
-                claim = _take_in_batch(run, session, worker_id, lease, tidied, now)
+                claim = _take_in_batch(run, session, worker_id, lease, tidied, now, queued)
                 if claim is not None:
                     claims.append(claim)
+        _update_claimed(queued)
     return claims
 
 
@@ -513,6 +515,7 @@ def _claim_batch(
     claims: list[Claim] = []
     busy = False
     seen: list[str] = [*executing]
+    queued: list[Run] = []  # claimed queued runs, their rows written at the end (`_update_claimed`)
     with transaction.atomic():
         now = timezone.now()
         # Again while candidates come back and the batch is short (some were tidied, or
@@ -528,9 +531,10 @@ def _claim_batch(
                 if session is None:
                     busy = True  # an action holds it (a run's row cannot outlive its session's)
                     continue
-                claim = _take_in_batch(run, session, worker_id, lease, tidied, now)
+                claim = _take_in_batch(run, session, worker_id, lease, tidied, now, queued)
                 if claim is not None:
                     claims.append(claim)
+        _update_claimed(queued)
     return claims, busy
 
 
@@ -601,13 +605,14 @@ _CLAIM_FIELDS = (
 
 
 def _take_in_batch(
-    run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any
+    run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any, queued: list[Run]
 ) -> Claim | None:
     """`_take` inside a batch's transaction. A recovery (a RUNNING run) journals, so it
     runs in a savepoint of its own: when it fails, it is logged and skipped, and the rest
-    of the batch goes on."""
+    of the batch goes on. A queued run's claimed row joins `queued`, which the caller
+    writes in one UPDATE before its transaction commits (`_update_claimed`)."""
     if run.status != Run.RUNNING:
-        return _take(run, session, worker_id, lease, tidied, now)
+        return _take(run, session, worker_id, lease, tidied, now, queued)
     try:
         with transaction.atomic():
             return _take(run, session, worker_id, lease, tidied, now)
@@ -616,9 +621,14 @@ def _take_in_batch(
         return None
 
 
-def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any) -> Claim | None:
+def _take(
+    run: Run, session: Session, worker_id: str, lease: float, tidied: list[str], now: Any,
+    queued: list[Run] | None = None,
+) -> Claim | None:  # fmt: skip
     """Claim `run` (its row and its session's locked by the caller), or None when its
-    journal ended it already (or it was lost too often, or cancelled while lost)."""
+    journal ended it already (or it was lost too often, or cancelled while lost). With
+    `queued`, a queued run's row is not written here but added to it, for the caller to
+    write before it commits (`_update_claimed`)."""
     state = session.projection()
     if state.current_invocation_id != run.invocation_id or not state.is_active:
         # Its invocation already ended in the journal (the worker died after the
@@ -668,7 +678,10 @@ def _take(run: Run, session: Session, worker_id: str, lease: float, tidied: list
     run.lease_expires_at = now + timedelta(seconds=lease)
     run.heartbeat_at = now
     run.started_at = run.started_at or now
-    _update_columns(run, _CLAIM_FIELDS)  # the row is locked: only what a claim sets
+    if queued is not None and not recovered:
+        queued.append(run)
+    else:
+        _update_columns(run, _CLAIM_FIELDS)  # the row is locked: only what a claim sets
     return Claim(
         run.pk, run.session_id, run.invocation_id or "", token, recovered, not run.pending_steer,
         None if recovered else (state, session.team_id),
@@ -689,6 +702,38 @@ def _update_columns(run: Run, fields: Sequence[str]) -> None:
         cursor.execute(
             f"UPDATE {qn(Run._meta.db_table)} SET {', '.join(assignments)} WHERE id = %s",  # noqa: S608 - quoted names
             [*params, run.pk],
+        )
+
+
+#: The Run columns the claim of a queued run sets (its invocation stays the one queued).
+_QUEUED_CLAIM_FIELDS = tuple(name for name in _CLAIM_FIELDS if name not in ("invocation_id", "invocation_ids"))
+
+
+def _update_claimed(runs: Sequence[Run]) -> None:
+    """`_update_columns(run, _QUEUED_CLAIM_FIELDS)` of each of a batch's claimed queued
+    runs (their rows locked by the caller), in one UPDATE: a claim of sixteen runs was
+    sixteen statements. A column whose value is the same for every run (the status, the
+    owner, the lease's expiry) is set once; one that differs (the token, the claimed
+    seq) takes each run's through a CASE on the id."""
+    if not runs:
+        return
+    qn = connection.ops.quote_name
+    assignments: list[str] = []
+    params: list[Any] = []
+    for name in _QUEUED_CLAIM_FIELDS:
+        field = cast(Field, Run._meta.get_field(name))  # a concrete column of the model
+        values = [field.get_db_prep_save(getattr(run, field.attname), connection) for run in runs]
+        if all(value == values[0] for value in values):
+            assignments.append(f"{qn(field.column)} = %s")
+            params.append(values[0])
+        else:
+            assignments.append(f"{qn(field.column)} = CASE {qn('id')}{' WHEN %s THEN %s' * len(runs)} END")
+            params += [v for run, value in zip(runs, values, strict=True) for v in (run.pk, value)]
+    with hot_cursor(connection) as cursor:
+        cursor.execute(
+            f"UPDATE {qn(Run._meta.db_table)} SET {', '.join(assignments)}"  # noqa: S608 - quoted names
+            f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(runs))})",
+            [*params, *(run.pk for run in runs)],
         )
 
 

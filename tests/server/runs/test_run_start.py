@@ -173,6 +173,43 @@ def test_a_claimed_start_reads_only_the_transcript_unless_something_was_journale
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_batch_of_claims_writes_its_queued_runs_rows_in_one_update(crew: dict[str, Any]) -> None:
+    """A claim of several queued runs (and a recovery beside them) writes the queued
+    runs' rows in one UPDATE, each row as a claim of its own would: its own token and
+    claimed seq, the batch's owner, lease and start."""
+    owner = crew["owner"]
+    sessions = [actions.do_create_session(owner, team=None) for _ in range(3)]
+    for session in sessions[1:]:  # claimed seqs that differ (a first message titles the session)
+        actions.do_rename(owner, session.pk, "a longer journal")
+        actions.do_rename(owner, session.pk, "a longer journal still")
+    posted = [actions.do_post_message(owner, session.pk, "hello") for session in sessions]
+    lost = actions.do_post_message(owner, actions.do_create_session(owner, team=None).pk, "lost")
+    runs_module.claim_next_runs("dead-worker", 60.0, 1, executing=[run.pk for run in posted])
+    Run.objects.filter(pk=lost.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
+    with CaptureQueriesContext(connection) as queries:
+        claims = runs_module.claim_next_runs("batch-worker", 60.0, 8, tidy_stranded=False)
+    assert sorted(claim.run_id for claim in claims) == sorted([lost.pk, *(run.pk for run in posted)])
+    updates = [q["sql"] for q in queries if q["sql"].startswith('UPDATE "sessions_app_run"')]
+    assert len(updates) == 2, updates  # the recovery's own, and the queued runs' one
+    by_run = {claim.run_id: claim for claim in claims}
+    rows = {run.pk: run for run in Run.objects.filter(pk__in=by_run)}
+    for run in posted:
+        row, claim = rows[run.pk], by_run[run.pk]
+        session = Session.objects.get(pk=run.session_id)
+        assert not claim.recovered and (row.lease_token, row.status, row.attempts) == (claim.token, Run.RUNNING, 1)
+        assert (row.lease_owner, row.invocation_id, row.invocation_ids) == (
+            "batch-worker",
+            run.invocation_id,
+            [run.invocation_id],
+        )
+        assert row.claimed_seq == session.last_seq and row.started_at == row.heartbeat_at is not None
+        assert row.lease_expires_at == rows[posted[0].pk].lease_expires_at > timezone.now() + timedelta(seconds=50)
+    assert len({rows[run.pk].claimed_seq for run in posted}) == 2
+    assert len({claim.token for claim in claims}) == len(claims)
+    assert by_run[lost.pk].recovered and rows[lost.pk].lease_token == by_run[lost.pk].token
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -> None:
     """A recovery journals in its claim: its start reads the session afresh."""
     owner = crew["owner"]
