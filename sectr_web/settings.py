@@ -398,7 +398,7 @@ SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
 #: it (PostgreSQL): after a delta group of more than one append, the next starts at
 #: least this long after it (a delta after a quiet moment or a group of one, and any
 #: other append, goes at once; sessions_app.journal.database._GroupCommit). 0: no wait.
-SECTR_JOURNAL_LINGER_MS = env_float("SECTR_JOURNAL_LINGER_MS", 10.0)
+SECTR_JOURNAL_LINGER_MS = env_float("SECTR_JOURNAL_LINGER_MS", 20.0)
 #: The cyclic garbage collector's young-generation threshold in Daphne and the workers,
 #: whose startup heap is frozen too (sessions_app.garbage_collection); 0 keeps Python's.
 SECTR_GC_THRESHOLD = env_int("SECTR_GC_THRESHOLD", 10_000, minimum=0)

@@ -1064,13 +1064,13 @@ class _GroupCommit:
     in order; lanes' transactions lock disjoint sessions (and their runs), so they
     cannot deadlock each other. SQLite has one writer: one lane.
 
-    Linger (SECTR_JOURNAL_LINGER_MS, 10 ms; `linger` in seconds here): when the lane's
+    Linger (SECTR_JOURNAL_LINGER_MS, 20 ms; `linger` in seconds here): when the lane's
     previous group of deltas held more than one append (chunks come faster than a write
     takes), a group made only of deltas starts no sooner than `linger` after that one
     started, so under load a lane writes its deltas every few milliseconds in groups of
     many streams instead of one or two chunks a group, each its statement and thread
     hop (bench/linger.py, 500 chunks a second: 0.51 ms of the process's CPU and 0.58 of
-    PostgreSQL's per chunk without it, 0.30 and 0.29 with 10 ms). A light load (groups
+    PostgreSQL's per chunk without it, 0.30 and 0.29 with 10 ms, 0.22 and 0.20 with 20). A light load (groups
     of one) never waits, nor does an isolated delta (the previous delta group started
     longer ago than that), and neither does
     a group with anything else in it: an append that is not deltas only (a steer, a
