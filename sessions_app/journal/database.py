@@ -321,12 +321,14 @@ class DatabaseJournal:
         `locked`: the session's row as the caller locked it in this same transaction
         (actions' `_locked`): the append uses it instead of locking and reading the row
         again, and leaves it updated (last_seq, state and the other cached columns), so
-        a second append with the same object is right too."""
+        a second append with the same object is right too. It takes no savepoint then
+        (two statements of every run's POST): the caller's transaction is the unit, and a
+        failed append fails it, as nothing between the lock and the append catches one."""
         if locked is not None and (
             locked.pk != session_id or not transaction.get_connection(self.using).in_atomic_block
         ):
             raise ValueError("`locked` must be the session's row, locked in the current transaction")
-        with transaction.atomic(using=self.using):
+        with transaction.atomic(using=self.using, savepoint=locked is None):
             envelopes = self._append_locked(session_id, list(events), fence, locked=locked)
             if envelopes:
                 counted = functools.partial(count_appended_numbers, *appended_numbers(envelopes))
