@@ -145,6 +145,27 @@ class RunStream:
         await stream._join(stream._groups())
         return stream
 
+    @classmethod
+    def to_join_before_run(cls, session_id: str) -> RunStream:
+        """`joined_before_run`'s stream, joined later from the database thread that admits
+        the request and posts the run (`join_from_thread`): one thread hop for the three
+        steps, where admitting, joining and posting took two. `close()` it if no run comes."""
+        stream = cls.__new__(cls)
+        stream._setup(session_id, 0, None)
+        return stream
+
+    def join_from_thread(self, token: ApiToken, loop: asyncio.AbstractEventLoop) -> None:
+        """(Sync, in a database thread, once `token` is admitted and before the post) Join
+        the session's group and the token's user's access group on `loop`, and wait for
+        it, as `joined_before_run` does. Nothing is joined after `close()`: a request cut
+        short while its thread still worked leaves no group behind."""
+        self._set_token(token)
+        asyncio.run_coroutine_threadsafe(self._join_unless_closed(), loop).result()
+
+    async def _join_unless_closed(self) -> None:
+        if not self._closed:
+            await self._join(self._groups())
+
     def of_posted_run(self, run: Run, token: ApiToken | None) -> RunStream:
         """The stream of `run`, posted after `joined_before_run`, for the holder of `token`."""
         self._set_token(token)
@@ -166,6 +187,7 @@ class RunStream:
         self.after = after
         self._set_token(token)
         self._live_from_start = False
+        self._closed = False
         self._joined: list[str] = []
         self.revoked = False
         self.watch = AccessWatch(self._recheck, self._revoke, lambda: self.revoked)
@@ -263,6 +285,7 @@ class RunStream:
 
     async def close(self) -> None:
         """Stop the access watch, the channel's reader, and leave the groups."""
+        self._closed = True
         await self.watch.stop()
         if self._timer is not None:
             self._timer.cancel()

@@ -11,6 +11,7 @@ sessions_app.actions (and media/token actions), called in a thread.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
@@ -530,18 +531,25 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
     # The run's own stream (as GET /runs/{id}/events from its start), answered at once:
     # no second request before the first chunk. It joins the session's group (and its
     # user's access group, in the same step) before the post, so it needs no journal
-    # read to start (RunStream.joined_before_run); it sends
-    # nothing unless the post succeeds (400, 404 close it unread). The request is admitted
-    # first (401, 429), in a hop of its own: a refused token costs no subscription.
-    await call.in_db_thread(lambda: None)
-    if not ID_PATTERN.fullmatch(session_id):
-        await call.in_db_thread(start)  # 400 or this id's 404, in that order
-    stream = await RunStream.joined_before_run(session_id, call.token)
+    # read to start (RunStream.joined_before_run); it sends nothing unless the post
+    # succeeds (400, 404 close it unread). One database hop: the request is admitted
+    # (401, 429) first, so a refused token costs no subscription; then the thread has the
+    # event loop join the groups and waits for it; then it posts.
+    loop = asyncio.get_running_loop()
+    stream = RunStream.to_join_before_run(session_id) if ID_PATTERN.fullmatch(session_id) else None
+
+    def join_and_start() -> Run:
+        if stream is not None and call.token is not None:
+            stream.join_from_thread(call.token, loop)
+        return start()  # with no stream: 400 or this id's 404, in that order
+
     try:
-        run = await call.in_db_thread(start)
+        run = await call.in_db_thread(join_and_start)
     except BaseException:
-        await stream.close()
+        if stream is not None:
+            await stream.close()
         raise
+    assert stream is not None  # a malformed id never posts
     response = event_stream_response(await started(stream.of_posted_run(run, call.token).frames()))
     response["Location"] = f"/api/v1/runs/{run.pk}"
     response[RUN_ID_HEADER] = run.pk

@@ -121,17 +121,17 @@ async def test_the_stream_joins_its_access_group_with_the_sessions_before_the_po
     with the pub/sub layer), so a revocation from then on reaches the stream; both are
     left when it ends."""
     access = user_access_group(owner.pk)
-    seen: list[tuple[int, int]] = []
-    joined_before_run = sse.RunStream.joined_before_run
+    seen: list[tuple[int, int, bool]] = []
+    join_unless_closed = sse.RunStream._join_unless_closed
 
-    async def observed(session_id: str, token: ApiToken | None = None) -> sse.RunStream:
-        stream = await joined_before_run(session_id, token)
-        seen.append((joined(session_id), members(access)))
-        return stream
+    async def observed(stream: sse.RunStream) -> None:
+        await join_unless_closed(stream)
+        posted = await database_sync_to_async(Run.objects.filter(session_id=session.pk).exists)()
+        seen.append((joined(session.pk), members(access), posted))
 
-    monkeypatch.setattr(sse.RunStream, "joined_before_run", observed)
+    monkeypatch.setattr(sse.RunStream, "_join_unless_closed", observed)
     await stream_a_run(token, session)
-    assert seen == [(1, 1)]
+    assert seen == [(1, 1, False)]
     assert (joined(session.pk), members(access)) == (0, 0)
 
 
