@@ -32,7 +32,7 @@ from sessions_app.api.auth import authenticate, check_rate_limit, required_beare
 from sessions_app.api.errors import ApiError, error_response, exception_response
 from sessions_app.api.sse import RunStream, SessionStream, parse_after, replay_run, started
 from sessions_app.attribution import current_api_token_key
-from sessions_app.dbthread import run_in_db_thread
+from sessions_app.dbthread import run_plain_in_db_thread
 from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.input_checks import is_whole_number
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
@@ -75,13 +75,19 @@ class ApiCall:
         """`work` in the journal's database threads, after the admission still owed: one
         thread hop for the token's lookup and the operation's queries. A POST of a run
         took four (the token, the rate limit, the action, giving the connection back),
-        three of them in a thread Django starts for each request."""
+        three of them in a thread Django starts for each request.
+
+        Through `run_plain_in_db_thread`, without asgiref's SyncToAsync, whose set-up cost
+        more than the hop: neither the admission nor a run's post calls back into async
+        code through async_to_sync (their publications go on the server loop's queue, and
+        the stream's join is handed to the loop explicitly, RunStream.join_from_thread),
+        and the context variable the admission sets is read in the same call."""
 
         def admitted() -> R:
             self.admit()
             return work()
 
-        return await run_in_db_thread(admitted)
+        return await run_plain_in_db_thread(admitted)
 
 
 Handler = Callable[..., Coroutine[Any, Any, HttpResponseBase]]
