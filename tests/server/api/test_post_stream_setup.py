@@ -222,3 +222,22 @@ async def test_the_posts_request_takes_no_request_thread(token: str, session: Se
         request_finished.disconnect(record_finished)
     assert started == []
     assert finished == [threading.current_thread()]
+
+
+async def test_the_post_takes_one_database_hop(token: str, session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Admission (the token, its rate limit), the join of the stream's groups and the post
+    run in one call in the journal's threads, and the run is attributed to its token."""
+    from sessions_app.api import views
+
+    hops: list[str] = []
+    run_plain_in_db_thread = views.run_plain_in_db_thread
+
+    async def counted(func: Any, *args: Any, **kwargs: Any) -> Any:
+        hops.append(func.__qualname__)
+        return await run_plain_in_db_thread(func, *args, **kwargs)
+
+    monkeypatch.setattr(views, "run_plain_in_db_thread", counted)
+    run, _text = await stream_a_run(token, session)
+    assert len(hops) == 1, hops
+    key = await database_sync_to_async(lambda: ApiToken.authenticate(token).pk)()
+    assert run.api_token_key == key
