@@ -266,7 +266,7 @@ class _ReceivingShard(RedisSingleShardConnection):
         if connection is None or not isinstance(parser, _AsyncHiredisParser) or connection.health_check_interval:
             return
         while pubsub.subscribed and pubsub.connection is connection and connection.is_connected and parser._connected:
-            response = parser._reader.gets()  # a new _reader on each connect
+            response = cast(Any, parser._reader).gets()  # a new _reader on each connect
             if response is NOT_ENOUGH_DATA:
                 try:
                     await parser.read_from_socket()

@@ -156,6 +156,11 @@ class RequestExecutor(Executor):
 _request_executor: ContextVar[RequestExecutor | None] = ContextVar("sectr_request_executor", default=None)
 
 
+def _header_bytes(text: str | bytes, encoding: str) -> bytes:
+    """A response header's name or value as ASGI sends it (as Django's send_response)."""
+    return text.encode(encoding) if isinstance(text, str) else bytes(text)
+
+
 class ApiASGIHandler(ASGIHandler):
     """Django's ASGI handler with API_MIDDLEWARE instead of settings.MIDDLEWARE, a lent
     thread per request (RequestExecutor) instead of a new one, given back as soon as a
@@ -260,21 +265,17 @@ class ApiASGIHandler(ASGIHandler):
         went through all of them (py-spy under bench/peers.py). Here a part is made bytes
         as that wrapper does and cut only when it is longer than chunk_size: the same
         messages, in the same order. Any other response goes through Django's."""
-        iterator = getattr(response, "_iterator", None)
+        iterator: Any = getattr(response, "_iterator", None)
         if not (response.streaming and getattr(response, "is_async", False) and hasattr(iterator, "aclose")):
             await super().send_response(response, send)
             return
-        headers = []
-        for header, value in response.items():
-            if isinstance(header, str):
-                header = header.encode("ascii")
-            if isinstance(value, str):
-                value = value.encode("latin1")
-            headers.append((bytes(header), bytes(value)))
+        headers = [
+            (_header_bytes(header, "ascii"), _header_bytes(value, "latin1")) for header, value in response.items()
+        ]
         for cookie in response.cookies.values():
             headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
-        make_bytes = response.make_bytes  # type: ignore[attr-defined]
+        make_bytes = response.make_bytes
         async with contextlib.aclosing(iterator) as parts:
             async for part in parts:
                 data = make_bytes(part)
