@@ -20,7 +20,11 @@ from tests.server.conftest import join_team
 
 pytestmark = pytest.mark.django_db
 
-TODAY = timezone.now().date()
+
+def report_day() -> date:
+    """Today as the report sees it, read by each test: a module-level constant went stale
+    when the run crossed midnight between collecting and running the tests."""
+    return timezone.now().date()
 
 
 @pytest.fixture
@@ -43,10 +47,11 @@ def spend(user: Any, day: date, model: str, tokens: int, team: Session | None = 
 def test_days_stack_by_model_with_the_largest_first_and_the_rest_as_other(
     reviewer: Any, owner: Any, session: Session
 ) -> None:
+    this_day = report_day()
     session.refresh_from_db()
     for n in range(10):  # ten models: seven get a colour, three are "other"
-        spend(owner, TODAY - timedelta(days=1), f"model-{n}", 100 * (n + 1), session)
-    spend(owner, TODAY, "model-9", 4000, session)
+        spend(owner, this_day - timedelta(days=1), f"model-{n}", 100 * (n + 1), session)
+    spend(owner, this_day, "model-9", 4000, session)
     report = usage.build_report(reviewer, {"team": "crew"})
     chart = report.chart
     assert chart is not None
@@ -62,14 +67,21 @@ def test_days_stack_by_model_with_the_largest_first_and_the_rest_as_other(
     assert today.segments[0].y == pytest.approx(100 - 100 * 4000 / 6000)
     # 30 days, five date labels at most; the per-day table leaves the empty days out.
     assert len(chart.columns) == 30 and len(chart.day_labels) == 5
-    assert [row.label for row in report.used_days] == [yesterday.day.isoformat(), TODAY.isoformat()]
-    assert [column.day for column in chart.used_days] == [yesterday.day, TODAY]
+    assert [row.label for row in report.used_days] == [yesterday.day.isoformat(), this_day.isoformat()]
+    assert [column.day for column in chart.used_days] == [yesterday.day, this_day]
 
 
 def test_stacked_by_agent_and_cost_per_day(reviewer: Any, owner: Any, session: Session) -> None:
+    this_day = report_day()
     session.refresh_from_db()
     UsageDaily.objects.create(
-        day=TODAY, user=owner, team_key=session.team_id, model="demo", agent_key="", input_tokens=1000, output_tokens=0
+        day=this_day,
+        user=owner,
+        team_key=session.team_id,
+        model="demo",
+        agent_key="",
+        input_tokens=1000,
+        output_tokens=0,
     )
     ModelPrice.objects.create(model="demo", input_per_million=Decimal("2"), output_per_million=Decimal("4"))
     report = usage.build_report(reviewer, {"by": "agent"})
@@ -110,7 +122,8 @@ def test_runs_failed_of_those_finished_with_the_latest_listed(reviewer: Any, ses
 
 
 def test_an_empty_range_is_empty_and_the_page_says_so_in_a_sentence(reviewer: Any, owner: Any) -> None:
-    spend(owner, TODAY, "demo", 10)
+    this_day = report_day()
+    spend(owner, this_day, "demo", 10)
     page = logged_in(reviewer).get("/review/usage/", {"from": "2020-01-01", "to": "2020-01-30"}).content.decode()
     assert "No tokens were used from Jan 1 to Jan 30, 2020" in page
     assert "<svg" not in page and "2020-01-15" not in page and "Per day" not in page
@@ -119,8 +132,9 @@ def test_an_empty_range_is_empty_and_the_page_says_so_in_a_sentence(reviewer: An
 def test_the_cost_hint_links_staff_to_the_prices_and_tells_others_who_sets_them(
     reviewer: Any, owner: Any, session: Session
 ) -> None:
+    this_day = report_day()
     session.refresh_from_db()
-    spend(owner, TODAY, "demo", 10, session)
+    spend(owner, this_day, "demo", 10, session)
     page = logged_in(reviewer).get("/review/usage/").content.decode()
     assert "An administrator sets them in the admin" in page and "/admin/sessions_app/modelprice/" not in page
     owner.is_staff = True
