@@ -201,12 +201,7 @@ class InvocationWriter:
             self._buffer.clear()
         else:
             try:
-                self.appends += 1
-                self._follow_texts(envelopes)
-                if any(e.type in TERMINAL_TYPES for e in envelopes):
-                    self.closed = True
-                if self._on_append is not None:
-                    self._on_append(envelopes)
+                self._landed(envelopes)
             except BaseException as exc:
                 self._error = exc
                 self._buffer.clear()
@@ -271,13 +266,18 @@ class InvocationWriter:
             except BaseException:
                 self._texts_known, self._since_start = False, None
                 raise
-            self.appends += 1
-            self._follow_texts(envelopes)
-            if any(e.type in TERMINAL_TYPES for e in envelopes):
-                self.closed = True
-            if self._on_append is not None:
-                self._on_append(envelopes)
+            self._landed(envelopes)
             return envelopes
+
+    def _landed(self, envelopes: list[Envelope]) -> None:
+        """The bookkeeping after a write landed, whichever path wrote it (`_write_now`,
+        `_written`): counted, its texts followed, closed by a terminal event, reported."""
+        self.appends += 1
+        self._follow_texts(envelopes)
+        if any(e.type in TERMINAL_TYPES for e in envelopes):
+            self.closed = True
+        if self._on_append is not None:
+            self._on_append(envelopes)
 
     def _follow_texts(self, envelopes: list[Envelope]) -> None:
         if not self._texts_known:

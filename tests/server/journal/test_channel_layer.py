@@ -194,13 +194,19 @@ def test_the_receive_loop_reads_replies_itself_and_redis_py_recovers_a_restart_u
             heard: list[Any] = []
             channel = await subscriber.new_listening_channel("sectr.sse.", heard.append)
             await subscriber.group_add_many(["g"], channel)
-            for n in range(20):
-                await publisher.group_send_many([("g", {"type": "m", "n": n})])
-            for _ in range(250):
-                if len(heard) == 20:
-                    break
-                await asyncio.sleep(0.02)
-            before, slow_before = list(heard), len(calls)
+
+            async def send_twenty() -> list[Any]:
+                """Publish 20 messages and wait (up to 5 s) until all were heard."""
+                for n in range(20):
+                    await publisher.group_send_many([("g", {"type": "m", "n": n})])
+                for _ in range(250):
+                    if len(heard) == 20:
+                        break
+                    await asyncio.sleep(0.02)
+                return list(heard)
+
+            before = await send_twenty()
+            slow_before = len(calls)
             heard.clear()
             redis.stop(signal.SIGKILL)
             redis.start()
@@ -212,13 +218,7 @@ def test_the_receive_loop_reads_replies_itself_and_redis_py_recovers_a_restart_u
             await asyncio.sleep(0.2)  # the last of them read
             slow_after = len(calls)
             heard.clear()
-            for n in range(20):
-                await publisher.group_send_many([("g", {"type": "m", "n": n})])
-            for _ in range(250):
-                if len(heard) == 20:
-                    break
-                await asyncio.sleep(0.02)
-            after = list(heard)
+            after = await send_twenty()
             grew = len(calls) - slow_after
             await subscriber.flush()
             await publisher.flush()
