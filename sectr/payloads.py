@@ -89,17 +89,27 @@ def check_storable(value: Any, where: str = "payload") -> None:
 
 def strings_only(payload: dict[Any, Any]) -> bool:
     """Whether `payload` maps plain strings to plain strings (a delta's, on every streamed
-    chunk): a JSON value as it is, which a copy reproduces as a JSON round trip would."""
-    return all(type(key) is str and type(item) is str for key, item in payload.items())
+    chunk): a JSON value as it is, which a copy reproduces as a JSON round trip would.
+    A plain loop: all() over a generator was 0.58 us a delta's payload, this 0.22 (timeit)."""
+    for key, item in payload.items():
+        if type(key) is not str or type(item) is not str:
+            return False
+    return True
 
 
 def _plain_texts(payload: dict[Any, Any]) -> bool:
     """Whether `payload` maps strings to strings, none with a NUL or a lone surrogate (a
     delta's, on every streamed chunk): storable, checked in one pass over its text. False
-    sends it through the full walk, which also names what is wrong."""
-    if not strings_only(payload):
-        return False
-    text = "".join(part for pair in payload.items() for part in pair)
+    sends it through the full walk, which also names what is wrong. (Its texts gathered
+    in the loop that checks their types: 0.5 us a delta's payload, where strings_only and
+    a join over a nested generator took 1.6, timeit.)"""
+    parts = []
+    for key, item in payload.items():
+        if type(key) is not str or type(item) is not str:
+            return False
+        parts.append(key)
+        parts.append(item)
+    text = "".join(parts)
     if "\x00" in text:
         return False
     try:

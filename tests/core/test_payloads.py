@@ -103,3 +103,32 @@ def test_a_journal_runs_from_one_session_created_without_gaps() -> None:
         order.check(True, EventType.STEER_RECEIVED)
     order.check(2, EventType.STEER_RECEIVED)
     assert order.last_seq == 2
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        ({"message_id": "m", "text": "a\x00b"}, "payload.text contains a NUL"),
+        ({"message_id": "m\x00", "text": "a"}, "payload.message_id contains a NUL"),
+        ({"message_id": "m", "text": "\ud800"}, "payload.text is not valid Unicode"),
+        ({"message_id": "m", "text\ud800": "a"}, "a key of payload is not valid Unicode"),
+    ],
+)
+def test_a_deltas_strings_are_checked_on_its_fast_path(payload: dict[str, Any], reason: str) -> None:
+    """A payload of strings only (a streamed chunk's) is checked in one pass; what that
+    pass refuses goes through the full walk, which names it."""
+    with pytest.raises(InvalidEvent, match=reason):
+        check_event(EventType.MESSAGE_DELTA, payload, "inv_1")
+
+
+def test_strings_only_takes_plain_strings_and_nothing_else() -> None:
+    from sectr.payloads import strings_only
+
+    class Text(str):
+        pass
+
+    assert strings_only({"message_id": "m", "text": "a"})
+    assert strings_only({})
+    assert not strings_only({"message_id": "m", "text": Text("a")})  # a JSON round trip gives a str
+    assert not strings_only({"message_id": "m", "n": 1})
+    assert not strings_only({1: "a"})
