@@ -211,6 +211,13 @@ class InvocationWriter:
             done.set_result(None)
 
     def _merge(self, batch: list[tuple[str, str, str] | NewEvent]) -> list[NewEvent]:
+        if len(batch) == 1 and type(batch[0]) is tuple:
+            # One delta (an idle stream's chunk, the most frequent write): its event as
+            # the loop below makes it, without the loop's dict of lists (a quarter fewer
+            # instructions, callgrind).
+            message_id, kind, text = batch[0]
+            payload = {"message_id": message_id, kind: text}
+            return [NewEvent(EventType.MESSAGE_DELTA, payload, self.invocation_id)]
         merged: list[NewEvent] = []
         current_id: str | None = None
         parts: dict[str, list[str]] = {}

@@ -455,3 +455,21 @@ async def test_a_writer_whose_write_failed_gives_no_reply_text() -> None:
     await writer.delta("m2", text="fine")
     await writer.emit(EventType.MESSAGE_END, {"message_id": "m2"})
     assert _ends(journal.calls) == [("m2", None)]
+
+
+def test_a_lone_delta_is_journaled_as_the_merge_of_several_would_be() -> None:
+    """One buffered delta (an idle stream's chunk) takes a shortcut through the merge: its
+    event is the one the merge of a batch makes, for text and for reasoning alike."""
+    writer = InvocationWriter(MemoryJournal(), "ses_1", "inv_1")
+    (text,) = writer._merge([("msg_1", "text", "hi")])
+    (reasoning,) = writer._merge([("msg_1", "reasoning", "hmm")])
+    assert text == NewEvent(EventType.MESSAGE_DELTA, {"message_id": "msg_1", "text": "hi"}, "inv_1")
+    assert reasoning == NewEvent(EventType.MESSAGE_DELTA, {"message_id": "msg_1", "reasoning": "hmm"}, "inv_1")
+    # The same as the loop's: a batch of two messages' deltas, each one event.
+    first, second = writer._merge([("msg_1", "text", "hi"), ("msg_2", "reasoning", "hmm")])
+    assert (first, second) == (
+        text,
+        NewEvent(EventType.MESSAGE_DELTA, {"message_id": "msg_2", "reasoning": "hmm"}, "inv_1"),
+    )
+    start = NewEvent(EventType.MESSAGE_START, {"message_id": "msg_1", "role": "assistant"}, "inv_1")
+    assert writer._merge([start]) == [start]  # a queued event is no delta
