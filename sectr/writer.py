@@ -281,8 +281,10 @@ class InvocationWriter:
         `_written`): counted, its texts followed, closed by a terminal event, reported."""
         self.appends += 1
         self._follow_texts(envelopes)
-        if any(e.type in TERMINAL_TYPES for e in envelopes):
-            self.closed = True
+        for envelope in envelopes:  # a loop, not any() over a generator: once per chunk
+            if envelope.type in TERMINAL_TYPES:
+                self.closed = True
+                break
         if self._on_append is not None:
             self._on_append(envelopes)
 
@@ -305,7 +307,12 @@ class InvocationWriter:
         back from its deltas finds (sessions_app's search index reads the deltas after
         the newest MESSAGE_START). Not in a batch that also starts a message or holds
         deltas."""
-        if self._since_start is None or not any(e.type is EventType.MESSAGE_END for e in events):
+        if self._since_start is None:
+            return events
+        for event in events:  # a loop, not any() over a generator: once per chunk
+            if event.type is EventType.MESSAGE_END:
+                break
+        else:
             return events
         if any(e.type in (EventType.MESSAGE_START, EventType.MESSAGE_DELTA) for e in events):
             return events
