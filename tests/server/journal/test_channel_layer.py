@@ -471,6 +471,57 @@ def test_group_add_many_and_discard_many_take_one_command_each(tmp_path: Any) ->
     assert channels == [b"many__group__shared"]
 
 
+def test_streams_leaving_together_share_one_unsubscribe(tmp_path: Any) -> None:
+    """Channels leaving their groups in the same pass of the loop send one UNSUBSCRIBE
+    between them; a group joined again before it goes stays subscribed and delivers."""
+    import redis as redis_client
+
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[list[Any], dict[str, int], list[bytes]]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="together")
+            heard_c: list[Any] = []
+            a = await layer.new_listening_channel("sectr.sse.", lambda _m: None)
+            b = await layer.new_listening_channel("sectr.sse.", lambda _m: None)
+            c = await layer.new_listening_channel("sectr.sse.", heard_c.append)
+            await layer.group_add_many(["one"], a)
+            await layer.group_add_many(["two", "again"], b)
+            with redis_client.Redis.from_url(redis.url) as plain:
+
+                def unsubscribes() -> int:
+                    return int(plain.info("commandstats").get("cmdstat_unsubscribe", {}).get("calls", 0))
+
+                before = unsubscribes()
+
+                async def rejoin() -> None:
+                    await asyncio.sleep(0)  # after b left "again", before the command goes
+                    await layer.group_add_many(["again"], c)
+
+                await asyncio.gather(
+                    layer.group_discard_many(["one"], a), layer.group_discard_many(["two", "again"], b), rejoin()
+                )
+                count = unsubscribes() - before
+                await layer.group_send_many([("again", {"type": "m", "n": 1})])
+                for _ in range(100):
+                    if heard_c:
+                        break
+                    await asyncio.sleep(0.02)
+                channels = sorted(plain.pubsub_channels())
+            for channel in (a, b, c):
+                layer.close_listening_channel(channel)
+            await layer.flush()
+            return heard_c, {"unsubscribe": count}, channels
+
+        heard_c, counts, channels = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert counts == {"unsubscribe": 1}
+    assert channels == [b"together__group__again"]
+    assert [m["n"] for m in heard_c] == [1]
+
+
 def test_the_redis_layer_speaks_resp2_unless_told() -> None:
     """RESP2: pub/sub messages as plain replies (RESP3's push replies cost a debug log
     line each in redis-py); a host may still ask for RESP3."""
