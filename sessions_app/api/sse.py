@@ -42,7 +42,7 @@ import contextlib
 import logging
 import operator
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from channels.layers import get_channel_layer
@@ -166,14 +166,20 @@ class RunStream:
         if not self._closed:
             await self._join(self._groups())
 
-    def of_posted_run(self, run: Run, token: ApiToken | None) -> RunStream:
-        """The stream of `run`, posted after `joined_before_run`, for the holder of `token`."""
+    def of_posted_run(self, run: Run, token: ApiToken | None, posted: Sequence[Envelope] = ()) -> RunStream:
+        """The stream of `run`, posted after `joined_before_run`, for the holder of `token`;
+        `posted`: the envelopes the post committed (sessions_app.journal.publish's
+        `collecting_commits`), if it has them, which the stream starts with."""
         self._set_token(token)
         self._follow_run(run)
         # The run's envelopes were appended after the join, so the layer carries them all
         # (a lost message shows as a gap and the journal is read). A run waiting behind
         # another one is read from the journal once it starts, as usual.
         self._live_from_start = run.start_seq is not None
+        # The post's own batch, as committed: its message through the layer may come
+        # after the worker's first one, a gap the journal would be read for; taken from
+        # here, the layer's copy is a duplicate and skipped.
+        self._posted: list[Envelope] = [envelope for envelope in posted if envelope.session_id == self.session_id]
         return self
 
     def _follow_run(self, run: Run) -> None:
@@ -187,6 +193,7 @@ class RunStream:
         self.after = after
         self._set_token(token)
         self._live_from_start = False
+        self._posted = []
         self._closed = False
         self._joined: list[str] = []
         self.revoked = False
@@ -329,8 +336,12 @@ class RunStream:
         # Seconds of silence before a ``: ping`` comment.
         heartbeat = float(settings.SECTR_SSE_HEARTBEAT_SECONDS)
         last_write = time.monotonic()
-        # Joined before the run's first append: the layer brings it all (no journal read).
-        frame = b"" if self._live_from_start else await self._catch_up()
+        # Joined before the run's first append: the layer brings it all (no journal read),
+        # after the post's own batch when the stream has it.
+        if not self._live_from_start:
+            frame = await self._catch_up()
+        else:
+            frame = await self._take_envelopes(self._posted) if self._posted else b""
         if frame:
             yield frame
             last_write = time.monotonic()
@@ -479,6 +490,10 @@ class RunStream:
             envelopes = [Envelope.from_dict(e) for e in message.get("envelopes", [])]
         except (KeyError, TypeError, ValueError):
             return await self._catch_up()
+        return await self._take_envelopes(envelopes)
+
+    async def _take_envelopes(self, envelopes: list[Envelope]) -> bytes:
+        """The frames of a batch of envelopes from the layer (or the post's own)."""
         if len(envelopes) > 1:  # a batch comes in seq order; sorted in case it does not
             envelopes.sort(key=envelope_seq)
         fresh = [e for e in envelopes if e.seq > self.cursor]

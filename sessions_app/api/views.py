@@ -24,7 +24,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonRespons
 from django.views.decorators.csrf import csrf_exempt
 
 from sectr.errors import NotFound, ValidationFailed
-from sectr.events import add_usage, usage_dict
+from sectr.events import Envelope, add_usage, usage_dict
 from sessions_app import actions
 from sessions_app.access import Need, check_access, get_session_for_user, visible_sessions
 from sessions_app.api import auth
@@ -35,6 +35,7 @@ from sessions_app.attribution import current_api_token_key
 from sessions_app.dbthread import run_plain_in_db_thread
 from sessions_app.display.snapshots import TRANSCRIPT_VIEWS, session_summary, snapshot, transcript
 from sessions_app.input_checks import is_whole_number
+from sessions_app.journal.publish import collecting_commits
 from sessions_app.models import ApiToken, ApprovalRule, AskIndex, Run, Session
 
 KIB = 1024
@@ -544,19 +545,22 @@ async def start_run(call: ApiCall, session_id: str) -> HttpResponseBase:
     loop = asyncio.get_running_loop()
     stream = RunStream.to_join_before_run(session_id) if ID_PATTERN.fullmatch(session_id) else None
 
-    def join_and_start() -> Run:
+    def join_and_start() -> tuple[Run, list[Envelope]]:
         if stream is not None and call.token is not None:
             stream.join_from_thread(call.token, loop)
-        return start()  # with no stream: 400 or this id's 404, in that order
+        # What the post commits, for the stream to start with (RunStream.of_posted_run).
+        with collecting_commits() as posted:
+            run = start()  # with no stream: 400 or this id's 404, in that order
+        return run, posted
 
     try:
-        run = await call.in_db_thread(join_and_start)
+        run, posted = await call.in_db_thread(join_and_start)
     except BaseException:
         if stream is not None:
             await stream.close()
         raise
     assert stream is not None  # a malformed id never posts
-    response = event_stream_response(await started(stream.of_posted_run(run, call.token).frames()))
+    response = event_stream_response(await started(stream.of_posted_run(run, call.token, posted).frames()))
     response["Location"] = f"/api/v1/runs/{run.pk}"
     response[RUN_ID_HEADER] = run.pk
     return response

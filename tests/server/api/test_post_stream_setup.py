@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 
 from sessions_app.api import sse
+from sessions_app.journal import publish
 from sessions_app.journal.publish import session_group
 from sessions_app.models import ApiToken, Run, Session
 from sessions_app.socket_access import user_access_group
@@ -112,6 +113,45 @@ async def test_the_posts_stream_starts_without_reading_the_journal(
     assert "live " in text and "words" in text and run.pk in text
     assert reads == []  # the prompt's events and the words all came through the layer
     assert joined(session.pk) == 0
+
+
+async def test_the_posts_stream_starts_with_its_own_batch_when_the_layer_brings_it_late(
+    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The post's publication may reach the layer after the worker's first batch (it
+    waits its turn on the server loop): the stream starts with the batch the post
+    committed, so the worker's batch is no gap (no journal read), and the post's late
+    message is a duplicate: every event once, in order."""
+    reads: list[int] = []
+    read_envelopes = sse.read_envelopes
+
+    def counted(session_id: str, after_seq: int, limit: int = sse.READ_PAGE) -> Any:
+        reads.append(after_seq)
+        return read_envelopes(session_id, after_seq, limit)
+
+    monkeypatch.setattr(sse, "read_envelopes", counted)
+    held: list[Any] = []
+    send_sync = publish._send_sync
+    monkeypatch.setattr(publish, "_send_sync", held.append)  # the post's publication, held back
+    communicator = await send_post(token, session.pk, {"content": "hello"})
+    start = await communicator.receive_output(timeout=10)
+    assert start["status"] == 200, start
+    text = await read_until(communicator, ": stream of")
+    monkeypatch.setattr(publish, "_send_sync", send_sync)
+    run = await database_sync_to_async(Run.objects.get)(session_id=session.pk)
+    await journal(session, reply("early words", inv=run.invocation_id))
+    text += await read_until(communicator, "words")
+    assert held
+    for messages in held:
+        send_sync(messages)  # now, after the worker's batch
+    await asyncio.sleep(0.2)
+    await journal(session, [completed(run.invocation_id)])
+    text += await read_until(communicator, "event: result")
+    await communicator.wait(timeout=5)
+    assert reads == []
+    ids = [int(line[4:]) for line in text.splitlines() if line.startswith("id: ")]
+    assert ids == sorted(set(ids)), text
+    assert "early " in text and '"words"' in text
 
 
 async def test_the_stream_joins_its_access_group_with_the_sessions_before_the_post(
