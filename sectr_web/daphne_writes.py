@@ -14,6 +14,13 @@ once, as asyncio's own transports do: the same bytes (the HTTP/1.1 chunk), in th
 order; what the socket does not take at once is buffered and sent by Twisted as before.
 Anything else (the headers, the first chunk, the last one, TLS connections, a
 connection with data still waiting) goes through Daphne and Twisted unchanged.
+
+The same request class drops two things Twisted does for every request that Daphne
+never uses: parsing a POST's form body into `request.args` (Daphne hands the raw body
+to the application; Twisted's parse of the Content-Type alone goes through
+email.message, 1.3% of a Daphne's CPU under bench/admission.py --mode post, py-spy, and
+a multipart body was parsed whole), and asking zope.interface whether a plain TCP
+connection is TLS for the request's scheme (0.9%).
 """
 
 from __future__ import annotations
@@ -54,6 +61,17 @@ def send_chunks_at_once() -> bool:
 
     class SendingWebRequest(base):
         sectr_sends_at_once = True
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._parsePOSTFormSubmission = False  # request.args: Daphne never reads them
+
+        def isSecure(self) -> bool:  # noqa: N802 - Twisted's name
+            channel = self.channel
+            if not self._forceSSL and channel is not None and type(channel.transport) is tcp.Server:
+                # A plain TCP connection is TLS only once startTLS made it so.
+                return bool(channel.transport.TLS)
+            return bool(super().isSecure())
 
         def handle_reply(self, message: dict[str, Any]) -> None:
             # A chunk in the middle of a chunked response already started: Daphne's

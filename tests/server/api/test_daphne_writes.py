@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from twisted.internet import protocol, tcp
@@ -70,3 +71,68 @@ def test_daphne_requests_send_at_once_under_the_body_cap() -> None:
     assert send_chunks_at_once()
     assert getattr(http_protocol.WebRequest, "sectr_sends_at_once", False)
     assert http_protocol.WebRequest.max_body_bytes > 0  # the cap is the outermost class
+
+
+@pytest.fixture
+def tcp_pair() -> Iterator[tuple[tcp.Server, socket.socket]]:
+    """`pair` over TCP on the loopback (a request asks its transport for addresses)."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        peer = socket.create_connection(listener.getsockname(), timeout=5)
+        ours, address = listener.accept()
+    ours.setblocking(False)
+    transport = tcp.Server(ours, protocol.Protocol(), address, None, 1, MemoryReactor())
+    try:
+        yield transport, peer
+    finally:
+        ours.close()
+        peer.close()
+
+
+class _Server:
+    """What a Daphne request asks of its server when it is made."""
+
+    def protocol_connected(self, request: object) -> None:
+        pass
+
+
+def daphne_request(transport: tcp.Server) -> object:
+    from daphne import http_protocol
+    from twisted.web import http
+
+    import sectr_web.asgi  # noqa: F401 - installs the request class
+
+    channel = http.HTTPChannel()
+    channel.factory = type("Factory", (), {"server": _Server()})()
+    channel.makeConnection(transport)
+    return http_protocol.WebRequest(channel)
+
+
+def test_a_daphne_request_leaves_a_form_body_to_the_application(tcp_pair: tuple[tcp.Server, socket.socket]) -> None:
+    """Daphne hands the raw body on and never reads `request.args`: Twisted does not parse
+    a form body into them (it did, through email.message, for each POST)."""
+    request: Any = daphne_request(tcp_pair[0])
+    processed: list[bytes] = []
+    request.process = lambda: processed.append(request.content.read())
+    body = b"a=1&b=2"
+    request.requestHeaders.setRawHeaders(b"content-type", [b"application/x-www-form-urlencoded"])
+    request.requestHeaders.setRawHeaders(b"content-length", [str(len(body)).encode()])
+    request.gotLength(len(body))
+    request.handleContentChunk(body)
+    request.requestReceived(b"POST", b"/api/v1/x?q=1", b"HTTP/1.1")
+    assert processed == [body]
+    assert request.args == {b"q": [b"1"]}  # the query string's, not the body's
+
+
+def test_a_daphne_request_is_secure_only_over_tls(tcp_pair: tuple[tcp.Server, socket.socket]) -> None:
+    from twisted.internet.interfaces import ISSLTransport
+    from zope.interface import directlyProvides
+
+    transport = tcp_pair[0]
+    request: Any = daphne_request(transport)
+    assert request.isSecure() is False
+    transport.TLS = True  # what startTLS does to a TCP connection
+    directlyProvides(transport, ISSLTransport)
+    assert request.isSecure() is True
+    transport.TLS = False
+    request._forceSSL = True  # setHost(..., ssl=True)
+    assert request.isSecure() is True
