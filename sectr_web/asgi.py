@@ -20,8 +20,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 
 from sectr_web.body_limits import RequestBodyLimit, cap_daphne_request_bodies  # noqa: E402
-from sectr_web.daphne_writes import send_chunks_at_once  # noqa: E402
-from sectr_web.middleware import ApiASGIHandler, is_api_request  # noqa: E402
+from sectr_web.daphne_writes import chunk_writer, send_chunks_at_once  # noqa: E402
+from sectr_web.middleware import CHUNK_WRITER, ApiASGIHandler, is_api_request  # noqa: E402
 from sectr_web.routing import websocket_urlpatterns  # noqa: E402
 from sectr_web.websocket_origin import SameOriginValidator  # noqa: E402
 from sessions_app.approval_service.server import ENDPOINT as MCP_ENDPOINT  # noqa: E402
@@ -61,6 +61,10 @@ cap_daphne_request_bodies()
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    # Before anything starts a task: the request's direct writer of streamed chunks
+    # (Daphne's; ApiASGIHandler.send_response uses it), which no other task should keep.
+    if (write_chunk := chunk_writer()) is not None:
+        scope[CHUNK_WRITER] = write_chunk
     # The first connection (or the reactor's start, below) starts the embedded worker
     # on the server's own loop, so its publications reach this process's consumers.
     start_embedded_worker()

@@ -25,7 +25,31 @@ connection is TLS for the request's scheme (0.9%).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
+
+#: The Daphne request whose application task is being started (see `chunk_writer`).
+_serving: ContextVar[Any] = ContextVar("sectr_daphne_request", default=None)
+
+
+def chunk_writer() -> Callable[[bytes], bool] | None:
+    """In an ASGI call Daphne serves over HTTP: the `write_chunk` of its request, which
+    sends a chunk of a streamed response already started straight to the connection
+    (False when it cannot: then send the body message as usual). None elsewhere.
+
+    Taken out of the call's context: tasks the call starts after this (the embedded
+    worker's, on the first request) do not keep the request.
+
+    An SSE frame sent through the ASGI `send` went through two more coroutines
+    (RequestBodyLimit's, Daphne's Server.handle_reply with its connection lookup by the
+    request's Python __hash__) and a message dict to build and check, before the same
+    write: per streamed chunk per client."""
+    request = _serving.get()
+    if request is None:
+        return None
+    _serving.set(None)
+    return getattr(request, "write_chunk", None)
 
 
 def send_now(transport: Any, data: bytes) -> None:
@@ -73,25 +97,40 @@ def send_chunks_at_once() -> bool:
                 return bool(channel.transport.TLS)
             return bool(super().isSecure())
 
+        def process(self) -> Any:
+            # Daphne starts the application's task in here: the task's context holds
+            # the request (`chunk_writer`).
+            token = _serving.set(self)
+            try:
+                return super().process()
+            finally:
+                _serving.reset(token)
+
+        def write_chunk(self, data: bytes) -> bool:
+            """Send `data` as the next chunk of the chunked response already started,
+            as Daphne's handle_reply of a body message with more_body would (it would
+            only write it: http.Request.write, chunked), and True; False when that is not
+            what it would do (the caller sends the message through Daphne)."""
+            if not (self.chunked and self.startedWriting and not self.finished and not self._disconnected):
+                return False
+            channel = self.channel
+            if channel is None:
+                return False
+            transport = channel.transport
+            if not isinstance(transport, tcp.Connection) or transport.TLS:
+                return False
+            if data:
+                self.sentLength += len(data)
+                send_now(transport, b"%x\r\n%s\r\n" % (len(data), data))
+            return True
+
         def handle_reply(self, message: dict[str, Any]) -> None:
-            # A chunk in the middle of a chunked response already started: Daphne's
-            # handle_reply would only write it (http.Request.write, chunked).
             if (
                 message.get("more_body", False)
                 and message["type"] == "http.response.body"
-                and self.chunked
-                and self.startedWriting
-                and not self.finished
-                and not self._disconnected
-                and self.channel is not None
+                and self.write_chunk(message.get("body", b""))
             ):
-                transport = self.channel.transport
-                if isinstance(transport, tcp.Connection) and not transport.TLS:
-                    data = message.get("body", b"")
-                    if data:
-                        self.sentLength += len(data)
-                        send_now(transport, b"%x\r\n%s\r\n" % (len(data), data))
-                    return
+                return
             super().handle_reply(message)
 
     http_protocol.WebRequest = SendingWebRequest

@@ -154,6 +154,11 @@ class RequestExecutor(Executor):
 
 #: The current API request's executor (set by ApiASGIHandler for its request's tasks).
 _request_executor: ContextVar[RequestExecutor | None] = ContextVar("sectr_request_executor", default=None)
+#: The scope's key for the server's direct writer of a streamed response's chunks
+#: (sectr_web.daphne_writes.chunk_writer: Daphne's), when it has one.
+CHUNK_WRITER = "sectr.write_chunk"
+#: The current API request's chunk writer (from its scope, for send_response).
+_chunk_writer: ContextVar[Callable[[bytes], bool] | None] = ContextVar("sectr_chunk_writer", default=None)
 
 
 def _header_bytes(text: str | bytes, encoding: str) -> bytes:
@@ -190,9 +195,11 @@ class ApiASGIHandler(ASGIHandler):
             executor = RequestExecutor(self.threads, started)
             SyncToAsync.context_to_thread_executor[context] = executor
             token = _request_executor.set(executor)
+            writer_token = _chunk_writer.set(scope.get(CHUNK_WRITER))
             try:
                 await self.handle(scope, receive, send)
             finally:
+                _chunk_writer.reset(writer_token)
                 _request_executor.reset(token)
                 if SyncToAsync.context_to_thread_executor.get(context) is executor:
                     del SyncToAsync.context_to_thread_executor[context]
@@ -276,11 +283,16 @@ class ApiASGIHandler(ASGIHandler):
             headers.append((b"Set-Cookie", cookie.output(header="").encode("ascii").strip()))
         await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
         make_bytes = response.make_bytes
+        # The server's direct write of a chunk (Daphne's: sectr_web.daphne_writes), the
+        # same bytes in the same order as the message would make; the message when it
+        # cannot (the first chunk, which writes the headers; a closed connection; TLS).
+        write = _chunk_writer.get()
         async with contextlib.aclosing(iterator) as parts:
             async for part in parts:
                 data = make_bytes(part)
                 if len(data) <= self.chunk_size:
-                    await send({"type": "http.response.body", "body": data, "more_body": True})
+                    if write is None or not write(data):
+                        await send({"type": "http.response.body", "body": data, "more_body": True})
                     continue
                 for chunk, _ in self.chunk_bytes(data):
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})

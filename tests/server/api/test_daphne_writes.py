@@ -5,6 +5,7 @@ so only an immediate send arrives)."""
 
 from __future__ import annotations
 
+import contextvars
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -89,10 +90,33 @@ def tcp_pair() -> Iterator[tuple[tcp.Server, socket.socket]]:
 
 
 class _Server:
-    """What a Daphne request asks of its server when it is made."""
+    """What a Daphne request asks of its server when it is made and processed."""
+
+    proxy_forwarded_address_header = None
+    root_path = ""
+    request_buffer_size = 8192
+    server_name = "daphne"
+
+    def __init__(self) -> None:
+        self.writers: list[Any] = []
 
     def protocol_connected(self, request: object) -> None:
         pass
+
+    def protocol_disconnected(self, request: object) -> None:
+        pass
+
+    def log_action(self, *args: object) -> None:
+        pass
+
+    def create_application(self, request: object, scope: dict[str, Any]) -> Any:
+        import asyncio
+
+        from sectr_web.daphne_writes import chunk_writer
+
+        # What Daphne does here: the application's task copies this context.
+        self.writers.append(contextvars.copy_context().run(chunk_writer))
+        return asyncio.Queue()
 
 
 def daphne_request(transport: tcp.Server) -> object:
@@ -102,9 +126,11 @@ def daphne_request(transport: tcp.Server) -> object:
     import sectr_web.asgi  # noqa: F401 - installs the request class
 
     channel = http.HTTPChannel()
-    channel.factory = type("Factory", (), {"server": _Server()})()
+    channel.factory = type("Factory", (), {"server": _Server(), "log": lambda _self, _request: None})()
     channel.makeConnection(transport)
-    return http_protocol.WebRequest(channel)
+    request = http_protocol.WebRequest(channel)
+    channel.requests.append(request)  # as the channel does with a request it parses
+    return request
 
 
 def test_a_daphne_request_leaves_a_form_body_to_the_application(tcp_pair: tuple[tcp.Server, socket.socket]) -> None:
@@ -136,3 +162,32 @@ def test_a_daphne_request_is_secure_only_over_tls(tcp_pair: tuple[tcp.Server, so
     transport.TLS = False
     request._forceSSL = True  # setHost(..., ssl=True)
     assert request.isSecure() is True
+
+
+def test_the_application_of_a_request_writes_its_chunks_directly(tcp_pair: tuple[tcp.Server, socket.socket]) -> None:
+    """The application Daphne starts for a request finds the request's chunk writer in
+    its context (once: then it is gone from the context); the writer declines until the
+    response's first chunk has gone through Daphne (it writes the headers), then writes
+    each chunk, framed as Daphne would, and declines again once the response is done."""
+    from sectr_web.daphne_writes import chunk_writer
+
+    transport, peer = tcp_pair
+    request: Any = daphne_request(transport)
+    server = request.server
+    request.gotLength(0)
+    request.requestReceived(b"GET", b"/api/v1/runs/run_1/events", b"HTTP/1.1")
+    assert len(server.writers) == 1 and server.writers[0] is not None
+    assert chunk_writer() is None  # not outside the application's context
+    write = server.writers[0]
+    assert write(b"early") is False  # nothing started yet
+    request.handle_reply({"type": "http.response.start", "status": 200, "headers": []})
+    request.handle_reply({"type": "http.response.body", "body": b"first", "more_body": True})
+    transport.doWrite()  # Twisted's own write of the headers and first chunk
+    assert write(b"second") is True
+    received = b""
+    while not received.endswith(b"6\r\nsecond\r\n"):
+        received += peer.recv(1000)
+    assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert received.endswith(b"5\r\nfirst\r\n6\r\nsecond\r\n")
+    request.handle_reply({"type": "http.response.body", "body": b""})
+    assert write(b"late") is False
