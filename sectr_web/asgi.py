@@ -63,7 +63,8 @@ cap_daphne_request_bodies()
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # Before anything starts a task: the request's direct writer of streamed chunks
     # (Daphne's; ApiASGIHandler.send_response uses it), which no other task should keep.
-    if (write_chunk := chunk_writer()) is not None:
+    # (A websocket's upgrade request is taken out too, and not kept.)
+    if (write_chunk := chunk_writer()) is not None and scope["type"] == "http":
         scope[CHUNK_WRITER] = write_chunk
     # The first connection (or the reactor's start, below) starts the embedded worker
     # on the server's own loop, so its publications reach this process's consumers.
