@@ -71,7 +71,7 @@ async def default_handler(ctx: SessionContext) -> None:
             continue
         # The model answered. A steer parked during that last step is journaled now and
         # the model is called again, so the run answers it.
-        if await ctx.step_boundary():
+        if await ctx.step_boundary(ending=True):
             continue
         if turn.finish_reason == "length" and ctx.limit_reached() == "budget":
             ctx.stop_reason = "budget"  # the answer was cut short by the run's budget

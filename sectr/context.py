@@ -732,11 +732,15 @@ class SessionContext:
         yield stream
         await stream.end(stream.turn.finish_reason)
 
-    async def step_boundary(self) -> bool:
-        """A model-step boundary: raise if cancelled; journal a parked steer (True if one)."""
+    async def step_boundary(self, *, ending: bool = False) -> bool:
+        """A model-step boundary: raise if cancelled; journal a parked steer (True if one).
+
+        `ending`: the handler returns here unless a steer is taken (the model answered in
+        text), which lets the run's control skip a read its end makes anyway
+        (`RunControl.take_steer`)."""
         if self.control.cancelled:
             raise InvocationCancelled()
-        steer = await self.control.take_steer()
+        steer = await self.control.take_steer(ending=ending)
         if steer is None:
             return False
         text, author = steer

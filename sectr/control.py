@@ -37,8 +37,13 @@ class RunControl:
     def has_steer(self) -> bool:
         return bool(self._steers)
 
-    async def take_steer(self) -> tuple[str, str | None] | None:
-        """Empty the slot: the parked text (joined by blank lines) and its first author."""
+    async def take_steer(self, *, ending: bool = False) -> tuple[str, str | None] | None:
+        """Empty the slot: the parked text (joined by blank lines) and its first author.
+
+        `ending`: the handler ends at this boundary unless a steer is taken. A control
+        whose durable slot the invocation's end looks at again (the Django worker's: the
+        completing append is refused while a steer is parked, and the handler runs again
+        to answer it) may leave that slot unread here; the in-memory slot is always taken."""
         if not self._steers:
             return None
         steers, self._steers = self._steers, []

@@ -30,6 +30,7 @@ worker that holds the run.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import threading
@@ -54,6 +55,7 @@ from sectr.journal import NewEvent
 from sectr.state import SessionState
 from sessions_app.attribution import current_api_token_key
 from sessions_app.journal import get_journal
+from sessions_app.journal.database import RunFence
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
 from sessions_app.models import Run, Session
 from sessions_app.plain_sql import hot_cursor, insert_instance, model_columns, model_instances
@@ -92,9 +94,11 @@ class Claim:
     #: since. Whether nothing was journaled since the claim is checked as it starts.
     session: tuple[SessionState, int | None] | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def fence(self) -> tuple[str, str]:
-        return (self.run_id, self.token)
+    @functools.cached_property
+    def fence(self) -> RunFence:
+        """The journal fence of this claim's writes, one object for the claim's life: the
+        append of the run's terminal event records the run's end with it (`RunFence`)."""
+        return RunFence(self.run_id, self.token)
 
 
 # ---- listeners in this process (the embedded worker, test workers) ----
@@ -800,12 +804,19 @@ def finish_run(claim: Claim, terminal: Envelope) -> bool:
     return _finish_run(claim, terminal)[0]
 
 
-def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
-    """`finish_run`: (whether it recorded the end, whether the session has a pending
-    run). The second comes back with the UPDATE (RETURNING), where the database can: one
-    statement, not two, as every run ends; True where it cannot tell."""
-    status = TERMINAL_RUN_STATUS.get(terminal.type, Run.FAILED)
-    payload = terminal.payload
+def finish_statement(
+    connection: Any, run_id: str, token: str, terminal_type: EventType, payload: dict[str, Any], now: Any
+) -> tuple[str, list[Any], bool]:
+    """The UPDATE that records a run's end (its terminal event's type and payload) on its
+    row while the row still carries `token`: (SQL, parameters, whether it returns a row).
+    Where the database can (RETURNING: PostgreSQL, SQLite >= 3.35) it returns one row
+    for the run it ended: whether the session has a pending run, so that the end needs
+    no second statement to know whether a queued message is due.
+
+    `_finish_run` runs it on its own; the journal runs it inside the append of the run's
+    terminal event (DatabaseJournal, `RunFence`), on PostgreSQL as a part of that
+    append's one statement."""
+    status = TERMINAL_RUN_STATUS.get(terminal_type, Run.FAILED)
     stop = payload.get("stop_reason") or {
         Run.SUSPENDED: "awaiting_approval",
         Run.FAILED: "error",
@@ -813,27 +824,38 @@ def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
     }.get(status, "")
     ops = connection.ops
     table = ops.quote_name(Run._meta.db_table)
-    returning = connection.features.can_return_columns_from_insert  # PostgreSQL, SQLite >= 3.35
+    returning = bool(connection.features.can_return_columns_from_insert)
     pending = (
         f" RETURNING EXISTS (SELECT 1 FROM {table} AS queued"  # noqa: S608 - quoted name
         f" WHERE queued.session_id = {table}.session_id AND queued.status = %s)"
     )
+    sql = (
+        f"UPDATE {table} SET status = %s, stop_reason = %s, usage = %s, error = %s,"  # noqa: S608 - quoted name
+        " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s"
+        + (pending if returning else "")
+    )
+    params = [
+        status,
+        stop,
+        json.dumps(payload.get("usage") or {}),
+        str(payload.get("error") or ""),
+        ops.adapt_datetimefield_value(now),
+        run_id,
+        token,
+        *([Run.PENDING] if returning else []),
+    ]
+    return sql, params, returning
+
+
+def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
+    """`finish_run`: (whether it recorded the end, whether the session has a pending
+    run). The second comes back with the UPDATE (RETURNING), where the database can: one
+    statement, not two, as every run ends; True where it cannot tell."""
+    sql, params, returning = finish_statement(
+        connection, claim.run_id, claim.token, terminal.type, terminal.payload, timezone.now()
+    )
     with hot_cursor(connection) as cursor:
-        cursor.execute(
-            f"UPDATE {table} SET status = %s, stop_reason = %s, usage = %s, error = %s,"  # noqa: S608 - quoted name
-            " lease_token = NULL, lease_expires_at = NULL, finished_at = %s WHERE id = %s AND lease_token = %s"
-            + (pending if returning else ""),
-            [
-                status,
-                stop,
-                json.dumps(payload.get("usage") or {}),
-                str(payload.get("error") or ""),
-                ops.adapt_datetimefield_value(timezone.now()),
-                claim.run_id,
-                claim.token,
-                *([Run.PENDING] if returning else []),
-            ],
-        )
+        cursor.execute(sql, params)
         if not returning:
             return cursor.rowcount == 1, True
         row = cursor.fetchone()
@@ -842,11 +864,25 @@ def _finish_run(claim: Claim, terminal: Envelope) -> tuple[bool, bool]:
 
 def end_run(claim: Claim, terminal: Envelope) -> bool:
     """`finish_run`, then start the session's next queued message if it has one
-    (`promote_pending_run`): what a worker does as each run ends, in one thread hop."""
-    finished, pending = _finish_run(claim, terminal)
+    (`promote_pending_run`): what a worker does as each run ends, in one thread hop.
+
+    When the append of the terminal event recorded the end already (in its transaction:
+    `claim.fence.ended`), only the promotion is left, and only when a message waits."""
+    ended = claim.fence.ended
+    if ended is None:
+        finished, pending = _finish_run(claim, terminal)
+    else:
+        finished, pending = True, ended
     if pending:  # nearly never: a message queued behind this run
         promote_pending_run(claim.session_id)
     return finished
+
+
+def end_needs_database(claim: Claim) -> bool:
+    """Whether `end_run` has anything to do in the database for this claim: not when
+    the terminal event's append recorded the run's end and no message waits behind it
+    (nearly every run), which spares the worker a thread hop as each run ends."""
+    return claim.fence.ended is not False
 
 
 def heartbeat_runs(claims: Sequence[Claim], lease: float, *, renew: bool) -> dict[str, tuple[bool, str | None]]:

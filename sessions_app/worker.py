@@ -74,7 +74,16 @@ RELEASE_RETRY_SECONDS = 0.25
 
 
 class DatabaseRunControl(RunControl):
-    """The steer slot lives on the Run row: taking it empties the row's slot."""
+    """The steer slot lives on the Run row: taking it empties the row's slot.
+
+    The slot is read at a step boundary, except at the first one when the claim found it
+    empty, and at an ending one (the model answered: `take_steer(ending=True)`) unless
+    the run was poked since the last read. Parking a steer pokes the run's worker after
+    its commit; a steer whose poke has not arrived (or was lost) is still answered: the
+    completing append's fence check refuses the run's end while the slot holds one
+    (SteerArrived), and the runtime runs the handler again, whose first boundary takes
+    it. The ending read was one statement and a thread hop of every run (nearly always
+    finding the slot empty)."""
 
     def __init__(self, claim: runs.Claim, on_first_step: Callable[[], None] | None = None) -> None:
         super().__init__()
@@ -82,15 +91,22 @@ class DatabaseRunControl(RunControl):
         self._on_first_step = on_first_step
         #: the claim read the steer slot just now and found it empty (one read less a run)
         self._slot_read = claim.steer_slot_empty
+        #: a steer or a cancel was asked for since the slot was last read (`poked`)
+        self._poked = False
 
-    async def take_steer(self) -> tuple[str, str | None] | None:
+    def poked(self) -> None:
+        """The run's worker was poked: a steer may be parked (the next boundary reads)."""
+        self._poked = True
+
+    async def take_steer(self, *, ending: bool = False) -> tuple[str, str | None] | None:
         if self._on_first_step is not None:  # the run reached its first step: it has started
             started, self._on_first_step = self._on_first_step, None
             started()
-        local = await super().take_steer()
-        if self._slot_read:
+        local = await super().take_steer(ending=ending)
+        if self._slot_read or (ending and not self._poked):
             self._slot_read, durable = False, None
         else:
+            self._poked = False  # before the read: a poke during it makes the next one read
             durable = await run_in_db_thread(runs.take_parked_steer, self.claim)
         if local and durable:
             return f"{local[0]}\n\n{durable[0]}", local[1]
@@ -178,6 +194,7 @@ class Worker:
         control = self.controls.get(run_id)
         if claim is None or control is None:
             return
+        control.poked()  # a steer may be parked: the run's ending boundary reads the slot
         beats = await run_in_db_thread(runs.heartbeat_runs, [claim], self.lease, renew=True)
         held, cancel_by = beats[claim.run_id]
         if cancel_by is not None or not held:
@@ -347,6 +364,8 @@ class Worker:
             return
         finally:
             self.beating.pop(claim.run_id, None)
+        if not runs.end_needs_database(claim):
+            return  # the terminal event's append ended the row, and no message waits
         try:
             await run_in_db_thread(runs.end_run, claim, terminal)
         except Exception:
@@ -399,6 +418,8 @@ class Worker:
                 if self.beating.get(claim.run_id) is not claim:
                     continue  # it ended (or is recording its end) meanwhile
                 held, cancel_by = beats.get(claim.run_id, (True, None))
+                if not held and claim.fence.ended is not None:
+                    continue  # its terminal event's append ended the row: it is ending
                 if not held:
                     LEASES_LOST.inc()
                     log.warning("run %s: lease lost; stopping it", claim.run_id)

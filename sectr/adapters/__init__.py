@@ -125,7 +125,7 @@ async def run_loop(ctx: SessionContext, step: Callable[[], Awaitable[ModelTurn]]
                 return
             await ctx.step_boundary()
             continue
-        if await ctx.step_boundary():
+        if await ctx.step_boundary(ending=True):
             continue
         if turn.finish_reason == "length" and ctx.limit_reached() == "budget":
             ctx.stop_reason = "budget"

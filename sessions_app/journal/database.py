@@ -104,6 +104,29 @@ logger = logging.getLogger("sectr.journal")
 #: (run_id, lease_token) of the worker that writes.
 Fence = tuple[str, str]
 
+
+class RunFence(tuple[str, str]):
+    """A worker's fence (run id, lease token) that hears how its run ended.
+
+    The append of the run's terminal event (its current invocation's) records the run's
+    end on its Run row in the same transaction (on PostgreSQL in the same statement), as
+    `sessions_app.runs.finish_statement` does, and sets `ended`: whether the session has
+    a pending run then. None until then (or when the append did not end the row, which
+    the worker then ends itself). A plain tuple fence ends the row too; nobody hears it.
+
+    The worker wrote the terminal event and then finished the row in a transaction (and
+    a thread hop) of its own: three statements less a run on PostgreSQL with the
+    MESSAGE_END append, and no moment when the journal has ended a run that its row
+    still calls running."""
+
+    ended: bool | None
+
+    def __new__(cls, run_id: str, lease_token: str) -> RunFence:
+        fence = super().__new__(cls, (run_id, lease_token))
+        fence.ended = None
+        return fence
+
+
 INVOCATION_ID_MAX = 40
 #: A JSON array of strings as a PostgreSQL text[] (one parameter, `json.dumps(list)`):
 #: psycopg's client-side binding quotes a list parameter element by element in Python,
@@ -189,6 +212,27 @@ _UNREAD = _Unread()
 #: The statuses a fence refuses, as an SQL list of literals (the model's constants).
 _FINISHED_STATUSES_SQL = ", ".join(f"'{status}'" for status in sorted(models.Run.FINISHED_STATUSES))
 assert all(status.isidentifier() for status in models.Run.FINISHED_STATUSES)  # noqa: S101 - safe as literals
+
+
+#: The events that end an invocation (and so its run).
+_TERMINAL_TYPES = frozenset(
+    {
+        EventType.INVOCATION_COMPLETED,
+        EventType.INVOCATION_SUSPENDED,
+        EventType.INVOCATION_FAILED,
+        EventType.INVOCATION_CANCELLED,
+    }
+)
+
+
+def _terminal_event(
+    prepared: list[tuple[EventType, dict[str, Any], str | None]],
+) -> tuple[EventType, dict[str, Any], str | None] | None:
+    """An append's (last) terminal event, as `_prepare` made it, or None."""
+    for event in reversed(prepared):
+        if event[0] in _TERMINAL_TYPES:
+            return event
+    return None
 
 
 def _all_deltas(items: Sequence[_PendingAppend]) -> bool:
@@ -661,6 +705,9 @@ class DatabaseJournal:
         prepared = _prepare(events)
         connection = connections[self.using]
         now = timezone.now()
+        terminal = _terminal_event(prepared) if fence is not None else None
+        if terminal is not None and isinstance(fence, RunFence):
+            fence.ended = None  # a try of this append rolled back may have set it
         session: models.Session | None = None
         run: tuple[Any, ...] | None | _Unread = _UNREAD
         run_invocation_id: str | None = None
@@ -705,8 +752,17 @@ class DatabaseJournal:
             apply_envelope(state, envelope)
         columns = models.Session.cached_columns(state)
         columns["updated_at"] = now
+        finish = None
+        if terminal is not None and run_invocation_id is not None and terminal[2] == run_invocation_id:
+            # The run's end on its row, with its terminal event (RunFence says why).
+            from sessions_app.runs import finish_statement  # runs imports the journal
+
+            run_id, lease_token = _split_fence(fence)
+            finish = finish_statement(connection, run_id, lease_token, terminal[0], terminal[1], now)
         # Before the review's rows: a reply's search entry reads the deltas just inserted.
-        self._insert_and_update_session_row(connection, envelopes, columns)
+        ended = self._insert_and_update_session_row(connection, envelopes, columns, finish)
+        if ended is not None and isinstance(fence, RunFence):
+            fence.ended = ended
         review.write()
         if any(ask_changes(e, pending_before) for e in envelopes):
             update_ask_index(session_id, envelopes, pending_before, state, using=self.using)
@@ -807,19 +863,49 @@ class DatabaseJournal:
         return sql, [*params, session_id]
 
     def _insert_and_update_session_row(
-        self, connection: BaseDatabaseWrapper, envelopes: list[Envelope], columns: dict[str, Any]
-    ) -> None:
+        self,
+        connection: BaseDatabaseWrapper,
+        envelopes: list[Envelope],
+        columns: dict[str, Any],
+        finish: tuple[str, list[Any], bool] | None = None,
+    ) -> bool | None:
         """`_insert` the envelopes (of one session) and `_update_session_row` its row: on
-        PostgreSQL in one statement (the INSERT a data-modifying CTE of the UPDATE)."""
+        PostgreSQL in one statement (the INSERT a data-modifying CTE of the UPDATE).
+
+        `finish`: `sessions_app.runs.finish_statement` of the fenced run, which ends its
+        row too (on PostgreSQL another data-modifying CTE of the same statement); then
+        whether the session has a pending run (True where the database cannot tell),
+        None when the row was not ended (or without `finish`)."""
         session_id = envelopes[0].session_id
         if connection.vendor != "postgresql":
             self._insert(connection, envelopes)
             self._update_session_row(connection, session_id, columns)
-            return
+            if finish is None:
+                return None
+            sql, params, returning = finish
+            with hot_cursor(connection) as cursor:
+                cursor.execute(sql, params)
+                if not returning:
+                    return True if cursor.rowcount == 1 else None
+                row = cursor.fetchone()
+            return None if row is None else bool(row[0])
         insert, insert_params = self._insert_statement(connection, envelopes)
         update, update_params = self._update_session_statement(connection, session_id, columns)
+        if finish is None:
+            with _prepared_cursor(connection) as cursor:
+                cursor.execute(f"WITH inserted AS ({insert}) {update}", [*insert_params, *update_params])
+            return None
+        # PostgreSQL's finish statement always returns (RETURNING): its one row comes back
+        # through the session's UPDATE, which returns one row (the session is locked).
+        sql, params, _returning = finish
         with _prepared_cursor(connection) as cursor:
-            cursor.execute(f"WITH inserted AS ({insert}) {update}", [*insert_params, *update_params])
+            cursor.execute(
+                f"WITH inserted AS ({insert}), finished AS ({sql} AS pending) {update}"  # noqa: S608 - quoted names
+                " RETURNING (SELECT count(*) FROM finished), (SELECT bool_or(pending) FROM finished)",
+                [*insert_params, *params, *update_params],
+            )
+            row = cursor.fetchone()
+        return bool(row[1]) if row is not None and row[0] == 1 else None
 
     def _bump_last_seq(self, connection: BaseDatabaseWrapper, session_id: str, count: int, now: datetime) -> int:
         """Add `count` to the session's last_seq (locking its row); the new last_seq."""

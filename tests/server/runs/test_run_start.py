@@ -20,16 +20,23 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from sectr.errors import LeaseLost, SteerArrived
 from sectr.events import EventType
 from sectr.journal import NewEvent
 from sessions_app import actions
 from sessions_app import runs as runs_module
+from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection, rebuild_review_projections
 from sessions_app.models import Run, SearchEntry, Session, UsageDaily
 from sessions_app.runtime import read_start, session_start
 from sessions_app.team_budgets import _SESSION_TEAMS
-from sessions_app.worker import DatabaseRunControl
+from sessions_app.telemetry.metrics import LEASES_LOST
+from sessions_app.worker import DatabaseRunControl, Worker
+
+
+async def db(func: Any, *args: Any, **kwargs: Any) -> Any:
+    return await run_in_db_thread(func, *args, **kwargs)
 
 
 @pytest.fixture
@@ -222,12 +229,12 @@ def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_run_end_is_four_statements_on_postgresql(crew: dict[str, Any]) -> None:
+def test_a_run_end_is_three_statements_on_postgresql(crew: dict[str, Any]) -> None:
     """A run's reply end (its writer knew the text) and its row's end: the lock, the
-    insert with the session's update, the search entry with the usage upsert (one
-    statement) and the finish UPDATE on PostgreSQL; no read of the deltas, of the run's
-    token or of its lease. The search entry and the usage are what a rebuild from the
-    journal makes."""
+    insert with the session's update and the run row's end (one statement), and the
+    search entry with the usage upsert (one statement) on PostgreSQL; then `end_run`
+    makes none. No read of the deltas, of the run's token or of its lease. The search
+    entry and the usage are what a rebuild from the journal makes."""
     owner = crew["owner"]
     session = actions.do_create_session(owner, team=None)
     run = actions.do_post_message(owner, session.pk, "hello")
@@ -245,7 +252,7 @@ def test_a_run_end_is_four_statements_on_postgresql(crew: dict[str, Any]) -> Non
         assert runs_module.end_run(claim, terminal)
     statements = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]
     if connection.vendor == "postgresql":
-        assert len(statements) == 4, statements
+        assert len(statements) == 3, statements
     reads = [sql for sql in statements if sql.startswith("SELECT")]
     assert not [sql for sql in reads if "sessions_app_envelope" in sql or "api_token_key FROM" in sql], reads
     assert Run.objects.get(pk=run.pk).status == Run.COMPLETED
@@ -258,3 +265,113 @@ def test_a_run_end_is_four_statements_on_postgresql(crew: dict[str, Any]) -> Non
     rebuild_review_projections(Session.objects.get(pk=session.pk))
     assert sorted(SearchEntry.objects.filter(session_id=session.pk).values_list("seq", "kind", "text")) == live
     assert list(UsageDaily.objects.values_list("api_token_key", "model", "input_tokens", "output_tokens")) == usage_rows
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_terminal_append_ends_the_run_row_in_its_transaction(crew: dict[str, Any]) -> None:
+    """A claim's fence hears that the append of its run's terminal event ended the row
+    (status, stop reason, usage, no lease), and whether a message waits: nothing is left
+    for `end_run` but that message's promotion."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("end-worker", 60.0, 1)
+    inv = claim.invocation_id
+    usage = {"input_tokens": 3, "output_tokens": 1}
+    done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn", "usage": usage}, inv)
+    assert claim.fence == (run.pk, claim.token) and claim.fence.ended is None
+    with CaptureQueriesContext(connection) as queries:
+        get_journal().append_sync(session.pk, [done], fence=claim.fence)
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.stop_reason, row.usage, row.lease_token) == (Run.COMPLETED, "end_turn", usage, None)
+    assert row.finished_at is not None and row.lease_expires_at is None
+    assert claim.fence.ended is False and not runs_module.end_needs_database(claim)
+    if connection.vendor == "postgresql":  # the end rode on the append's statements
+        assert len([q for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE", "BEGIN", "COMMIT"))]) == 2
+    # The fence is spent: the row holds no lease any more.
+    with pytest.raises(LeaseLost):
+        get_journal().append_sync(session.pk, [done], fence=claim.fence)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_terminal_append_tells_of_a_waiting_message_and_end_run_starts_it(crew: dict[str, Any]) -> None:
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("end-worker", 60.0, 1)
+    waiting = actions.do_post_message(owner, session.pk, "then this", queue=True)
+    assert Run.objects.get(pk=waiting.pk).status == Run.PENDING
+    failed = NewEvent(EventType.INVOCATION_FAILED, {"error": "boom", "retryable": False}, claim.invocation_id)
+    terminal = get_journal().append_sync(session.pk, [failed], fence=claim.fence)[-1]
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.stop_reason, row.error) == (Run.FAILED, "error", "boom")
+    assert claim.fence.ended is True and runs_module.end_needs_database(claim)
+    assert runs_module.end_run(claim, terminal)
+    assert Run.objects.get(pk=waiting.pk).status == Run.QUEUED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_refused_terminal_append_leaves_the_run_to_its_worker(crew: dict[str, Any]) -> None:
+    """A completing append refused for a parked steer writes nothing: the row runs on,
+    and the fence has heard of no end."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team=None)
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("end-worker", 60.0, 1)
+    actions.do_steer(owner, run.pk, "wait")
+    done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn"}, claim.invocation_id)
+    with pytest.raises(SteerArrived):
+        get_journal().append_sync(session.pk, [done], fence=claim.fence)
+    row = Run.objects.get(pk=run.pk)
+    assert (row.status, row.lease_token, row.finished_at) == (Run.RUNNING, claim.token, None)
+    assert claim.fence.ended is None and runs_module.end_needs_database(claim)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_ending_boundary_reads_the_steer_slot_only_after_a_poke(crew: dict[str, Any], monkeypatch: Any) -> None:
+    """The model answered: the boundary leaves the slot unread (the completing append
+    checks it) unless the run was poked since the last read, as parking a steer does."""
+    owner = crew["owner"]
+    session = actions.do_create_session(owner, team="crew")
+    run = actions.do_post_message(owner, session.pk, "hello")
+    (claim,) = runs_module.claim_next_runs("start-worker", 60.0, 1)
+    actions.do_steer(owner, run.pk, "turn left")  # parked after the claim's read
+    reads: list[str] = []
+    take = runs_module.take_parked_steer
+    monkeypatch.setattr(runs_module, "take_parked_steer", lambda c: reads.append(c.run_id) or take(c))
+
+    async def boundaries() -> list[Any]:
+        control = DatabaseRunControl(claim)
+        taken = [await control.take_steer()]  # the first: what the claim saw
+        taken.append(await control.take_steer(ending=True))
+        taken.append(len(reads))
+        control.poked()
+        taken.append(await control.take_steer(ending=True))
+        taken.append(await control.take_steer(ending=True))  # no poke since that read
+        return taken
+
+    assert asyncio.run(boundaries()) == [None, None, 0, ("turn left", "owner"), None]
+    assert reads == [run.pk]
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_heartbeat_does_not_take_a_run_its_terminal_append_ended_for_a_lost_one(
+    crew: dict[str, Any],
+) -> None:
+    """Between the terminal append's commit and the run's task leaving the heartbeat's
+    list, the row holds no lease: the heartbeat lets the run end instead of cancelling it."""
+    owner = crew["owner"]
+    session = await db(actions.do_create_session, owner, team=None)
+    await db(actions.do_post_message, owner, session.pk, "hello")
+    (claim,) = await db(runs_module.claim_next_runs, "beat-worker", 60.0, 1)
+    done = NewEvent(EventType.INVOCATION_COMPLETED, {"stop_reason": "end_turn"}, claim.invocation_id)
+    await get_journal().append(session.pk, [done], fence=claim.fence)
+    worker = Worker(lease=0.6, listen=False, notify=False, expiry_interval=0, retention_interval=0)
+    ending = asyncio.ensure_future(asyncio.sleep(5))
+    worker.tasks[claim.run_id], worker.beating[claim.run_id] = ending, claim
+    lost = LEASES_LOST._value.get()
+    heartbeat = asyncio.ensure_future(worker._heartbeat())
+    await asyncio.sleep(0.5)  # two beats, one of them a renewal
+    heartbeat.cancel()
+    assert not ending.cancelled() and LEASES_LOST._value.get() == lost
+    ending.cancel()
