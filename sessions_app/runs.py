@@ -13,7 +13,9 @@ The fence. A worker's journal writes carry (run id, lease token). Inside every f
 append, DatabaseJournal (sessions_app.journal.database) locks the Run row after the
 Session row and refuses the write (LeaseLost) unless the row still carries that token
 and is not finished: the lease columns written here are what fences a presumed-dead
-worker. So a worker journals a run's terminal envelope before it finishes the row.
+worker. So a run's row is finished with its terminal envelope, in the append's
+transaction (`finish_statement`, which the journal runs for a fenced terminal append:
+the statement lives here), or after it (`finish_run`), never before.
 
 Locking order, everywhere: the Session row, then the Run row (the journal's order). The
 other order deadlocks against a cancel or a steer.

@@ -16,7 +16,8 @@ Session lock, the Run row is locked and must still carry that lease_token and no
 finished (suspended, completed, failed, cancelled, or finished_at set); otherwise
 LeaseLost is raised and nothing is written. A worker therefore journals a run's
 terminal envelope before (or in the same transaction as, ahead of) marking the run
-finished.
+finished: a fenced append of the run's terminal event finishes the row itself, in its
+transaction (`RunFence`).
 
 Streaming fast path: MESSAGE_DELTA changes nothing in the projection but last_seq and
 updated_at, so a batch made only of deltas bumps those two columns with one
