@@ -100,7 +100,7 @@ class Claim:
     def fence(self) -> RunFence:
         """The journal fence of this claim's writes, one object for the claim's life: the
         append of the run's terminal event records the run's end with it (`RunFence`)."""
-        return RunFence(self.run_id, self.token)
+        return RunFence(self.run_id, self.token, finish_statement)
 
 
 # ---- listeners in this process (the embedded worker, test workers) ----

@@ -59,7 +59,7 @@ import functools
 import json
 import logging
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
@@ -106,14 +106,22 @@ logger = logging.getLogger("sectr.journal")
 Fence = tuple[str, str]
 
 
+#: What ends a run's row (`sessions_app.runs.finish_statement`, which the run lifecycle
+#: owns): (connection, run id, lease token, terminal type, its payload, now) -> (SQL,
+#: parameters, whether it returns a row: whether the session has a pending run).
+FinishStatement = Callable[
+    [BaseDatabaseWrapper, str, str, EventType, dict[str, Any], datetime], tuple[str, list[Any], bool]
+]
+
+
 class RunFence(tuple[str, str]):
-    """A worker's fence (run id, lease token) that hears how its run ended.
+    """A worker's fence (run id, lease token) that ends its run with its terminal event.
 
     The append of the run's terminal event (its current invocation's) records the run's
-    end on its Run row in the same transaction (on PostgreSQL in the same statement), as
-    `sessions_app.runs.finish_statement` does, and sets `ended`: whether the session has
-    a pending run then. None until then (or when the append did not end the row, which
-    the worker then ends itself). A plain tuple fence ends the row too; nobody hears it.
+    end on its Run row in the same transaction (on PostgreSQL in the same statement)
+    with `finish`, and sets `ended`: whether the session has a pending run then. None
+    until then (or when the append did not end the row, which the worker then ends
+    itself). A plain tuple fence leaves the row to its worker.
 
     The worker wrote the terminal event and then finished the row in a transaction (and
     a thread hop) of its own: three statements less a run on PostgreSQL with the
@@ -121,10 +129,12 @@ class RunFence(tuple[str, str]):
     still calls running."""
 
     ended: bool | None
+    finish: FinishStatement
 
-    def __new__(cls, run_id: str, lease_token: str) -> RunFence:
+    def __new__(cls, run_id: str, lease_token: str, finish: FinishStatement) -> RunFence:
         fence = super().__new__(cls, (run_id, lease_token))
         fence.ended = None
+        fence.finish = finish
         return fence
 
 
@@ -706,8 +716,8 @@ class DatabaseJournal:
         prepared = _prepare(events)
         connection = connections[self.using]
         now = timezone.now()
-        terminal = _terminal_event(prepared) if fence is not None else None
-        if terminal is not None and isinstance(fence, RunFence):
+        terminal = _terminal_event(prepared) if isinstance(fence, RunFence) else None
+        if terminal is not None:
             fence.ended = None  # a try of this append rolled back may have set it
         session: models.Session | None = None
         run: tuple[Any, ...] | None | _Unread = _UNREAD
@@ -756,13 +766,11 @@ class DatabaseJournal:
         finish = None
         if terminal is not None and run_invocation_id is not None and terminal[2] == run_invocation_id:
             # The run's end on its row, with its terminal event (RunFence says why).
-            from sessions_app.runs import finish_statement  # runs imports the journal
-
-            run_id, lease_token = _split_fence(fence)
-            finish = finish_statement(connection, run_id, lease_token, terminal[0], terminal[1], now)
+            run_id, lease_token = fence
+            finish = fence.finish(connection, run_id, lease_token, terminal[0], terminal[1], now)
         # Before the review's rows: a reply's search entry reads the deltas just inserted.
         ended = self._insert_and_update_session_row(connection, envelopes, columns, finish)
-        if ended is not None and isinstance(fence, RunFence):
+        if ended is not None:
             fence.ended = ended
         review.write()
         if any(ask_changes(e, pending_before) for e in envelopes):
