@@ -55,6 +55,22 @@ def test_text_deltas_are_written_only_into_the_session_seq_index() -> None:
         assert bare.endswith("WHERE NOT type = 'MESSAGE_DELTA'"), indexes[name]
 
 
+@pytest.mark.django_db
+def test_an_envelope_is_written_without_a_foreign_key_check_and_deleted_with_its_session(session: Session) -> None:
+    """No foreign key constraint on the envelope's session (no check per streamed chunk at
+    COMMIT); a deleted session still takes its journal with it."""
+    with connection.cursor() as cursor:
+        constraints = connection.introspection.get_constraints(cursor, "sessions_app_envelope")
+    assert not [name for name, constraint in constraints.items() if constraint["foreign_key"]], constraints
+    journal = DatabaseJournal(publish=False)
+    journal.append_sync(session.id, [delta("one"), delta("two")])
+    session_id = session.id
+    session.delete()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM sessions_app_envelope WHERE session_id = %s", [session_id])
+        assert cursor.fetchone()[0] == 0
+
+
 @postgres_only
 @pytest.mark.django_db
 def test_a_message_start_is_found_on_the_partial_index_even_by_a_generic_plan(session: Session) -> None:
