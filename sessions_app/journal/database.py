@@ -300,7 +300,8 @@ def _deltas_statement(connection: BaseDatabaseWrapper, touch: str) -> str:
         f" WHERE {pk} = ANY(ARRAY(SELECT json_object_keys(%s::json))) ORDER BY {pk} FOR NO KEY UPDATE),"
         f" fenced AS MATERIALIZED (SELECT r.{pk} FROM {run_table} AS r,"
         " json_to_recordset(%s::json) AS f(r text, s text, t text)"
-        f" WHERE r.{pk} = f.r AND r.{session_of} = f.s AND r.{token} = f.t AND r.{finished_at} IS NULL"
+        f" WHERE r.{pk} = ANY(ARRAY(SELECT json_array_elements_text(%s::json)))"
+        f" AND r.{pk} = f.r AND r.{session_of} = f.s AND r.{token} = f.t AND r.{finished_at} IS NULL"
         f" AND r.{status} NOT IN ({_FINISHED_STATUSES_SQL}) AND (SELECT count(*) FROM locked) >= 0"
         f" ORDER BY r.{pk} FOR NO KEY UPDATE OF r),"
         f" bumped AS (UPDATE {session_table} AS s SET last_seq = s.last_seq + v.value::int, {touch}"
@@ -667,6 +668,7 @@ class DatabaseJournal:
                 [
                     json.dumps(counts),
                     json.dumps([{"r": r, "s": s, "t": t} for r, s, t in fences]),
+                    json.dumps([r for r, _s, _t in fences]),
                     *touch_params,
                     json.dumps(counts),
                     len(counts),
