@@ -187,3 +187,45 @@ def test_a_group_of_deltas_is_one_prepared_statement_planned_a_few_times(make_se
     # A refused fence still writes nothing, through the prepared statement too.
     assert all(isinstance(result, Exception) for result in group(8, token="stale"))
     assert [Session.objects.get(pk=s.pk).last_seq for s in sessions] == [10, 9]
+
+
+@postgres_only
+@pytest.mark.django_db
+def test_a_group_of_deltas_finds_its_fences_runs_by_primary_key(make_session: Any) -> None:
+    """The group's statement reads its fences' Run rows through the primary key, even in
+    a plan made without the parameters' values (not by a scan of every unfinished run,
+    which grew with the table's dead rows)."""
+    sessions = [make_session(), make_session()]
+    runs = [
+        Run.objects.create(session=s, invocation_id=f"inv_{i}", status=Run.RUNNING, lease_token="tok")
+        for i, s in enumerate(sessions)
+    ]
+    other = make_session()
+    Run.objects.bulk_create(
+        [Run(session=other, invocation_id=f"inv_o{i}", status=Run.COMPLETED, lease_token="x") for i in range(2000)]
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE sessions_app_run")
+    statements: list[tuple[str, Any]] = []
+
+    def keep(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append((sql, params))
+        return execute(sql, params, many, context)
+
+    journal = DatabaseJournal(publish=False)
+    with connection.execute_wrapper(keep):
+        items = [_PendingAppend(s.id, [delta("a ")], (r.id, "tok"), None) for s, r in zip(sessions, runs, strict=True)]
+        assert all(isinstance(result, list) for result in journal._append_group(items))  # type: ignore[arg-type]
+    ((sql, params),) = [(sql, params) for sql, params in statements if "json_object_keys" in sql]
+    numbered = re.sub(r"%s", lambda _m, n=iter(range(1, 100)): f"${next(n)}", sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE fenced_plan AS {numbered}")
+        literals = ", ".join(connection.ops.compose_sql("%s", [value]) for value in params)
+        cursor.execute(f"EXPLAIN EXECUTE fenced_plan({literals})")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("DEALLOCATE fenced_plan")
+        cursor.execute("RESET plan_cache_mode")
+    fenced = plan.split("CTE fenced")[1].split("CTE bumped")[0]
+    assert "sessions_app_run_pkey" in fenced, plan
+    assert "Seq Scan" not in fenced, plan
