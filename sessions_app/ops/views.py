@@ -61,7 +61,9 @@ class NotReady(Exception):
 
 
 @never_cache
-def healthz(request: HttpRequest) -> JsonResponse:
+async def healthz(request: HttpRequest) -> JsonResponse:
+    # Async: under ApiASGIHandler (sectr_web.middleware.PROBE_PATHS) the probe takes no
+    # thread at all, and sends its request signals on the event loop.
     return JsonResponse({"ok": True, "version": sectr.__version__})
 
 

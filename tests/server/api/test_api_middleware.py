@@ -75,6 +75,44 @@ async def test_api_requests_need_a_token_whatever_cookies_they_carry() -> None:
     assert answer["status"] == 401
 
 
+async def test_the_balancers_probe_takes_the_api_chain_and_no_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """HAProxy asks every Daphne for /healthz once a second: through the pages' chain that
+    was most of an idle Daphne's CPU. It goes through the API's chain, its view on the
+    event loop: the site's headers, no cookie, no thread lent, and the request signals."""
+    import threading
+
+    from django.core.signals import request_finished, request_started
+
+    from sectr_web.asgi import api_app
+
+    assert middleware.is_api_request({"type": "http", "path": "/healthz"})
+    assert middleware.is_api_request({"type": "http", "path": "/readyz"})
+    assert not middleware.is_api_request({"type": "http", "path": "/healthz/"})
+    assert not middleware.is_api_request({"type": "websocket", "path": "/healthz"})
+    lent: list[object] = []
+    lend = api_app.threads.lend
+    monkeypatch.setattr(api_app.threads, "lend", lambda: lent.append(1) or lend())
+    signalled: list[threading.Thread] = []
+
+    def record(**kwargs: Any) -> None:
+        signalled.append(threading.current_thread())
+
+    request_finished.connect(record)
+    try:
+        answer = await call("/healthz", headers=[(b"cookie", b"sessionid=x; csrftoken=y")])
+    finally:
+        request_finished.disconnect(record)
+    assert answer["status"] == 200 and b'"ok": true' in answer["body"]
+    assert answer["headers"]["x-frame-options"] == "DENY"
+    assert answer["headers"]["x-content-type-options"] == "nosniff"
+    assert answer["headers"]["content-security-policy"].startswith("default-src 'self'")
+    assert "no-cache" in answer["headers"]["cache-control"]
+    assert "set-cookie" not in answer["names"]
+    assert lent == [], "the probe took a request thread"
+    assert signalled == [threading.current_thread()], "request_finished is sent, on the event loop"
+    assert request_started.receivers  # sanity: the signals are wired
+
+
 @pytest.mark.parametrize("chain", ["MIDDLEWARE", "API_MIDDLEWARE"])
 def test_every_middleware_can_run_on_the_event_loop(chain: str) -> None:
     """A sync-only middleware sends the rest of its chain through async_to_sync: a thread
