@@ -35,6 +35,7 @@ import contextlib
 import functools
 import json
 import logging
+import select
 import threading
 import time
 import uuid
@@ -408,8 +409,10 @@ class LivenessLock:
             if self._closed:
                 return False
             if self.connection is not None:
+                if self.looks_held():
+                    return True  # nothing came from the server: the same session, the lock ours
                 try:
-                    self.connection.execute("SELECT 1")
+                    self.connection.execute("SELECT 1")  # something came: a notice, or the end
                     return True  # the same database session: the lock is still ours
                 except psycopg.Error:
                     log.warning("worker %s: its liveness connection died; taking the lock again", self.worker_id)
@@ -435,6 +438,23 @@ class LivenessLock:
             self._refused = 0
             return True
 
+    def looks_held(self) -> bool:
+        """Whether the lock's connection is open and nothing has arrived on it: no round
+        trip, no lock, safe from any thread. An idle session's server sends nothing until
+        it ends it, and then says so (a restart's or pg_terminate_backend's FATAL
+        message) or closes the socket: either makes the socket readable, and ensure()
+        then asks with a query. A `SELECT 1` per check cost each idle worker two round
+        trips a second (the watcher's and the poll's claim pass), and its backend as much.
+        False when in doubt: ensure() looks properly."""
+        conn = self.connection
+        if conn is None or self._closed:
+            return False
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except Exception:  # closed meanwhile (fileno() raises), or a bad descriptor
+            return False
+        return not readable
+
     def close(self) -> None:
         """Release the lock for good (the worker stopped): no later ensure() takes it."""
         self._closed = True  # before the guard: a take under way gives its lock back
@@ -447,17 +467,23 @@ class LivenessLock:
         import psycopg
 
         config = settings.DATABASES["default"]
-        self.connection = psycopg.connect(
+        conn = psycopg.connect(
             dbname=config["NAME"], user=config.get("USER") or None, password=config.get("PASSWORD") or None,
             host=config.get("HOST") or None, port=str(config.get("PORT") or "") or None, autocommit=True,
             connect_timeout=5, application_name=f"sectr worker {self.worker_id} liveness",
         )  # fmt: skip
-        row = self.connection.execute(
-            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LIVENESS_LOCK_CLASS, self.worker_id)
-        ).fetchone()
+        try:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (LIVENESS_LOCK_CLASS, self.worker_id)
+            ).fetchone()
+        except BaseException:
+            conn.close()
+            raise
         if not row or not row[0]:
-            self.release()
+            conn.close()
             raise RuntimeError(f"another live worker holds the id {self.worker_id!r}")
+        # Only now: looks_held() (from any thread) takes a connection for a held lock.
+        self.connection = conn
         self._taken = True
 
     def release(self) -> None:

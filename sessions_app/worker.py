@@ -442,6 +442,8 @@ class Worker:
 
     async def _ensure_liveness(self) -> bool:
         """Whether this worker holds its liveness lock, taking it (again) if it can."""
+        if self.liveness.looks_held():  # the usual answer, without a hop to its thread
+            return True
         check = functools.partial(contextvars.copy_context().run, self.liveness.ensure)  # its log context
         try:
             return await asyncio.get_running_loop().run_in_executor(self._liveness_thread, check)

@@ -104,6 +104,32 @@ def test_a_lock_whose_connection_died_is_taken_again_and_its_runs_are_safe_again
         lock.release()
 
 
+def test_a_held_lock_is_checked_without_a_round_trip_and_a_dead_one_is_seen(owner: Any) -> None:
+    """Each worker checks its lock every second and before each claim pass: while nothing
+    has arrived on its connection that takes no query (an idle worker's two round trips a
+    second); a terminated backend's notice or closed socket is seen at the next check."""
+    lock = runs.LivenessLock("quiet-worker")
+    assert not lock.looks_held()  # not taken yet
+    lock.acquire()
+    try:
+        queries: list[object] = []
+        execute = lock.connection.execute
+        lock.connection.execute = lambda *args, **kwargs: queries.append(args) or execute(*args, **kwargs)
+        assert lock.looks_held()
+        assert lock.ensure() and lock.ensure() and lock.reacquired == 0
+        assert queries == [], "a held lock's check made a round trip"
+        _terminate(lock)
+        deadline = time.monotonic() + 5
+        while lock.looks_held():
+            assert time.monotonic() < deadline, "the terminated connection still looks held"
+            time.sleep(0.01)
+        assert lock.ensure() and lock.reacquired == 1  # taken again on a new connection
+        assert lock.looks_held() and len(_holders("quiet-worker")) == 1
+    finally:
+        lock.close()
+    assert not lock.looks_held()
+
+
 def test_a_worker_never_claims_a_run_it_is_executing_however_abandoned_it_looks(owner: Any) -> None:
     session = actions.do_create_session(owner)
     posted = actions.do_post_message(owner, session.pk, "!slow 50")
