@@ -155,6 +155,25 @@ def test_two_senders_never_send_one_delivery_twice(make_session: SessionFactory,
     assert len(first) == 10 and second == []  # 5 webhook calls, 5 emails
 
 
+def test_a_sender_with_nothing_due_builds_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every worker looks once a second: with nothing due, only the look is compiled (the
+    claimed rows' query, with no ids, is never built)."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    from sessions_app.moderation.notifications import claim_due
+
+    compiled: list[object] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    assert claim_due() == []
+    assert compiled == [NotificationDelivery]
+
+
 def test_moderators_get_an_email_with_a_link_to_the_card(
     make_session: SessionFactory, ops: Team, teammate: Any, owner: Any
 ) -> None:
