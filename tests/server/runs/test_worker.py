@@ -604,6 +604,38 @@ def strand_a_queued_message(owner: Any) -> tuple[Session, Run]:
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_stranded_look_is_compiled_once_and_finds_the_stranded(owner: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every worker looks for stranded messages once a second, idle or not: the statement
+    is compiled once, and finds the sessions the queryset would."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    stranded, _waiting = strand_a_queued_message(owner)
+    busy = actions.do_create_session(owner)  # a queued message behind a running one: not stranded
+    actions.do_post_message(owner, busy.pk, "first")
+    actions.do_post_message(owner, busy.pk, "second", queue=True)
+    runs_module._stranded_sql.clear()
+    compiled: list[object] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    assert runs_module._stranded_pending_sessions() == [stranded.pk]
+    assert runs_module._stranded_pending_sessions() == [stranded.pk]
+    assert len(compiled) == 1, compiled
+    monkeypatch.setattr(SQLCompiler, "as_sql", as_sql)
+    expected = (
+        Run.objects.filter(status=Run.PENDING)
+        .exclude(session__status__in=("running", "awaiting"))
+        .values_list("session_id", flat=True)
+        .distinct()
+    )
+    assert list(expected) == [stranded.pk]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_claim_keeps_its_runs_when_a_tidied_sessions_promotion_fails(
     owner: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
