@@ -406,6 +406,36 @@ def test_a_tool_cannot_change_a_rule_or_a_grant(people: dict[str, Any], settings
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_expiry_sweeps_look_is_compiled_once_and_finds_what_is_due(
+    people: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every worker looks for due asks once a second: the statement is compiled once, and
+    each look finds the asks due at its own `now`."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    from sessions_app.actions import asks as asks_module
+
+    actions.do_create_rule(people["moderator"], "crew", {"tool": "write_note", "action": "ask", "expires_after_s": 60})
+    _session, ask_id = awaiting(people["owner"])
+    deadline = AskIndex.objects.get(pk=ask_id).deadline
+    assert deadline is not None
+    asks_module._due_sql.clear()
+    compiled: list[object] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    assert actions.due_ask_ids(deadline - timedelta(seconds=1)) == []
+    assert actions.due_ask_ids(deadline) == [ask_id]
+    assert actions.due_ask_ids(deadline + timedelta(seconds=1)) == [ask_id]
+    assert actions.due_ask_ids() == []  # now: not due for a minute
+    assert len(compiled) == 1, compiled
+
+
+@pytest.mark.django_db(transaction=True)
 def test_an_expired_ask_is_denied_exactly_once_by_racing_workers(people: dict[str, Any]) -> None:
     actions.do_create_rule(people["moderator"], "crew", {"tool": "write_note", "action": "ask", "expires_after_s": 60})
     session, ask_id = awaiting(people["owner"])
