@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -21,6 +21,7 @@ from sectr.errors import AskNotPending, NotFound, ValidationFailed
 from sessions_app import access, runs
 from sessions_app.action_links import ActionLink, LinkRefused
 from sessions_app.actions.sessions import _locked, _username
+from sessions_app.compiled import AtNow
 from sessions_app.journal import get_journal
 from sessions_app.models import ActionLinkUse, AskIndex, Run, Session
 from sessions_app.runtime import check_edited_arguments
@@ -106,38 +107,31 @@ def do_expire_ask(ask_id: str, now: datetime | None = None) -> Run | None:
         return runs.queue_run(session, invocation_id, events)
 
 
-def _due_asks(now: datetime, limit: int) -> QuerySet[AskIndex, str]:
-    return (
+#: due_ask_ids' statement (the sweep's default limit), compiled once (sessions_app.compiled).
+_due_asks = AtNow(
+    lambda now: (
         AskIndex.objects.filter(status=AskIndex.PENDING, deadline__lte=now)
         .order_by("deadline")
-        .values_list("ask_id", flat=True)[:limit]
-    )
-
-
-#: _due_asks' statement by (vendor, limit): its SQL, its parameters, and where `now` is
-#: among them.
-_due_sql: dict[tuple[str, int], tuple[str, tuple[Any, ...], int]] = {}
+        .values_list("ask_id")[:100]
+    ),
+    AskIndex._meta.get_field("deadline"),
+)
 
 
 def due_ask_ids(now: datetime | None = None, limit: int = 100) -> list[str]:
     """Pending asks whose deadline has passed, oldest deadline first (index status, deadline).
 
-    Every worker asks once a second, idle or not: the statement is compiled once and only
-    `now` changes (compiling the queryset each time was most of the sweep's ~0.8 ms of
-    CPU on an idle worker)."""
+    Every worker asks once a second, idle or not: the sweep's statement is compiled once
+    and only `now` changes (compiling the queryset each time was most of the look's
+    ~0.8 ms of CPU on an idle worker)."""
     now = now or timezone.now()
-    prepared = AskIndex._meta.get_field("deadline").get_db_prep_value(now, connection)
-    key = (connection.vendor, limit)
-    compiled = _due_sql.get(key)
-    if compiled is None:
-        sql, params = _due_asks(now, limit).query.sql_with_params()
-        if params.count(prepared) != 1:  # not where it can be told apart: the queryset each time
-            return list(_due_asks(now, limit))
-        compiled = _due_sql[key] = (sql, params, params.index(prepared))
-    sql, params, at = compiled
-    with connection.cursor() as cursor:
-        cursor.execute(sql, (*params[:at], prepared, *params[at + 1 :]))
-        return [row[0] for row in cursor.fetchall()]
+    if limit == 100:
+        return [row[0] for row in _due_asks.rows(now)]
+    return list(
+        AskIndex.objects.filter(status=AskIndex.PENDING, deadline__lte=now)
+        .order_by("deadline")
+        .values_list("ask_id", flat=True)[:limit]
+    )
 
 
 def visible_asks(

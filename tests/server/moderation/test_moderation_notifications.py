@@ -156,11 +156,14 @@ def test_two_senders_never_send_one_delivery_twice(make_session: SessionFactory,
 
 
 def test_a_sender_with_nothing_due_builds_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every worker looks once a second: with nothing due, only the look is compiled (the
-    claimed rows' query, with no ids, is never built)."""
+    """Every worker looks once a second: with nothing due, only the look is compiled, and
+    only once (neither the due rows' queryset nor the claimed rows' is built)."""
     from django.db.models.sql.compiler import SQLCompiler
 
+    from sessions_app.moderation import notifications
     from sessions_app.moderation.notifications import claim_due
+
+    notifications._anything_due.clear()
 
     compiled: list[object] = []
     as_sql = SQLCompiler.as_sql
@@ -170,7 +173,7 @@ def test_a_sender_with_nothing_due_builds_one_query(monkeypatch: pytest.MonkeyPa
         return as_sql(self, *args, **kwargs)
 
     monkeypatch.setattr(SQLCompiler, "as_sql", counting)
-    assert claim_due() == []
+    assert claim_due() == [] and claim_due() == []
     assert compiled == [NotificationDelivery]
 
 

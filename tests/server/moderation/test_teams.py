@@ -419,7 +419,7 @@ def test_the_expiry_sweeps_look_is_compiled_once_and_finds_what_is_due(
     _session, ask_id = awaiting(people["owner"])
     deadline = AskIndex.objects.get(pk=ask_id).deadline
     assert deadline is not None
-    asks_module._due_sql.clear()
+    asks_module._due_asks.clear()
     compiled: list[object] = []
     as_sql = SQLCompiler.as_sql
 

@@ -1,0 +1,45 @@
+"""Querysets that every worker runs once a second, compiled once.
+
+A worker's periodic looks (asks past their deadline, notifications due) run whether or
+not anything is there; building and compiling their querysets each time cost more CPU
+than the queries themselves (about 0.6-0.8 ms a look on an idle worker, py-spy). Their
+only changing parameter is `now`: `AtNow` compiles the statement once per database
+vendor and puts the prepared `now` in its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field, QuerySet
+
+
+class AtNow:
+    """`build(now)`'s rows (values_list tuples, no conversion: plain column values),
+    compiled once per vendor. `field` is the model field `now` is compared with. When the
+    prepared `now` cannot be told apart among the parameters (another one equal to it),
+    the queryset is built each time instead."""
+
+    def __init__(self, build: Callable[[datetime], QuerySet[Any, Any]], field: Field[Any, Any]) -> None:
+        self.build = build
+        self.field = field
+        self._compiled: dict[str, tuple[str, tuple[Any, ...], int]] = {}
+
+    def rows(self, now: datetime) -> list[tuple[Any, ...]]:
+        prepared = self.field.get_db_prep_value(now, connection)
+        compiled = self._compiled.get(connection.vendor)
+        if compiled is None:
+            sql, params = self.build(now).query.sql_with_params()
+            if params.count(prepared) != 1:
+                return [row if isinstance(row, tuple) else (row,) for row in self.build(now)]
+            compiled = self._compiled[connection.vendor] = (sql, params, params.index(prepared))
+        sql, params, at = compiled
+        with connection.cursor() as cursor:
+            cursor.execute(sql, (*params[:at], prepared, *params[at + 1 :]))
+            return cursor.fetchall()
+
+    def clear(self) -> None:
+        self._compiled.clear()
