@@ -85,3 +85,35 @@ def test_a_post_asking_for_its_stream_is_503_and_posts_nothing(owner: Any, layer
     assert response.json()["error"]["code"] == "unavailable"
     assert LOST not in response.content.decode()  # the cause stays in the log
     assert not Run.objects.filter(session_id=session.pk).exists()
+
+
+async def test_a_join_from_the_database_thread_raises_there_when_the_layer_refuses_it(
+    owner: Any, layer_down: None
+) -> None:
+    """The thread that posts a streamed run waits for the stream's join on the event
+    loop, and gets its failure (so it posts nothing), not a hang or a success."""
+    import asyncio
+
+    token = (await run_in_db_thread(do_issue_token, owner))[0]
+    session = await run_in_db_thread(actions.do_create_session, owner)
+    stream = sse.RunStream.to_join_before_run(session.pk)
+    loop = asyncio.get_running_loop()
+    with pytest.raises(sse.ChannelLayerUnavailable):
+        await loop.run_in_executor(None, stream.join_from_thread, token, loop)
+    await stream.close()
+
+
+async def test_a_join_from_the_database_thread_returns_once_the_groups_are_joined(owner: Any) -> None:
+    import asyncio
+
+    from sessions_app.journal.publish import session_group
+    from sessions_app.socket_access import user_access_group
+
+    token = (await run_in_db_thread(do_issue_token, owner))[0]
+    session = await run_in_db_thread(actions.do_create_session, owner)
+    stream = sse.RunStream.to_join_before_run(session.pk)
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, stream.join_from_thread, token, loop)
+    assert stream._joined == [session_group(session.pk), user_access_group(owner.pk)]
+    await stream.close()
+    assert stream._joined == []
