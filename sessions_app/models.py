@@ -272,10 +272,12 @@ class ApprovalRule(models.Model):
         ten times the indexed reads."""
         from django.db import connection
 
+        from sessions_app.plain_sql import hot_cursor
+
         qn = connection.ops.quote_name
         team, rule, session = (qn(m._meta.db_table) for m in (Team, cls, Session))
         tail = f"FROM {team} t" if by == "t" else f"FROM {session} s JOIN {team} t ON t.id = s.team_id"
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute(
                 "SELECT t.id, t.ask_expires_after_s, r.id, r.tool, r.arguments, r.action,"  # noqa: S608 - quoted names
                 f" r.approvals_required, r.expires_after_s {tail} LEFT JOIN {rule} r ON r.team_id = t.id"
@@ -818,7 +820,7 @@ class ApiToken(models.Model):
         select_related leaves it."""
         from django.db import connections
 
-        from sessions_app.plain_sql import model_columns, model_instances
+        from sessions_app.plain_sql import hot_cursor, model_columns, model_instances
 
         connection = connections[cls.objects.db]
         user_field: Any = cls._meta.get_field("user")
@@ -826,7 +828,7 @@ class ApiToken(models.Model):
         qn = connection.ops.quote_name
         columns = f"{model_columns(connection, cls, 't')}, {model_columns(connection, user_model, 'u')}"
         join = f"u.{qn(user_model._meta.pk.column)} = t.{qn(user_field.column)}"
-        with connection.cursor() as cursor:
+        with hot_cursor(connection) as cursor:
             cursor.execute(
                 f"SELECT {columns} FROM {qn(cls._meta.db_table)} t"  # noqa: S608 - quoted names
                 f" INNER JOIN {qn(user_model._meta.db_table)} u ON {join}"

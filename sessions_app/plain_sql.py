@@ -83,7 +83,7 @@ def insert_instance(connection: BaseDatabaseWrapper, instance: Any) -> None:
     values = [field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields]
     columns = ", ".join(qn(field.column) for field in fields)
     placeholders = ", ".join(["%s"] * len(fields))
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({placeholders})", values)  # noqa: S608 - quoted names
     instance._state.adding = False
     instance._state.db = connection.alias

@@ -205,7 +205,7 @@ def has_pending_run(session: Session) -> bool:
     """Whether a message waits behind the session's active run. Plain SQL: every run's
     POST asks, and the queryset's compilation cost more than the read."""
     qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT 1 FROM {qn(Run._meta.db_table)} WHERE {qn('session_id')} = %s AND {qn('status')} = %s LIMIT 1",  # noqa: S608 - quoted names
             [session.pk, Run.PENDING],
@@ -226,7 +226,7 @@ def promote_pending_run(session_id: str) -> Run | None:
     # after it starts at once.
     # Plain SQL: every run's end asks, and the queryset's compilation cost more than the read.
     table = connection.ops.quote_name(Run._meta.db_table)
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT 1 FROM {table} WHERE session_id = %s AND status = %s LIMIT 1",  # noqa: S608 - quoted name
             [session_id, Run.PENDING],
@@ -608,11 +608,16 @@ def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
     else:
         where = f"({status} = %s OR ({status} = %s AND {token} IS NULL) OR ({status} = %s AND {expires} < %s))"
         params = [Run.QUEUED, Run.RUNNING, Run.RUNNING, expires_field.get_db_prep_value(now, connection)]
-    if seen:
+    if postgres:
+        # One array parameter, the same text however many were seen: prepared (the text
+        # of an IN list changed with every batch, so PostgreSQL planned each claim anew).
+        where += f" AND NOT ({qn('id')} = ANY(%s))"
+        params.append(list(seen))
+    elif seen:
         where += f" AND NOT ({qn('id')} IN ({', '.join(['%s'] * len(seen))}))"
         params += seen
     table = qn(Run._meta.db_table)
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(
             f"SELECT {model_columns(connection, Run, table)} FROM {table}"  # noqa: S608 - quoted names
             f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s"
@@ -630,12 +635,14 @@ def _lock_sessions(session_ids: Collection[str]) -> list[Session]:
     gives."""
     qn = connection.ops.quote_name
     table = qn(Session._meta.db_table)
-    with connection.cursor() as cursor:
+    if connection.vendor == "postgresql":  # one array parameter: one text, prepared
+        where, params = f"{qn('id')} = ANY(%s) FOR UPDATE SKIP LOCKED", [list(session_ids)]
+    else:
+        where, params = f"{qn('id')} IN ({', '.join(['%s'] * len(session_ids))})", list(session_ids)
+    with hot_cursor(connection) as cursor:
         cursor.execute(
-            f"SELECT {model_columns(connection, Session, table)} FROM {table}"  # noqa: S608 - quoted names
-            f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(session_ids))})"
-            + (" FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""),
-            list(session_ids),
+            f"SELECT {model_columns(connection, Session, table)} FROM {table} WHERE {where}",  # noqa: S608 - quoted names
+            params,
         )
         rows = cursor.fetchall()
     sessions: list[Session] = model_instances(connection, Session, rows)

@@ -49,7 +49,7 @@ from sessions_app.actions.teams import DEFAULT_TEAM, check_session_team
 from sessions_app.budgets import BudgetExceeded, setting_budget, spend
 from sessions_app.journal import get_journal
 from sessions_app.models import MediaBlob, Run, Session
-from sessions_app.plain_sql import model_columns, model_instances
+from sessions_app.plain_sql import hot_cursor, model_columns, model_instances
 from sessions_app.provider_config import default_model
 from sessions_app.runs import promote_pending_run
 from sessions_app.runtime import get_runtime, session_model_info
@@ -87,7 +87,7 @@ def _locked_session_row(session_id: str) -> Session:
     sql = f"SELECT {model_columns(connection, Session, table)} FROM {table} WHERE {qn('id')} = %s"  # noqa: S608 - quoted names
     if connection.features.has_select_for_update:
         sql += " FOR UPDATE"
-    with connection.cursor() as cursor:
+    with hot_cursor(connection) as cursor:
         cursor.execute(sql, [session_id])
         rows = cursor.fetchall()
     if not rows:
