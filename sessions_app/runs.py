@@ -773,6 +773,9 @@ def _update_claimed(runs: Sequence[Run]) -> None:
     if not runs:
         return
     qn = connection.ops.quote_name
+    if connection.vendor == "postgresql":
+        _update_claimed_postgres(runs)
+        return
     assignments: list[str] = []
     params: list[Any] = []
     for name in _QUEUED_CLAIM_FIELDS:
@@ -789,6 +792,31 @@ def _update_claimed(runs: Sequence[Run]) -> None:
             f"UPDATE {qn(Run._meta.db_table)} SET {', '.join(assignments)}"  # noqa: S608 - quoted names
             f" WHERE {qn('id')} IN ({', '.join(['%s'] * len(runs))})",
             [*params, *(run.pk for run in runs)],
+        )
+
+
+def _update_claimed_postgres(runs: Sequence[Run]) -> None:
+    """`_update_claimed` on PostgreSQL: each column's values as one array parameter,
+    unnested beside the ids, so that the statement's text is the same for a batch of
+    any size and runs prepared (a CASE per run made a new text, planned anew, at every
+    batch)."""
+    qn = connection.ops.quote_name
+    columns: list[str] = []
+    casts: list[str] = []
+    params: list[Any] = [[run.pk for run in runs]]
+    for name in _QUEUED_CLAIM_FIELDS:
+        field = cast(Field, Run._meta.get_field(name))  # a concrete column of the model
+        columns.append(qn(field.column))
+        casts.append(f"%s::{field.db_type(connection)}[]")
+        params.append([field.get_db_prep_save(getattr(run, field.attname), connection) for run in runs])
+    names = [f"c{i}" for i in range(len(columns))]
+    table = qn(Run._meta.db_table)
+    with hot_cursor(connection) as cursor:
+        cursor.execute(
+            f"UPDATE {table} SET {', '.join(f'{c} = v.{n}' for c, n in zip(columns, names, strict=True))}"  # noqa: S608 - quoted names
+            f" FROM unnest(%s::text[], {', '.join(casts)}) AS v(id, {', '.join(names)})"
+            f" WHERE {table}.{qn('id')} = v.id",
+            params,
         )
 
 

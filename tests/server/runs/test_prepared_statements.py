@@ -34,8 +34,8 @@ def prepared(fragment: str) -> list[str]:
 
 @pytest.mark.django_db(transaction=True)
 def test_claims_of_batches_of_any_size_take_every_queued_run_once() -> None:
-    """One text for any batch (an array parameter, not an IN list): the same runs claimed,
-    each once, whatever was seen before."""
+    """One text for any batch (array parameters, not IN lists or a CASE per run): the same
+    runs claimed, each once, whatever was seen before, each row as its claim set it."""
     owner = get_user_model().objects.create_user("owner", email="owner@example.org")
     posted = [actions.do_post_message(owner, actions.do_create_session(owner, team=None).pk, "hello") for _ in range(5)]
     first = runs_module.claim_next_runs("w1", 60.0, 1, tidy_stranded=False)
@@ -43,6 +43,11 @@ def test_claims_of_batches_of_any_size_take_every_queued_run_once() -> None:
     claimed = [claim.run_id for claim in [*first, *rest]]
     assert sorted(claimed) == sorted(run.pk for run in posted)
     assert not any(claim.recovered for claim in [*first, *rest])
+    rows = {run.pk: run for run in Run.objects.all()}
+    for claim in [*first, *rest]:
+        row = rows[claim.run_id]
+        assert (row.lease_token, row.lease_owner, row.status, row.attempts) == (claim.token, "w1", Run.RUNNING, 1)
+        assert row.started_at == row.heartbeat_at is not None and row.lease_expires_at > row.heartbeat_at
     assert Run.objects.filter(status=Run.RUNNING).count() == 5
 
 
@@ -71,6 +76,7 @@ def test_a_runs_statements_are_prepared_with_one_text_per_claim() -> None:
     # The claim's two reads, one text each for batches of 1 and of 3 runs.
     assert len(prepared('NOT ("id" = ANY(')) == 1, prepared_statements()
     assert len(prepared('WHERE "id" = ANY($1) FOR UPDATE SKIP LOCKED')) == 1, prepared_statements()
+    assert len(prepared('UPDATE "sessions_app_run" SET "claimed_seq" = v.')) == 1, prepared_statements()
 
 
 @postgres_only
