@@ -635,6 +635,7 @@ def _lock_sessions(session_ids: Collection[str]) -> list[Session]:
     gives."""
     qn = connection.ops.quote_name
     table = qn(Session._meta.db_table)
+    params: list[Any]
     if connection.vendor == "postgresql":  # one array parameter: one text, prepared
         where, params = f"{qn('id')} = ANY(%s) FOR UPDATE SKIP LOCKED", [list(session_ids)]
     else:
