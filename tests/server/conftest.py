@@ -167,6 +167,22 @@ def run_threads(count: int, target: Callable[[int], Any]) -> tuple[list[Any], li
     return results, errors
 
 
+def compiled_models(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """From now on, for the rest of the test: the model of every query Django compiles, in
+    order (for the once-a-second looks that must compile their statement only once)."""
+    from django.db.models.sql.compiler import SQLCompiler
+
+    compiled: list[Any] = []
+    as_sql = SQLCompiler.as_sql
+
+    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
+        compiled.append(self.query.model)
+        return as_sql(self, *args, **kwargs)
+
+    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    return compiled
+
+
 def join_team(user: Any, role: str, *owners_or_sessions: Any, team: str = "crew") -> Any:
     """Give `user` `role` in `team` (made if missing), with the given owners as members and
     their personal sessions (or the given sessions) moved into the team. Returns a fresh

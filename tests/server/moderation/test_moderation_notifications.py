@@ -22,7 +22,7 @@ from django.core import mail
 from sessions_app import actions
 from sessions_app.models import NotificationDelivery, Session, Team, TeamWebhook
 from sessions_app.moderation.notifications import deliver_due
-from tests.server.conftest import SessionFactory
+from tests.server.conftest import SessionFactory, compiled_models
 from tests.server.moderation.test_moderation_ui import pending, team_session
 
 pytestmark = pytest.mark.django_db
@@ -158,21 +158,11 @@ def test_two_senders_never_send_one_delivery_twice(make_session: SessionFactory,
 def test_a_sender_with_nothing_due_builds_one_query(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every worker looks once a second: with nothing due, only the look is compiled, and
     only once (neither the due rows' queryset nor the claimed rows' is built)."""
-    from django.db.models.sql.compiler import SQLCompiler
-
     from sessions_app.moderation import notifications
     from sessions_app.moderation.notifications import claim_due
 
     notifications._anything_due.clear()
-
-    compiled: list[object] = []
-    as_sql = SQLCompiler.as_sql
-
-    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
-        compiled.append(self.query.model)
-        return as_sql(self, *args, **kwargs)
-
-    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    compiled = compiled_models(monkeypatch)
     assert claim_due() == [] and claim_due() == []
     assert compiled == [NotificationDelivery]
 

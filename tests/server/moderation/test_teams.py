@@ -33,7 +33,7 @@ from sessions_app.models import ApprovalRule, AskIndex, MediaBlob, Membership, R
 from sessions_app.moderation.expiry import expire_due_asks
 from sessions_app.runtime import session_policy
 from sessions_app.worker import Worker
-from tests.server.conftest import make_user, run_threads
+from tests.server.conftest import compiled_models, make_user, run_threads
 
 E = EventType
 RUNTIME = Runtime(DatabaseJournal(), provider=DemoProvider(delay=0.0005), rules=session_policy)
@@ -411,8 +411,6 @@ def test_the_expiry_sweeps_look_is_compiled_once_and_finds_what_is_due(
 ) -> None:
     """Every worker looks for due asks once a second: the statement is compiled once, and
     each look finds the asks due at its own `now`."""
-    from django.db.models.sql.compiler import SQLCompiler
-
     from sessions_app.actions import asks as asks_module
 
     actions.do_create_rule(people["moderator"], "crew", {"tool": "write_note", "action": "ask", "expires_after_s": 60})
@@ -420,14 +418,7 @@ def test_the_expiry_sweeps_look_is_compiled_once_and_finds_what_is_due(
     deadline = AskIndex.objects.get(pk=ask_id).deadline
     assert deadline is not None
     asks_module._due_asks.clear()
-    compiled: list[object] = []
-    as_sql = SQLCompiler.as_sql
-
-    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
-        compiled.append(self.query.model)
-        return as_sql(self, *args, **kwargs)
-
-    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    compiled = compiled_models(monkeypatch)
     assert actions.due_ask_ids(deadline - timedelta(seconds=1)) == []
     assert actions.due_ask_ids(deadline) == [ask_id]
     assert actions.due_ask_ids(deadline + timedelta(seconds=1)) == [ask_id]

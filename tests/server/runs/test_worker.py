@@ -36,6 +36,7 @@ from sessions_app.journal import DatabaseJournal, get_journal
 from sessions_app.models import Envelope as EnvelopeRow
 from sessions_app.models import Run, Session
 from sessions_app.worker import Worker
+from tests.server.conftest import compiled_models
 
 E = EventType
 P = ParamSpec("P")
@@ -614,14 +615,8 @@ def test_the_stranded_look_is_compiled_once_and_finds_the_stranded(owner: Any, m
     actions.do_post_message(owner, busy.pk, "first")
     actions.do_post_message(owner, busy.pk, "second", queue=True)
     runs_module._stranded_sql.clear()
-    compiled: list[object] = []
     as_sql = SQLCompiler.as_sql
-
-    def counting(self: SQLCompiler, *args: Any, **kwargs: Any) -> Any:
-        compiled.append(self.query.model)
-        return as_sql(self, *args, **kwargs)
-
-    monkeypatch.setattr(SQLCompiler, "as_sql", counting)
+    compiled = compiled_models(monkeypatch)
     assert runs_module._stranded_pending_sessions() == [stranded.pk]
     assert runs_module._stranded_pending_sessions() == [stranded.pk]
     assert len(compiled) == 1, compiled
