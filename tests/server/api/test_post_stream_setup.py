@@ -98,9 +98,9 @@ def token(owner: Any) -> str:
     return ApiToken.issue(owner, "posting")[1]
 
 
-async def test_the_posts_stream_starts_without_reading_the_journal(
-    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def journal_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The `after_seq` of every journal read a stream makes from now on."""
     reads: list[int] = []
     read_envelopes = sse.read_envelopes
 
@@ -109,6 +109,13 @@ async def test_the_posts_stream_starts_without_reading_the_journal(
         return read_envelopes(session_id, after_seq, limit)
 
     monkeypatch.setattr(sse, "read_envelopes", counted)
+    return reads
+
+
+async def test_the_posts_stream_starts_without_reading_the_journal(
+    token: str, session: Session, journal_reads: list[int]
+) -> None:
+    reads = journal_reads
     run, text = await stream_a_run(token, session, "live words")
     assert "live " in text and "words" in text and run.pk in text
     assert reads == []  # the prompt's events and the words all came through the layer
@@ -116,20 +123,13 @@ async def test_the_posts_stream_starts_without_reading_the_journal(
 
 
 async def test_the_posts_stream_starts_with_its_own_batch_when_the_layer_brings_it_late(
-    token: str, session: Session, monkeypatch: pytest.MonkeyPatch
+    token: str, session: Session, journal_reads: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The post's publication may reach the layer after the worker's first batch (it
     waits its turn on the server loop): the stream starts with the batch the post
     committed, so the worker's batch is no gap (no journal read), and the post's late
     message is a duplicate: every event once, in order."""
-    reads: list[int] = []
-    read_envelopes = sse.read_envelopes
-
-    def counted(session_id: str, after_seq: int, limit: int = sse.READ_PAGE) -> Any:
-        reads.append(after_seq)
-        return read_envelopes(session_id, after_seq, limit)
-
-    monkeypatch.setattr(sse, "read_envelopes", counted)
+    reads = journal_reads
     held: list[Any] = []
     send_sync = publish._send_sync
     monkeypatch.setattr(publish, "_send_sync", held.append)  # the post's publication, held back
