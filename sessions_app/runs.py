@@ -46,7 +46,7 @@ from typing import Any, Protocol, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import BooleanField, Field, Q
+from django.db.models import BooleanField, Field, Q, QuerySet
 from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
@@ -57,6 +57,7 @@ from sectr.fold import fold_messages, open_tool_calls
 from sectr.journal import NewEvent
 from sectr.state import SessionState
 from sessions_app.attribution import current_api_token_key
+from sessions_app.compiled import Compiled
 from sessions_app.journal import get_journal
 from sessions_app.journal.database import RunFence
 from sessions_app.journal.publish import poke_run_control, wake_workers_on_commit
@@ -321,31 +322,27 @@ def claim_next_runs(
                 log.exception("session %s: could not start its queued message; trying again later", session_id)
 
 
-#: _stranded_pending_sessions' statement, compiled once per (vendor, limit): its
-#: parameters are constants.
-_stranded_sql: dict[tuple[str, int], tuple[str, tuple[Any, ...]]] = {}
+def _stranded_query() -> QuerySet[Run, str]:
+    return (
+        Run.objects.filter(status=Run.PENDING)
+        .exclude(session__status__in=("running", "awaiting"))
+        .values_list("session_id", flat=True)
+        .distinct()[:20]
+    )
 
 
-def _stranded_pending_sessions(limit: int = 20) -> list[str]:
-    """Sessions with a queued message but no run going (its promotion was lost: a worker
-    died between recording a run's end and starting the next message).
+#: _stranded_pending_sessions' statement, compiled once: its parameters are constants.
+_stranded = Compiled(_stranded_query)
+
+
+def _stranded_pending_sessions() -> list[str]:
+    """Up to 20 sessions with a queued message but no run going (its promotion was lost:
+    a worker died between recording a run's end and starting the next message).
 
     Every worker asks once a poll interval (a second), idle or not; compiling the
     queryset each time (a join, an exclude, DISTINCT) cost about 1 ms of CPU a look,
     more than the query itself and the largest of an idle worker's periodic costs."""
-    key = (connection.vendor, limit)
-    compiled = _stranded_sql.get(key)
-    if compiled is None:
-        query = (
-            Run.objects.filter(status=Run.PENDING)
-            .exclude(session__status__in=("running", "awaiting"))
-            .values_list("session_id", flat=True)
-            .distinct()[:limit]
-        )
-        compiled = _stranded_sql[key] = query.query.sql_with_params()
-    with connection.cursor() as cursor:
-        cursor.execute(*compiled)
-        return [row[0] for row in cursor.fetchall()]
+    return [row[0] for row in _stranded.rows()]
 
 
 #: classid of the workers' session-level advisory locks (objid: hashtext(worker id)).

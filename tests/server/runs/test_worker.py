@@ -614,7 +614,7 @@ def test_the_stranded_look_is_compiled_once_and_finds_the_stranded(owner: Any, m
     busy = actions.do_create_session(owner)  # a queued message behind a running one: not stranded
     actions.do_post_message(owner, busy.pk, "first")
     actions.do_post_message(owner, busy.pk, "second", queue=True)
-    runs_module._stranded_sql.clear()
+    runs_module._stranded.clear()
     as_sql = SQLCompiler.as_sql
     compiled = compiled_models(monkeypatch)
     assert runs_module._stranded_pending_sessions() == [stranded.pk]
