@@ -125,7 +125,9 @@ class MessageStream:
     """Streams one assistant message into the journal.
 
     MESSAGE_START is journaled with the first output (so a provider that fails before
-    saying anything leaves no empty message behind); `end()` journals MESSAGE_END.
+    saying anything leaves no empty message behind); `end()` journals MESSAGE_END with
+    the invocation's next write (`InvocationWriter.hold`): after a reply, in the same
+    append as the terminal event.
     """
 
     def __init__(self, ctx: SessionContext, model: str | None) -> None:
@@ -190,7 +192,11 @@ class MessageStream:
             self.ctx.run_usage = add_usage(self.ctx.run_usage, usage)
         if self.model:
             payload["model"] = self.model
-        await self.ctx.writer.emit(EventType.MESSAGE_END, payload)
+        # Held, not written now: it goes out in one append with the invocation's next
+        # event (the terminal event after a reply, a tool call's TOOL_STARTED), or alone
+        # within the writer's HOLD_SECONDS (sectr.writer). A crash before that leaves the
+        # message open, as a crash just before `end()` did: the recovery stitches it.
+        self.ctx.writer.hold(self.ctx.writer.event(EventType.MESSAGE_END, payload))
         if self.ctx._open_message is self:
             self.ctx._open_message = None
 

@@ -307,7 +307,9 @@ class Runtime:
         # A steer parked after the handler's last step boundary (a run that stopped at a
         # limit, a handler that never looks) is journaled before the end rather than lost:
         # the next run's model sees it. Never between a tool call and its result.
-        await ctx.writer.flush()  # what a sync `ctx.execute` queued is part of ctx.messages
+        # What a sync `ctx.execute` queued is part of ctx.messages; a held MESSAGE_END
+        # (a reply's) goes with the terminal event, or with the steer's event.
+        await ctx.writer.flush(keep_held=True)
         if not ctx.control.cancelled and ctx.control.has_steer() and not open_tool_calls(ctx.messages):
             await ctx.step_boundary()
         return None
@@ -331,7 +333,9 @@ class Runtime:
             await result
 
     async def _close_open_message(self, ctx: SessionContext, finish_reason: str) -> list[NewEvent]:
-        await ctx.writer.flush()
+        # A held MESSAGE_END (the reply's `end()`) stays held: it goes in the terminal
+        # event's append, which `_finish` makes next.
+        await ctx.writer.flush(keep_held=True)
         stream = ctx._open_message
         if stream is None or stream.ended:
             return []

@@ -6,6 +6,8 @@ delta after a quiet moment is written at once (an idle stream is never delayed),
 while that write is in flight, further deltas gather in a buffer and go out as one
 envelope when it returns. Under load the envelope count therefore drops by itself.
 Any other event waits for buffered deltas first, so journal order is emission order.
+An event `hold` keeps back (a message's MESSAGE_END) goes out in the same write as the
+invocation's next event instead of a write of its own, or alone after `HOLD_SECONDS`.
 Writes are serialised (one journal round trip at a time), and once the invocation's
 terminal event is written the writer is closed: a late write (a `def` handler's thread
 that outlived a cancel, say) raises instead of landing after the end.
@@ -24,6 +26,13 @@ from sectr.payloads import check_event
 
 #: What only the platform journals on a person's (or the expiry policy's) behalf.
 PEOPLE_ONLY_TYPES = frozenset({EventType.INVOCATION_STARTED, EventType.APPROVAL_VOTED, EventType.SESSION_CREATED})
+
+#: How long `hold` keeps an event back, waiting for the invocation's next event to share
+#: its write, before it goes out alone. A reply's MESSAGE_END is followed at once by the
+#: terminal event (or a tool call's TOOL_STARTED): held, it shares that append, one
+#: journal transaction (two statements, a publication) fewer per run. The bound keeps
+#: a handler that does something slow after `end()` from keeping the end back long.
+HOLD_SECONDS = 0.25
 
 
 def refuse_people_only(events: Iterable[NewEvent]) -> None:
@@ -63,6 +72,11 @@ class InvocationWriter:
         self._write_lock = asyncio.Lock()
         self._inflight: set[asyncio.Task[list[Envelope]]] = set()
         self.closed = False  # the terminal event is written: nothing more may be
+        #: Events `hold` keeps back for the next write (always the newest emitted: a
+        #: delta or queued event after them sends them to the buffer first), and the
+        #: timer that sends them out alone.
+        self._held: list[NewEvent] = []
+        self._hold_timer: asyncio.TimerHandle | None = None
         #: The text deltas this writer journaled since its newest MESSAGE_START, by message
         #: id (`_reply_texts`); None before its first MESSAGE_START, and for good after a
         #: write that failed (it may have landed all the same).
@@ -74,10 +88,52 @@ class InvocationWriter:
         self._submit: Callable[..., asyncio.Future[list[Envelope]]] | None = getattr(journal, "submit", None)
 
     async def append(self, *events: NewEvent) -> list[Envelope]:
-        """Append events atomically after any buffered deltas."""
+        """Append events atomically after any buffered deltas (and in one write with the
+        events `hold` kept back, which go first); their envelopes."""
         refuse_people_only(events)  # before the flush: a refused batch waits for nothing
+        held = self._take_held()  # out of the timer's reach while the flush waits
         await self.flush()
-        return await self._write(events)
+        if not held:
+            return await self._write(events)
+        return (await self._write([*held, *events]))[len(held) :]
+
+    def hold(self, *events: NewEvent) -> None:
+        """Queue events to go out with the invocation's next write: `append`'s (in the
+        same journal append, first), the deltas' or `flush`'s, or on their own after
+        `HOLD_SECONDS`. Checked now, as `append_soon`'s; like a delta's, their write's
+        error is raised by the writer's next call."""
+        refuse_people_only(events)
+        self._raise_pending_error()
+        self._check_open()
+        for event in events:
+            check_event(event.type, event.payload, event.invocation_id)
+        self._held.extend(events)
+        if self._hold_timer is None:
+            self._hold_timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._hold_expired)
+
+    def _take_held(self) -> list[NewEvent]:
+        held, self._held = self._held, []
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        return held
+
+    def _release_held(self) -> None:
+        """The held events to the buffer (behind what it holds), before anything newer."""
+        if self._held:
+            self._buffer.extend(self._take_held())
+
+    def _hold_expired(self) -> None:
+        self._hold_timer = None
+        if not self._held or self.closed:
+            return
+        if (self._flusher is not None and not self._flusher.done()) or self._inflight or self._write_lock.locked():
+            # A write under way: the held events may yet share the next one.
+            self._hold_timer = asyncio.get_running_loop().call_later(HOLD_SECONDS, self._hold_expired)
+            return
+        self._release_held()
+        if not self._write_soon():
+            self._flusher = asyncio.ensure_future(self._drain())
 
     async def emit(self, type: EventType, payload: dict[str, Any]) -> Envelope:
         (envelope,) = await self.append(NewEvent(type, payload, self.invocation_id))
@@ -94,6 +150,7 @@ class InvocationWriter:
         refuse_people_only(events)  # at the call, not later in the background write
         self._raise_pending_error()
         self._check_open()
+        self._release_held()
         self._buffer.extend(events)
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._drain())
@@ -105,6 +162,8 @@ class InvocationWriter:
         """Buffer a delta; it reaches the journal at once unless a write is in flight."""
         self._raise_pending_error()
         self._check_open()
+        if self._held:
+            self._release_held()
         if reasoning:
             self._buffer.append((message_id, "reasoning", reasoning))
         if text:
@@ -116,8 +175,11 @@ class InvocationWriter:
         # chunks never wait (a buffered HTTP stream) still lets the loop run between two.
         await asyncio.sleep(0)
 
-    async def flush(self) -> None:
-        """Wait until every buffered delta is written (or raise the error that stopped it)."""
+    async def flush(self, *, keep_held: bool = False) -> None:
+        """Wait until every buffered delta (and held event, unless `keep_held`: they go
+        with the next `append`) is written (or raise the error that stopped it)."""
+        if not keep_held:
+            self._release_held()
         while True:
             if self._flusher is not None and not self._flusher.done():
                 # Shielded: a cancelled producer must not cut a journal write in half.
@@ -138,6 +200,7 @@ class InvocationWriter:
 
     def discard(self) -> None:
         """Forget buffered deltas (a fenced writer must not write again)."""
+        self._take_held()
         self._buffer.clear()
         if self._flusher is not None:
             self._flusher.cancel()
