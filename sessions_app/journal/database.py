@@ -770,8 +770,9 @@ class DatabaseJournal:
             # The run's end on its row, with its terminal event (RunFence says why).
             run_id, lease_token = fence
             finish = fence.finish(connection, run_id, lease_token, terminal[0], terminal[1], now)
-        # Before the review's rows: a reply's search entry reads the deltas just inserted.
-        ended = self._insert_and_update_session_row(connection, envelopes, columns, finish)
+        # Before the review's rows: a reply's search entry reads the deltas just inserted
+        # (unless they go in the same statement: `ReviewProjection.statements`).
+        ended = self._insert_and_update_session_row(connection, envelopes, columns, finish, review.statements())
         if ended is not None:
             fence.ended = ended
         review.write()
@@ -879,6 +880,7 @@ class DatabaseJournal:
         envelopes: list[Envelope],
         columns: dict[str, Any],
         finish: tuple[str, list[Any], bool] | None = None,
+        also: list[tuple[str, list[Any]]] | None = None,
     ) -> bool | None:
         """`_insert` the envelopes (of one session) and `_update_session_row` its row: on
         PostgreSQL in one statement (the INSERT a data-modifying CTE of the UPDATE).
@@ -886,7 +888,10 @@ class DatabaseJournal:
         `finish`: `sessions_app.runs.finish_statement` of the fenced run, which ends its
         row too (on PostgreSQL another data-modifying CTE of the same statement); then
         whether the session has a pending run (True where the database cannot tell),
-        None when the row was not ended (or without `finish`)."""
+        None when the row was not ended (or without `finish`).
+
+        `also`: more plain INSERTs (PostgreSQL only) to run as data-modifying CTEs of the
+        same statement (`ReviewProjection.statements`)."""
         session_id = envelopes[0].session_id
         if connection.vendor != "postgresql":
             self._insert(connection, envelopes)
@@ -901,17 +906,21 @@ class DatabaseJournal:
                 row = cursor.fetchone()
             return None if row is None else bool(row[0])
         insert, insert_params = self._insert_statement(connection, envelopes)
+        ctes = f"inserted AS ({insert})"
+        for i, (sql, params) in enumerate(also or ()):
+            ctes += f", also{i} AS ({sql})"
+            insert_params = [*insert_params, *params]
         update, update_params = self._update_session_statement(connection, session_id, columns)
         if finish is None:
             with _prepared_cursor(connection) as cursor:
-                cursor.execute(f"WITH inserted AS ({insert}) {update}", [*insert_params, *update_params])
+                cursor.execute(f"WITH {ctes} {update}", [*insert_params, *update_params])
             return None
         # PostgreSQL's finish statement always returns (RETURNING): its one row comes back
         # through the session's UPDATE, which returns one row (the session is locked).
         sql, params, _returning = finish
         with _prepared_cursor(connection) as cursor:
             cursor.execute(
-                f"WITH inserted AS ({insert}), finished AS ({sql} AS pending) {update}"  # noqa: S608 - quoted names
+                f"WITH {ctes}, finished AS ({sql} AS pending) {update}"  # noqa: S608 - quoted names
                 " RETURNING (SELECT count(*) FROM finished), (SELECT bool_or(pending) FROM finished)",
                 [*insert_params, *params, *update_params],
             )

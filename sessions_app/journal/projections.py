@@ -142,6 +142,39 @@ class ReviewProjection:
             self._invocation_tokens[invocation_id] = int(row[0] or 0) if row else 0
         return self._invocation_tokens[invocation_id]
 
+    def statements(self) -> list[tuple[str, list[Any]]] | None:
+        """On PostgreSQL, the writes `write` would make, as plain INSERT statements (SQL,
+        parameters) the append runs as data-modifying CTEs of its own statement, when
+        they need no read (every reply's text known, `known_texts`) and nothing else
+        (no fork link); `write` then writes nothing more. None where they cannot be.
+
+        A run's end carries its reply's entry and usage: one statement fewer per run,
+        in the same transaction (bench/run_lifecycle.py). All the CTEs of a statement
+        see the same snapshot, so a text read back from the deltas inserted beside them
+        would miss them: such an append writes through `write`, after its insert."""
+        connection = connections[self.using]
+        if connection.vendor != "postgresql" or self.forks or self.texts is not None:
+            return None
+        texts = []
+        for end, start_seq in self.ended:
+            message_id = end.payload.get("message_id")
+            if start_seq is not None or not isinstance(message_id, str) or message_id not in self.known_texts:
+                return None
+            texts.append((end, self.known_texts[message_id]))
+        if len(self.entries) + len(texts) > ENTRIES_PER_INSERT or len(self.usage) > USAGE_ROWS_FOLDED:
+            return None
+        for end, text in texts:
+            self._entry(end, "assistant", text)
+        self.ended = []
+        statements = []
+        if self.entries:
+            statements.append(self._entries_insert(self.entries))
+            self.entries = []
+        if self.usage:
+            statements.append(self._usage_upsert(self.usage))
+            self.usage = {}
+        return statements
+
     def write(self, usage: bool = True) -> None:
         for end, start_seq in self.ended:
             self._entry(end, "assistant", self._message_text(end, start_seq))
