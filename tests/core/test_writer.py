@@ -122,6 +122,75 @@ async def test_a_message_starts_in_the_same_append_as_its_first_delta() -> None:
     assert len(of_type(journal.read(sid), EventType.MESSAGE_DELTA)) == 3  # the others as before
 
 
+async def test_a_reply_ends_in_the_same_append_as_its_invocation() -> None:
+    """The reply's MESSAGE_END (held by `end()`) and the terminal event: one append, the
+    end first, with its text; the stored journal is what two appends made."""
+    journal = SlowJournal(latency=0)
+    rt = LocalRuntime(provider=DemoProvider(delay=0), journal=journal)
+    sid = await rt.create_session()
+    await rt.send(sid, "!long 3")
+    last = journal.calls[-1]
+    assert [e.type for e in last] == [EventType.MESSAGE_END, EventType.INVOCATION_COMPLETED]
+    assert last[0].text == delta_text(of_type(journal.read(sid), EventType.MESSAGE_DELTA))
+    assert not any(e.type is EventType.MESSAGE_END for call in journal.calls[:-1] for e in call)
+    types = types_of(journal.read(sid))
+    assert types[-2:] == [EventType.MESSAGE_END, EventType.INVOCATION_COMPLETED]
+    assert fold_messages(journal.read(sid))[-1]["role"] == "assistant"
+
+
+async def test_a_held_event_goes_out_alone_when_nothing_follows(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sectr.writer.HOLD_SECONDS", 0.01)
+    journal = SlowJournal(latency=0.005)
+    writer, sid, seen = new_writer(journal)
+    await writer.append(_start("m1"))
+    await writer.delta("m1", text="hello")  # in flight when the end is held
+    writer.hold(writer.event(EventType.MESSAGE_END, {"message_id": "m1"}))
+    assert EventType.MESSAGE_END not in [e.type for e in seen]
+    await asyncio.sleep(0.1)  # no flush, no append: the timer writes it
+    assert types_of(journal.read(sid)) == [EventType.MESSAGE_START, EventType.MESSAGE_DELTA, EventType.MESSAGE_END]
+    assert [e.type for e in journal.calls[-1]] == [EventType.MESSAGE_END]
+    assert journal.calls[-1][0].text == "hello"
+
+
+async def test_a_held_event_keeps_its_place_in_emission_order() -> None:
+    """Whatever is emitted after a held event goes after it: a delta or a queued event
+    sends it to the buffer first, `flush` writes it, `append` writes it with its own."""
+    journal = SlowJournal(latency=0.002)
+    writer, sid, _ = new_writer(journal)
+    await writer.append(_start("m1"))
+    writer.hold(writer.event(EventType.MESSAGE_END, {"message_id": "m1"}))
+    writer.append_soon(_start("m2"))
+    await writer.delta("m2", text="second")
+    writer.hold(writer.event(EventType.MESSAGE_END, {"message_id": "m2"}))
+    await writer.flush()
+    writer.hold(writer.event(EventType.SESSION_ERROR, {"error": "x", "retryable": True}))
+    (envelope,) = await writer.append(_start("m3"))
+    assert envelope.type is EventType.MESSAGE_START and envelope.payload["message_id"] == "m3"
+    assert [e.type for e in journal.calls[-1]] == [EventType.SESSION_ERROR, EventType.MESSAGE_START]
+    assert [(e.type, e.payload.get("message_id")) for e in journal.read(sid)] == [
+        (EventType.MESSAGE_START, "m1"),
+        (EventType.MESSAGE_END, "m1"),
+        (EventType.MESSAGE_START, "m2"),
+        (EventType.MESSAGE_DELTA, "m2"),
+        (EventType.MESSAGE_END, "m2"),
+        (EventType.SESSION_ERROR, None),
+        (EventType.MESSAGE_START, "m3"),
+    ]
+
+
+async def test_a_discarded_writer_forgets_what_it_held() -> None:
+    """A fenced run (its lease lost) writes nothing more, a held reply end included: the
+    message stays open for the recovery to stitch, as a crash before `end()` leaves it."""
+    journal = SlowJournal(latency=0)
+    writer, sid, _ = new_writer(journal)
+    await writer.append(_start("m1"))
+    writer.hold(writer.event(EventType.MESSAGE_END, {"message_id": "m1"}))
+    writer.discard()
+    await writer.flush()
+    await asyncio.sleep(0.3)
+    assert types_of(journal.read(sid)) == [EventType.MESSAGE_START]
+
+
 async def test_a_failed_start_with_its_first_delta_surfaces_on_the_next_call() -> None:
     """MESSAGE_START is no longer awaited on its own: its write's error (a lost lease, a
     refused payload) is the next writer call's, as a delta's is."""
@@ -347,7 +416,7 @@ async def queue_soon_behind_deltas(writer: InvocationWriter, event: NewEvent) ->
 
 
 @pytest.mark.parametrize("event", PEOPLE_ONLY_EVENTS, ids=lambda e: e.type.value)
-@pytest.mark.parametrize("way", ["append", "append_batch", "emit", "append_soon", "append_soon_behind_deltas"])
+@pytest.mark.parametrize("way", ["append", "append_batch", "emit", "append_soon", "append_soon_behind_deltas", "hold"])
 async def test_every_way_into_the_journal_refuses_what_only_people_journal(way: str, event: NewEvent) -> None:
     journal = SlowJournal(latency=0.005)
     writer, sid, _ = new_writer(journal)
@@ -361,6 +430,8 @@ async def test_every_way_into_the_journal_refuses_what_only_people_journal(way: 
             await writer.emit(event.type, event.payload)
         elif way == "append_soon":
             writer.append_soon(event)
+        elif way == "hold":
+            writer.hold(event)
         else:
             await queue_soon_behind_deltas(writer, event)
     await writer.flush()  # nothing refused is waiting to surface later either
