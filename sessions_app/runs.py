@@ -32,6 +32,7 @@ worker that holds the run.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -97,6 +98,10 @@ class Claim:
     #: start (sessions_app.runtime.session_start); None for a recovery, which journaled
     #: since. Whether nothing was journaled since the claim is checked as it starts.
     session: tuple[SessionState, int | None] | None = field(default=None, compare=False, repr=False)
+    #: With `session` on PostgreSQL: the transcript since its newest compaction, read in
+    #: the claim's transaction for the whole batch (one statement for all its runs, where
+    #: each run's start read its own: a statement and a thread hop fewer per run).
+    transcript: list[Envelope] | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
     def fence(self) -> RunFence:
@@ -580,7 +585,23 @@ def _claim_batch(
                 if claim is not None:
                     claims.append(claim)
         _update_claimed(queued)
+        claims = _with_transcripts(claims)
     return claims, busy
+
+
+def _with_transcripts(claims: list[Claim]) -> list[Claim]:
+    """The claims, each fresh one with its transcript (`Claim.transcript`), all read in
+    one statement under the sessions' locks: consistent with the state the claim read."""
+    after = {
+        claim.session_id: max(claim.session[0].compaction_seq, 1) - 1 for claim in claims if claim.session is not None
+    }
+    if not after:
+        return claims
+    transcripts = get_journal().transcripts_sync(after)
+    return [
+        dataclasses.replace(claim, transcript=transcripts[claim.session_id]) if claim.session is not None else claim
+        for claim in claims
+    ]
 
 
 def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:

@@ -69,18 +69,21 @@ async def session_policy(session_id: str) -> Policy:
 
 #: The session as the run's claim read it (`runs.Claim.session`), set by the worker in
 #: the run's task for `session_start`, which takes it (once) when the session matches.
-claimed_session: ContextVar[tuple[str, tuple[SessionState, int | None]] | None] = ContextVar(
+#: With the transcript the claim read too (`runs.Claim.transcript`), or None.
+claimed_session: ContextVar[tuple[str, tuple[SessionState, int | None], list[Envelope] | None] | None] = ContextVar(
     "claimed_session", default=None
 )
 
 
 def read_start(
-    session_id: str, known: tuple[SessionState, int | None] | None = None
+    session_id: str,
+    known: tuple[SessionState, int | None] | None = None,
+    transcript: list[Envelope] | None = None,
 ) -> tuple[list[Envelope], SessionState, Policy, int | None]:
     """An invocation's transcript, state and rules, and its session's team (three plain
     statements; two for a personal session; one fewer with `known`, the session as the
-    run's claim read it: DatabaseJournal.start_sync)."""
-    transcript, state, team_id = get_journal().start_sync(session_id, known)
+    run's claim read it, and one fewer again with its `transcript`: DatabaseJournal.start_sync)."""
+    transcript, state, team_id = get_journal().start_sync(session_id, known, transcript)
     return transcript, state, ApprovalRule.policy_of_team(team_id), team_id
 
 
@@ -88,11 +91,17 @@ async def session_start(session_id: str) -> tuple[list[Envelope], SessionState, 
     """The runtime's `start` source: what `session_policy` and the journal's `state` and
     `load_since_compaction` read, in one database-thread hop."""
     claimed = claimed_session.get()
-    known = None
+    known: tuple[SessionState, int | None] | None = None
+    read: list[Envelope] | None = None
     if claimed is not None and claimed[0] == session_id:
         claimed_session.set(None)
-        known = claimed[1]
-    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id, known)
+        _id, known, read = claimed
+        if read and read[-1].seq == known[0].last_seq and known[1] is None:
+            # A personal session whose claim read it all: nothing to read (no rules), no
+            # thread hop.
+            remember_session_team(session_id, None)
+            return read, known[0], ApprovalRule.policy_of_team(None)
+    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id, known, read)
     remember_session_team(session_id, team_id)  # for the budget check, as session_policy
     return transcript, state, policy
 

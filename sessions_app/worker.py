@@ -338,7 +338,7 @@ class Worker:
         set_log_context(run_id=claim.run_id, session_id=claim.session_id)  # this run's task only
         self.beating[claim.run_id] = claim
         if claim.session is not None:  # the run's start need not read the session's row again
-            claimed_session.set((claim.session_id, claim.session))
+            claimed_session.set((claim.session_id, claim.session, claim.transcript))
         try:
             terminal = await self.runtime.run_invocation(
                 claim.session_id, claim.invocation_id, control=control, fence=claim.fence

@@ -442,7 +442,10 @@ class DatabaseJournal:
         return found
 
     def start_sync(
-        self, session_id: str, known: tuple[SessionState, int | None] | None = None
+        self,
+        session_id: str,
+        known: tuple[SessionState, int | None] | None = None,
+        transcript: list[Envelope] | None = None,
     ) -> tuple[list[Envelope], SessionState, int | None]:
         """What an invocation starts from: the transcript since the newest compaction, the
         session's state and its team's id, in two statements (the state says where the
@@ -452,15 +455,41 @@ class DatabaseJournal:
         under the session's lock). When the transcript read from its compaction still
         ends at its last_seq, nothing was journaled since (seqs are gapless, and the
         state's columns change only with an append), so it is the state now: one
-        statement, not two. Otherwise the row is read again."""
+        statement, not two. Otherwise the row is read again.
+
+        `transcript`: with `known`, the transcript read with it (the claim's batch):
+        no statement at all."""
         if known is not None:
             state, team_id = known
-            transcript = self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1)
+            if transcript is None:
+                transcript = self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1)
             if transcript and transcript[-1].seq == state.last_seq:
                 return transcript, state, team_id
         session = self._session_row(connections[self.using], session_id, lock=False)
         state = session.projection()
         return self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1), state, session.team_id
+
+    def transcripts_sync(self, after: dict[str, int]) -> dict[str, list[Envelope]]:
+        """PostgreSQL: the envelopes of several sessions, each with seq > its `after`, in
+        seq order, in one statement (a batch of claimed runs' transcripts)."""
+        connection = connections[self.using]
+        table = _qn(connection, models.Envelope._meta.db_table)
+        names = ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
+        columns = ", ".join(f"e.{_qn(connection, name)}" for name in names)
+        seq, session = _qn(connection, "seq"), _qn(connection, "session_id")
+        with hot_cursor(connection) as cursor:
+            cursor.execute(
+                f"SELECT {columns} FROM unnest(%s::text[], %s::int[]) AS b(s, a)"  # noqa: S608 - quoted names
+                f" JOIN {table} e ON e.{session} = b.s AND e.{seq} > b.a ORDER BY e.{session}, e.{seq}",
+                [list(after), list(after.values())],
+            )
+            rows = cursor.fetchall()
+        payload_of, created_at_of = kept_converters(connection, models.Envelope, ("payload", "created_at"))
+        found: dict[str, list[Envelope]] = {session_id: [] for session_id in after}
+        for session_id, number, invocation_id, kind, payload, created in rows:
+            payload, created = payload_of(payload), created_at_of(created)
+            found[session_id].append(Envelope(session_id, number, invocation_id, EventType(kind), payload, created))
+        return found
 
     def state_sync(self, session_id: str) -> SessionState:
         return self._session_row(connections[self.using], session_id, lock=False).projection()
