@@ -29,7 +29,7 @@ from sessions_app.dbthread import run_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.journal.projections import ENTRIES_PER_INSERT, ReviewProjection, rebuild_review_projections
 from sessions_app.models import Run, SearchEntry, Session, UsageDaily
-from sessions_app.runtime import read_start, session_start
+from sessions_app.runtime import claimed_session, read_start, session_start
 from sessions_app.team_budgets import _SESSION_TEAMS
 from sessions_app.telemetry.metrics import LEASES_LOST
 from sessions_app.worker import DatabaseRunControl, Worker
@@ -217,6 +217,43 @@ def test_a_batch_of_claims_writes_its_queued_runs_rows_in_one_update(crew: dict[
 
 
 @pytest.mark.django_db(transaction=True)
+def test_a_batch_claim_reads_its_runs_transcripts_in_one_statement(crew: dict[str, Any], monkeypatch: Any) -> None:
+    """PostgreSQL: a batch claim hands each fresh run its transcript since the newest
+    compaction, all read in one statement; a personal session's start then reads
+    nothing (no statement, no thread hop). Elsewhere the start reads it, as before."""
+    owner = crew["owner"]
+    sessions = [actions.do_create_session(owner, team=None) for _ in range(3)]
+    actions.do_rename(owner, sessions[1].pk, "a longer journal")
+    for session in sessions:
+        actions.do_post_message(owner, session.pk, "hello")
+    with CaptureQueriesContext(connection) as queries:
+        claims = runs_module.claim_next_runs("batch-worker", 60.0, 8, tidy_stranded=False)
+    assert len(claims) == 3
+    journal = get_journal()
+    if connection.vendor != "postgresql":
+        assert all(claim.transcript is None for claim in claims)
+        return
+    reads = [q["sql"] for q in queries if '"sessions_app_envelope"' in q["sql"]]
+    assert len(reads) == 1, reads
+    for claim in claims:
+        assert claim.transcript == journal.load_since_compaction_sync(claim.session_id)
+        assert claim.transcript and claim.session and claim.transcript[-1].seq == claim.session[0].last_seq
+    claim = claims[0]
+
+    def no_hop(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the start went to the database")
+
+    monkeypatch.setattr("sessions_app.runtime.run_in_db_thread", no_hop)
+
+    async def start() -> Any:
+        claimed_session.set((claim.session_id, claim.session, claim.transcript))
+        return await session_start(claim.session_id)
+
+    transcript, state, _policy = asyncio.run(start())
+    assert transcript == claim.transcript and state == journal.state_sync(claim.session_id)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -> None:
     """A recovery journals in its claim: its start reads the session afresh."""
     owner = crew["owner"]
@@ -225,7 +262,7 @@ def test_a_recovered_claim_hands_no_session_to_its_start(crew: dict[str, Any]) -
     runs_module.claim_next_runs("dead-worker", 60.0, 1)
     Run.objects.filter(pk=run.pk).update(lease_expires_at=timezone.now() - timedelta(minutes=5))
     (claim,) = runs_module.claim_next_runs("live-worker", 60.0, 1, tidy_stranded=False)
-    assert claim.recovered and claim.session is None
+    assert claim.recovered and claim.session is None and claim.transcript is None
 
 
 @pytest.mark.django_db(transaction=True)
