@@ -100,7 +100,10 @@ class Claim:
     session: tuple[SessionState, int | None] | None = field(default=None, compare=False, repr=False)
     #: With `session` on PostgreSQL: the transcript since its newest compaction, read in
     #: the claim's transaction for the whole batch (one statement for all its runs, where
-    #: each run's start read its own: a statement and a thread hop fewer per run).
+    #: each run's start read its own: a statement and a thread hop fewer per run). The
+    #: start takes it as it is: what is journaled between the claim and the start (a
+    #: rename, a setting: a few milliseconds) is seen by the run's first append, as if
+    #: it came just after the start.
     transcript: list[Envelope] | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
