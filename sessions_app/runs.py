@@ -102,8 +102,8 @@ class Claim:
     #: the claim's transaction for the whole batch (one statement for all its runs, where
     #: each run's start read its own: a statement and a thread hop fewer per run). The
     #: start takes it as it is: what is journaled between the claim and the start (a
-    #: rename, a setting: a few milliseconds) is seen by the run's first append, as if
-    #: it came just after the start.
+    #: rename, a setting: a window of milliseconds) reaches the run as if it came just
+    #: after the start (the journal's own state stays right: appends read the row).
     transcript: list[Envelope] | None = field(default=None, compare=False, repr=False)
 
     @functools.cached_property
