@@ -19,7 +19,13 @@ the burst, and the SQL statements per run by kind; on a PostgreSQL of this machi
 its backends' CPU per run and how many backends the burst opened (round 0's pool starts
 cold: the difference from later rounds is what new connections cost the server). The same burst is run `--rounds`
 times (fresh runs each time, the first one a warm-up; profile the later ones from
-outside, e.g. `py-spy record --pid`). Runs on older versions of Sectr too (with
+outside, e.g. `py-spy record --pid`, or with `--profile FILE`: cProfile of every thread).
+`--callgrind` counts the later bursts' instructions (repeatable to ~2%, unlike the CPU time):
+
+    valgrind --tool=callgrind --callgrind-out-file=/tmp/life.cg --instr-atstart=no \\
+        .venv/bin/python bench/run_lifecycle.py --runs 100 --rounds 3 --listen --callgrind
+    callgrind_annotate /tmp/life.cg | head  # the total, divided by 100 x (rounds - 1)
+ Runs on older versions of Sectr too (with
 bench/team_runs.py beside it), so the same script compares before and after.
 """
 
@@ -59,6 +65,16 @@ def arguments() -> argparse.Namespace:
         "--listen",
         action="store_true",
         help="the worker listens on the channel layer (REDIS_URL), as a worker process does: its Redis costs count",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="FILE",
+        help="cProfile of the rounds after the first, every thread's (the loop's and the database threads'), to FILE",
+    )
+    parser.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="toggle callgrind collection around the rounds after the first (valgrind --instr-atstart=no)",
     )
     return parser.parse_args()
 
@@ -204,6 +220,55 @@ class PostgresCpu:
 POSTGRES = PostgresCpu()
 
 
+class ThreadProfiles:
+    """cProfile of every thread: the loop's, and each pool thread's work items (one
+    profiler per thread, merged at the end), while `on`."""
+
+    def __init__(self) -> None:
+        import cProfile
+        from concurrent.futures import thread as futures_thread
+
+        self.on = False
+        self.profiles: list[Any] = []
+        self._local = threading.local()
+        self._make = cProfile.Profile
+        original = futures_thread._WorkItem.run
+        profiles = self
+
+        def run(item: Any) -> None:
+            if not profiles.on:
+                return original(item)
+            profile = profiles.mine()
+            profile.enable()
+            try:
+                return original(item)
+            finally:
+                profile.disable()
+
+        futures_thread._WorkItem.run = run  # type: ignore[method-assign,assignment]
+
+    def mine(self) -> Any:
+        profile = getattr(self._local, "profile", None)
+        if profile is None:
+            profile = self._local.profile = self._make()
+            self.profiles.append(profile)
+        return profile
+
+    def dump(self, path: str) -> None:
+        import pstats
+
+        stats = pstats.Stats(self.profiles[0])
+        for profile in self.profiles[1:]:
+            stats.add(profile)
+        stats.dump_stats(path)
+
+
+PROFILES = ThreadProfiles() if ARGS.profile else None
+#: seconds between two looks for unfinished runs: under valgrind a look costs as much as a
+#: run, and a burst lasts 50 times longer
+POLL_SECONDS = 2.0 if ARGS.callgrind else 0.05
+
+
 async def burst(counter: StatementCounter, listen: bool = False) -> tuple[float, float]:
     """Run the queued runs with a fresh Worker: (CPU s, wall s) until all finished."""
     worker = Worker(
@@ -221,7 +286,7 @@ async def burst(counter: StatementCounter, listen: bool = False) -> tuple[float,
     task = asyncio.ensure_future(worker.run())
     left, moved_at = -1, time.monotonic()
     while left:
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(POLL_SECONDS)
         now_left = await run_in_db_thread(unfinished)
         if now_left != left:
             left, moved_at = now_left, time.monotonic()
@@ -249,12 +314,32 @@ async def rounds(
     cpus: list[float] = []
     for round_ in range(count):
         await run_in_db_thread(queue, runs, extras, ticks)
+        measured(round_ > 0)
         cpu, wall = await burst(counter, listen)
+        measured(False)
         per_run = cpu / runs * 1000
         print(f"round {round_}: CPU per run {per_run:.2f} ms, burst wall {wall:.2f} s")
         if round_:
             cpus.append(per_run)
+    if PROFILES is not None:
+        PROFILES.dump(ARGS.profile)
     return cpus
+
+
+def measured(on: bool) -> None:
+    """Profile (--profile) and count instructions (--callgrind) of a burst, not of the queueing."""
+    if not on:
+        if ARGS.callgrind:
+            os.system(f"callgrind_control -i off {os.getpid()} >/dev/null")  # noqa: S605 - between bursts
+        if PROFILES is not None and PROFILES.on:
+            PROFILES.mine().disable()
+            PROFILES.on = False
+        return
+    if ARGS.callgrind:
+        os.system(f"callgrind_control -i on {os.getpid()} >/dev/null")  # noqa: S605 - between bursts
+    if PROFILES is not None:
+        PROFILES.on = True
+        PROFILES.mine().enable()
 
 
 def main() -> None:
