@@ -99,7 +99,13 @@ class JsonLogFormatter(logging.Formatter):
 def _tracer() -> Any:
     # Looked up on every span, not cached at import: the provider may be installed
     # after this module is imported (Django's AppConfig.ready, a test fixture).
-    return None if _otel_trace is None else _otel_trace.get_tracer(TRACER_NAME)
+    # No provider installed (nor named by OTEL_PYTHON_TRACER_PROVIDER): the API's
+    # proxy would only make non-recording spans, and entering one (a ProxyTracer, a
+    # NoOpTracer, the context attached and detached) was most of a no-op span's cost,
+    # two per run (py-spy --gil, bench/run_lifecycle.py): none at all then.
+    if _otel_trace is None or isinstance(_otel_trace.get_tracer_provider(), _otel_trace.ProxyTracerProvider):
+        return None
+    return _otel_trace.get_tracer(TRACER_NAME)
 
 
 class _Span:

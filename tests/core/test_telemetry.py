@@ -169,3 +169,22 @@ def test_a_json_log_line_has_the_exception_and_explicit_ids_win() -> None:
         line = json.loads(formatter.format(record))
     assert line["message"] == "failed: it" and line["run_id"] == "run_explicit" and line["session_id"] == "ses_1"
     assert "ValueError: boom" in line["exception"]
+
+
+def test_without_a_tracer_provider_no_span_is_started(monkeypatch: Any) -> None:
+    """No provider installed: the API's proxy would only make non-recording spans, so none
+    is started at all (the tracer is not even asked); one installed later is used."""
+    from opentelemetry import trace
+
+    asked: list[str] = []
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: trace.ProxyTracerProvider())
+    monkeypatch.setattr(trace, "get_tracer", lambda *a, **k: asked.append("tracer"))
+    assert telemetry._tracer() is None
+    with telemetry.span("invoke_agent", {"gen_ai.conversation.id": "s"}) as handle:
+        handle.set("sectr.stop_reason", "end_turn")  # dropped, no error
+        assert handle.span is None
+    assert asked == []
+
+    recorded_spans()  # the SDK's provider, as a process that exports traces installs one
+    monkeypatch.undo()
+    assert telemetry._tracer() is not None
