@@ -26,7 +26,7 @@ from sectr.runtime import Runtime
 from sectr.state import SessionState
 from sectr.tools import Tool, ToolArgumentError
 from sessions_app.approval_relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
-from sessions_app.dbthread import run_in_db_thread
+from sessions_app.dbthread import run_in_db_thread, run_plain_in_db_thread
 from sessions_app.journal import get_journal
 from sessions_app.mcp_servers import check_edited_mcp_arguments, team_mcp_tools
 from sessions_app.media import MediaResolvingProvider
@@ -101,7 +101,10 @@ async def session_start(session_id: str) -> tuple[list[Envelope], SessionState, 
             # thread hop.
             remember_session_team(session_id, None)
             return read, known[0], ApprovalRule.policy_of_team(None)
-    transcript, state, policy, team_id = await run_in_db_thread(read_start, session_id, known, read)
+    # Without asgiref's SyncToAsync (run_plain_in_db_thread): read_start only reads, and
+    # never calls back into the event loop; the SyncToAsync's own set-up was two thirds
+    # of what a run's start cost the event loop (py-spy --gil, bench/run_lifecycle.py).
+    transcript, state, policy, team_id = await run_plain_in_db_thread(read_start, session_id, known, read)
     remember_session_team(session_id, team_id)  # for the budget check, as session_policy
     return transcript, state, policy
 
