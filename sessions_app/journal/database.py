@@ -62,7 +62,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import (
@@ -173,6 +173,23 @@ def _prepare(events: Sequence[NewEvent]) -> list[tuple[EventType, dict[str, Any]
 
 def _qn(connection: BaseDatabaseWrapper, name: str) -> str:
     return connection.ops.quote_name(name)
+
+
+_T = TypeVar("_T")
+
+#: Statement texts built once per database vendor (and shape), by `_statement`.
+_STATEMENTS: dict[tuple[Any, ...], Any] = {}
+
+
+def _statement(connection: BaseDatabaseWrapper, key: tuple[Any, ...], build: Callable[[], _T]) -> _T:
+    """`build()` (a statement's text, made of quoted names) once per vendor and `key`: the
+    appends of a run's start and end built theirs anew each time, about sixty quote_name
+    calls and their joins an append (cProfile, bench/run_lifecycle.py --profile)."""
+    full = (connection.vendor, *key)
+    found = _STATEMENTS.get(full)
+    if found is None:
+        found = _STATEMENTS[full] = build()
+    return cast(_T, found)
 
 
 def _row_lock(connection: BaseDatabaseWrapper) -> str:
@@ -832,21 +849,24 @@ class DatabaseJournal:
         if run_id is None:
             return self._session_row(connection, session_id, lock=True), _UNREAD
         fields = _row_fields()
-        table = _qn(connection, models.Session._meta.db_table)
-        run_table = _qn(connection, models.Run._meta.db_table)
-        pk = _qn(connection, "id")
-        columns = ", ".join(_qn(connection, field.column) for field in fields)
-        session_columns = ", ".join(f"s.{_qn(connection, field.column)}" for field in fields)
-        run_columns = ", ".join(_qn(connection, name) for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
-        fenced = ", ".join(f"r.{_qn(connection, name)}" for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
-        with _prepared_cursor(connection) as cursor:
-            cursor.execute(
+
+        def build() -> str:
+            table = _qn(connection, models.Session._meta.db_table)
+            run_table = _qn(connection, models.Run._meta.db_table)
+            pk = _qn(connection, "id")
+            columns = ", ".join(_qn(connection, field.column) for field in fields)
+            session_columns = ", ".join(f"s.{_qn(connection, field.column)}" for field in fields)
+            run_columns = ", ".join(_qn(connection, name) for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
+            fenced = ", ".join(f"r.{_qn(connection, name)}" for name in (*_FENCE_COLUMNS, *_FENCE_EXTRA_COLUMNS))
+            return (
                 f"WITH s AS MATERIALIZED (SELECT {columns} FROM {table} WHERE {pk} = %s FOR NO KEY UPDATE),"  # noqa: S608 - quoted names
                 f" r AS MATERIALIZED (SELECT {pk}, {run_columns} FROM {run_table}"
                 f" WHERE {pk} = %s AND (SELECT count(*) FROM s) > 0 FOR NO KEY UPDATE)"
-                f" SELECT {session_columns}, r.{pk} IS NOT NULL, {fenced} FROM s LEFT JOIN r ON true",
-                [session_id, run_id],
+                f" SELECT {session_columns}, r.{pk} IS NOT NULL, {fenced} FROM s LEFT JOIN r ON true"
             )
+
+        with _prepared_cursor(connection) as cursor:
+            cursor.execute(_statement(connection, ("lock_session_and_run",), build), [session_id, run_id])
             row = cursor.fetchone()
         if row is None:
             raise NotFound(f"no session {session_id}")
@@ -863,12 +883,15 @@ class DatabaseJournal:
         end, a tool call, a run's end) and every run start runs it, and the queryset's
         compilation and full model instance were most of their CPU (a burst of starts).
         """
-        table = _qn(connection, models.Session._meta.db_table)
         fields = _row_fields()
-        columns = ", ".join(_qn(connection, field.column) for field in fields)
-        sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
-        if lock:
-            sql += _row_lock(connection)
+
+        def build() -> str:
+            table = _qn(connection, models.Session._meta.db_table)
+            columns = ", ".join(_qn(connection, field.column) for field in fields)
+            sql = f"SELECT {columns} FROM {table} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+            return sql + _row_lock(connection) if lock else sql
+
+        sql = _statement(connection, ("session_row", lock), build)
         with hot_cursor(connection) as cursor:
             cursor.execute(sql, [session_id])
             row = cursor.fetchone()
@@ -894,13 +917,18 @@ class DatabaseJournal:
         self, connection: BaseDatabaseWrapper, session_id: str, columns: dict[str, Any]
     ) -> tuple[str, list[Any]]:
         meta = models.Session._meta
-        names, params = [], []
-        for name, value in columns.items():
-            field = cast(Field, meta.get_field(name))  # a concrete column of the model
-            names.append(f"{_qn(connection, field.column)} = %s")
-            params.append(field.get_db_prep_save(value, connection))
-        table = _qn(connection, meta.db_table)
-        sql = f"UPDATE {table} SET {', '.join(names)} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+
+        def build() -> tuple[str, list[Field]]:
+            fields = [cast(Field, meta.get_field(name)) for name in columns]  # concrete columns of the model
+            names = [f"{_qn(connection, field.column)} = %s" for field in fields]
+            table = _qn(connection, meta.db_table)
+            sql = f"UPDATE {table} SET {', '.join(names)} WHERE {_qn(connection, 'id')} = %s"  # noqa: S608 - quoted names
+            return sql, fields
+
+        sql, fields = _statement(connection, ("update_session", *columns), build)
+        params = [
+            field.get_db_prep_save(value, connection) for field, value in zip(fields, columns.values(), strict=True)
+        ]
         return sql, [*params, session_id]
 
     def _insert_and_update_session_row(
