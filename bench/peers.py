@@ -54,7 +54,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -69,7 +68,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lean_http import LeanClient  # noqa: E402
-from live import cpu_seconds, cpu_seconds_exact, percentile, server_pids  # noqa: E402
+from live import cpu_seconds, percentile, server_pids  # noqa: E402
+from pg_backends import PostgresBackends, StatementLedger, report  # noqa: E402
 
 import tests.cluster  # noqa: E402
 import tests.liveserver  # noqa: E402
@@ -79,7 +79,6 @@ from tests.liveserver import LiveSectr, free_port  # noqa: E402
 PEER_DIR = ROOT / "bench" / "langgraph_peer"
 TARGETS = ("langgraph", "embedded", "cluster")
 TICK_RE = re.compile(r"tick (\d+)")
-PG_SAMPLE_SECONDS = 0.5
 
 
 def load_average() -> float:
@@ -280,45 +279,9 @@ def create_conversations(live: LiveSectr, n: int) -> list[tuple[str, str]]:
     return found
 
 
-class PostgresBackends:
-    """CPU of the PostgreSQL backends connected to one database (this machine's server),
-    sampled in a thread: a backend's CPU is kept as last seen, so one that disconnects
-    during the run still counts up to its last sample."""
-
-    def __init__(self, admin_url: str, database: str) -> None:
-        import psycopg
-
-        self.connection = psycopg.connect(admin_url, autocommit=True)
-        self.database = database
-        self.start: dict[int, float] = {}
-        self.seen: dict[int, float] = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _sample(self) -> dict[int, float]:
-        rows = self.connection.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s", [self.database])
-        return {pid: cpu_seconds_exact(pid) for (pid,) in rows.fetchall()}
-
-    def _loop(self) -> None:
-        while not self.stopping.wait(PG_SAMPLE_SECONDS):
-            for pid, used in self._sample().items():
-                self.seen[pid] = max(used, self.seen.get(pid, 0.0))
-
-    def __enter__(self) -> PostgresBackends:
-        self.start = self._sample()
-        self.seen = dict(self.start)
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join()
-        for pid, used in self._sample().items():
-            self.seen[pid] = max(used, self.seen.get(pid, 0.0))
-        self.connection.close()
-
-    def used(self) -> float:
-        return sum(used - self.start.get(pid, 0.0) for pid, used in self.seen.items())
+#: `--pg-backends`: account for PostgreSQL's CPU per backend and per statement
+#: (bench/pg_backends.py), printed after each cluster row and kept in its JSON as `pg`.
+PG_DETAIL: dict[str, Any] = {"on": False, "last": None}
 
 
 #: `--py-spy PATH`: record each Sectr server process with this py-spy during the measured
@@ -378,13 +341,18 @@ def sectr_cpu(live: LiveSectr, target: str = "") -> Iterator[dict[str, float]]:
     spying = py_spy(target, pids)
     spying.__enter__()
     used: dict[str, float] = {}
-    backends = None
+    backends = ledger = None
+    PG_DETAIL["last"] = None
     if live.postgres:
         admin = live.database_url.rsplit("/", 1)[0] + "/postgres"
-        backends = PostgresBackends(admin, live.db_name)
+        backends = PostgresBackends(admin, live.db_name, pids if PG_DETAIL["on"] else None)
+        if PG_DETAIL["on"]:
+            ledger = StatementLedger(os.environ["DATABASE_URL"], live.db_name, live.database_url)
     before = {role: cpu_seconds(pid) for role, pid in pids.items()}
     if backends is not None:
         backends.__enter__()
+    if ledger is not None:
+        ledger.__enter__()
     try:
         yield used
     finally:
@@ -395,6 +363,9 @@ def sectr_cpu(live: LiveSectr, target: str = "") -> Iterator[dict[str, float]]:
         used[role] = cpu_seconds(pid) - before[role]
     if backends is not None:
         used["postgres"] = backends.used()
+    if ledger is not None and backends is not None:
+        ledger.__exit__()
+        PG_DETAIL["last"] = {"backends": backends.accounting(), "ledger": ledger.difference()}
 
 
 async def measure_sectr(
@@ -478,6 +449,8 @@ async def measure_sectr(
     result.update(
         target=target, setup=f"{setup}; {how}", wall=wall, clock=clock, cpu_by_process=cpu, failed=len(errors)
     )
+    if PG_DETAIL["last"] is not None:
+        result["pg"] = PG_DETAIL["last"]
     return result
 
 
@@ -536,9 +509,16 @@ def main() -> None:
         help="path of a py-spy binary: record every Sectr server process during the measured block "
         "(raw collapsed stacks in --py-spy-dir; the recording costs the servers CPU too)",
     )
+    parser.add_argument(
+        "--pg-backends",
+        action="store_true",
+        help="after each cluster row, PostgreSQL's CPU per backend owner and per statement (bench/pg_backends.py; "
+        'statements need PGOPTIONS="-c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on")',
+    )
     parser.add_argument("--py-spy-dir", default="var/py-spy", help="where --py-spy writes <target>-<role>.txt")
     args = parser.parse_args()
     PY_SPY.update(path=args.py_spy, dir=args.py_spy_dir)
+    PG_DETAIL["on"] = args.pg_backends
     sizes = [int(size) for size in re.split(r"[,\s]+", args.sizes) if size]
     targets = [t for t in args.targets.split(",") if t]
     if unknown := {t.partition("=")[0] for t in targets} - set(TARGETS):
@@ -553,6 +533,9 @@ def main() -> None:
                 result = measure(target, n, args.ticks, args.tick_ms, args.langgraph)
                 result["round"] = index + 1
                 print(format_row(result), flush=True)
+                if "pg" in result:
+                    delivered = max(result["chunks"] - result["repeated"], 1)
+                    print(report(result["pg"], delivered, n), flush=True)
                 if args.json:
                     with open(args.json, "a") as out:
                         out.write(json.dumps(result) + "\n")
