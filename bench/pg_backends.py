@@ -35,8 +35,10 @@ from live import cpu_seconds_exact
 STATEMENT_COLUMNS = ("calls", "total_exec_time", "total_plan_time", "plans", "rows", "wal_bytes", "wal_records")
 
 
-def port_owners(pids: dict[str, int]) -> dict[int, str]:
-    """Local TCP port -> the role (of `pids`) whose process holds that socket."""
+def port_owners(pids: dict[str, int], server_port: int) -> dict[int, str]:
+    """Local TCP port -> the role (of `pids`) whose process holds that socket, for the
+    sockets connected to `server_port` (a local port number alone is ambiguous: the same
+    one may serve another destination, HAProxy's to a Daphne, say)."""
     inodes: dict[str, str] = {}
     for role, pid in pids.items():
         try:
@@ -58,7 +60,7 @@ def port_owners(pids: dict[str, int]) -> dict[int, str]:
         for line in lines:
             fields = line.split()
             role = inodes.get(fields[9])
-            if role is not None:
+            if role is not None and int(fields[2].rsplit(":", 1)[1], 16) == server_port:
                 owners[int(fields[1].rsplit(":", 1)[1], 16)] = role
     return owners
 
@@ -75,6 +77,7 @@ class PostgresBackends:
         import psycopg
 
         self.connection = psycopg.connect(admin_url, autocommit=True)
+        self.server_port = int(self.connection.info.port)
         self.database = database
         self.pids = pids or {}
         self.start: dict[int, float] = {}
@@ -100,7 +103,7 @@ class PostgresBackends:
             elif "liveness" in (application or ""):
                 owner = "liveness"
             elif self.pids and port:
-                owners = port_owners(self.pids) if owners is None else owners
+                owners = port_owners(self.pids, self.server_port) if owners is None else owners
                 owner = owners.get(port, "other")
             self.info[pid] = {"owner": owner, "type": kind, "app": application, "started": float(started)}
         return {pid: cpu_seconds_exact(pid) for pid, *_ in rows}
@@ -146,6 +149,8 @@ class StatementLedger:
     """pg_stat_statements, pg_stat_database and pg_stat_user_tables of one database,
     before and after a block (read through `url`'s database, which has the extension)."""
 
+    FLUSH_SECONDS = 11.0
+
     def __init__(self, url: str, database: str, database_url: str) -> None:
         import psycopg
 
@@ -160,16 +165,17 @@ class StatementLedger:
         self.before: dict[str, Any] = {}
         self.after: dict[str, Any] = {}
 
-    def _snapshot(self) -> dict[str, Any]:
-        snap: dict[str, Any] = {}
+    def _counts(self) -> dict[str, Any]:
         row = self.connection.execute(
             "SELECT xact_commit, xact_rollback, blks_hit, blks_read, tup_inserted, tup_updated, tup_deleted"
             " FROM pg_stat_database WHERE datname = %s",
             [self.database],
         ).fetchone()
-        snap["database"] = dict(
+        return dict(
             zip(("commits", "rollbacks", "hits", "reads", "inserted", "updated", "deleted"), row or (), strict=False)
         )
+
+    def _statements(self) -> dict[str, dict[str, float]]:
         shapes: dict[str, dict[str, float]] = {}
         if self.statements:
             columns = ", ".join(f"sum({c})" for c in STATEMENT_COLUMNS)
@@ -179,16 +185,19 @@ class StatementLedger:
                 [self.database],
             ).fetchall():
                 shapes[query] = {c: float(v or 0) for c, v in zip(STATEMENT_COLUMNS, values, strict=True)}
-        snap["statements"] = shapes
-        return snap
+        return shapes
 
     def __enter__(self) -> StatementLedger:
-        self.before = self._snapshot()
+        self.before = {"database": self._counts(), "statements": self._statements()}
         return self
 
     def __exit__(self, *exc: object) -> None:
-        time.sleep(1.2)  # backends flush their table and database counters at most once a second
-        self.after = self._snapshot()
+        self.after = {"statements": self._statements()}  # counted as each statement ends
+        # A backend flushes its table and transaction counters when idle, but no sooner
+        # than a second after its last flush and, when busy, up to 10 s later: so these
+        # are read FLUSH_SECONDS later, and include that many seconds of idle polling.
+        time.sleep(self.FLUSH_SECONDS)
+        self.after["database"] = self._counts()
         self.connection.close()
         self.after["tables"] = self._tables()
 
@@ -235,9 +244,10 @@ def report(pg: dict[str, Any], chunks: int, runs: int, top: int = 25) -> str:
     if not ledger:
         return "\n".join(lines)
     database = ledger["database"]
+    commits = database.get("commits", 0)
     lines.append(
-        f"  transactions: {database.get('commits', 0) / max(chunks, 1):.2f} commits/chunk "
-        f"({database.get('commits', 0) / max(runs, 1):.1f}/run), {database.get('rollbacks', 0)} rollbacks; "
+        f"  transactions (+{StatementLedger.FLUSH_SECONDS:.0f} s idle): {commits / max(chunks, 1):.2f} commits/chunk "
+        f"({commits / max(runs, 1):.1f}/run), {database.get('rollbacks', 0)} rollbacks; "
         f"rows inserted {database.get('inserted', 0)}, updated {database.get('updated', 0)}, "
         f"deleted {database.get('deleted', 0)}"
     )
