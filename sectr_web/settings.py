@@ -220,6 +220,16 @@ TEMPLATES = [
 
 
 SECTR_DB_POOL_MAX = env_int("SECTR_DB_POOL_MAX", 20, minimum=1)
+#: What every PostgreSQL connection starts with: each prepared statement (the hot paths'
+#: own, sessions_app.plain_sql.prepared_cursor, and the foreign keys' checks PostgreSQL
+#: runs as cached plans) planned once per connection, generically, where PostgreSQL
+#: would plan it for its parameters' values five times first, then once more generically
+#: to compare. A pooled connection's first uses were mostly planning: at 100 streams
+#: (bench/peers.py --pg-backends) planning went from 0.06-0.075 to 0.02 ms per chunk,
+#: the backends' CPU from 0.40-0.42 to 0.30-0.33. Those statements are written for a
+#: generic plan already (no partial index a parameter's value would have to imply); the
+#: ORM's statements carry their values as literals, so the setting does not touch them.
+POSTGRES_SESSION_OPTIONS = "-c plan_cache_mode=force_generic_plan"
 
 # Test databases are per test process, so several test runs on one machine (or one
 # PostgreSQL server) never destroy each other's database.
@@ -245,7 +255,9 @@ def database_config(url: str) -> dict[str, Any]:
         }
         config["TEST"] = {"NAME": str(VAR_DIR / f"test-sectr-{TEST_DB_SUFFIX}.sqlite3")}
     elif config["ENGINE"] == "django.db.backends.postgresql":
-        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": SECTR_DB_POOL_MAX}}
+        # libpq's PGOPTIONS kept in front: an explicit `options` replaces it.
+        options = " ".join(filter(None, [env_raw("PGOPTIONS"), POSTGRES_SESSION_OPTIONS]))
+        config["OPTIONS"] = {"pool": {"min_size": 1, "max_size": SECTR_DB_POOL_MAX}, "options": options}
         config["TEST"] = {"NAME": f"test_{config['NAME']}_{TEST_DB_SUFFIX}"}
     return config
 
@@ -392,8 +404,17 @@ SECTR_EMBEDDED_WORKER = env_optional_bool("SECTR_EMBEDDED_WORKER")
 SECTR_WORKER_CONCURRENCY = env_int("SECTR_WORKER_CONCURRENCY", 256, minimum=1)
 #: A worker's lease on a run; a dead worker's run is recovered after it.
 SECTR_LEASE_SECONDS = env_float("SECTR_LEASE_SECONDS", 6.0, above_minimum=True)
-#: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX).
-SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 16, minimum=1)
+#: Threads the journal's async methods run in (keep at or below SECTR_DB_POOL_MAX). Each
+#: busy one holds a pooled connection, and the pool opens one more whenever a thread finds
+#: none idle: so this is also about how many PostgreSQL backends a burst opens per process.
+#: A new backend is expensive where it is used least: its fork and start, cold catalog
+#: caches, and every statement planned again (prepared statements are per connection, and
+#: each is planned up to six times before PostgreSQL keeps a generic plan). At 16, the
+#: production topology at 100 streams (bench/peers.py --pg-backends) opened ~46 backends
+#: in the burst and PostgreSQL's CPU was 0.52-0.55 ms per chunk, a third of it planning;
+#: at 4, 9 backends and 0.40, with admission and lag no worse (the database server's
+#: cores, not these threads, bound how many statements run at once).
+SECTR_JOURNAL_THREADS = env_int("SECTR_JOURNAL_THREADS", 4, minimum=1)
 #: Milliseconds a group of streamed deltas waits, at most, for more deltas to write with
 #: it (PostgreSQL): after a delta group of more than one append, the next starts at
 #: least this long after it (a delta after a quiet moment or a group of one, and any
