@@ -198,3 +198,27 @@ def test_the_deploy_check_warns_when_the_security_middleware_is_missing() -> Non
     kept = [m for m in settings.MIDDLEWARE if not m.endswith((".SecurityMiddleware", ".XFrameOptionsMiddleware"))]
     with override_settings(MIDDLEWARE=kept):
         assert [w.id for w in check_security_middleware()] == ["sectr.W001", "sectr.W002"]
+
+
+def test_postgres_connections_plan_generically_and_keep_pgoptions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sectr_web import settings as module
+
+    monkeypatch.delenv("PGOPTIONS", raising=False)
+    config = module.database_config("postgres://u@127.0.0.1:5432/db")
+    assert config["OPTIONS"]["options"] == "-c plan_cache_mode=force_generic_plan"
+    # libpq reads PGOPTIONS only when no `options` is given: it must not be lost.
+    monkeypatch.setenv("PGOPTIONS", "-c work_mem=8MB")
+    config = module.database_config("postgres://u@127.0.0.1:5432/db")
+    assert config["OPTIONS"]["options"] == "-c work_mem=8MB -c plan_cache_mode=force_generic_plan"
+    assert "options" not in module.database_config("sqlite:///x.sqlite3")["OPTIONS"]
+
+
+@pytest.mark.django_db
+def test_a_pooled_postgres_connection_plans_prepared_statements_generically() -> None:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only")
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("force_generic_plan",)
