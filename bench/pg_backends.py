@@ -59,9 +59,9 @@ def port_owners(pids: dict[str, int], server_port: int) -> dict[int, str]:
             continue
         for line in lines:
             fields = line.split()
-            role = inodes.get(fields[9])
-            if role is not None and int(fields[2].rsplit(":", 1)[1], 16) == server_port:
-                owners[int(fields[1].rsplit(":", 1)[1], 16)] = role
+            owner = inodes.get(fields[9])
+            if owner is not None and int(fields[2].rsplit(":", 1)[1], 16) == server_port:
+                owners[int(fields[1].rsplit(":", 1)[1], 16)] = owner
     return owners
 
 
