@@ -798,12 +798,26 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
             )
             return cursor.fetchone()  # type: ignore[return-value]
 
+    def settled() -> tuple[int, int]:
+        # The counters are the database's: another backend (an earlier test's pooled
+        # connection) flushes its own counts when it next goes idle, up to a second
+        # later, and once added 9 updates inside the measured window. Wait until they
+        # stop moving.
+        last = updates()
+        for _ in range(10):
+            time.sleep(1.1)
+            now = updates()
+            if now == last:
+                break
+            last = now
+        return last
+
     # The journal's clock advances 50 ms a tick from the sessions' creation: ten ticks stay
     # within one step, however slowly this machine runs them, and each tick's `now` differs
     # (so an UPDATE that moved updated_at at every tick would write index entries each time).
     created = timezone.now()
     Session.objects.filter(pk__in=sessions).update(updated_at=created)
-    updated, hot = updates()
+    updated, hot = settled()
     for tick in range(10):
         at = created + timedelta(milliseconds=50 * (tick + 1))
         with patch("sessions_app.journal.database.timezone.now", return_value=at):
