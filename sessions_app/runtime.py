@@ -28,6 +28,7 @@ from sectr.tools import Tool, ToolArgumentError
 from sessions_app.approval_relay import RELAY_AGENT, RELAY_HANDLER, is_relay_pin, relay_decision
 from sessions_app.dbthread import run_in_db_thread, run_plain_in_db_thread
 from sessions_app.journal import get_journal
+from sessions_app.journal.database import transcript_is_current
 from sessions_app.mcp_servers import check_edited_mcp_arguments, team_mcp_tools
 from sessions_app.media import MediaResolvingProvider
 from sessions_app.models import AgentVersion, ApprovalRule
@@ -96,7 +97,7 @@ async def session_start(session_id: str) -> tuple[list[Envelope], SessionState, 
     if claimed is not None and claimed[0] == session_id:
         claimed_session.set(None)
         _id, known, read = claimed
-        if read and read[-1].seq == known[0].last_seq and known[1] is None:
+        if read is not None and transcript_is_current(read, known[0]) and known[1] is None:
             # A personal session whose claim read it all: nothing to read (no rules), no
             # thread hop.
             remember_session_team(session_id, None)

@@ -480,7 +480,7 @@ class DatabaseJournal:
             state, team_id = known
             if transcript is None:
                 transcript = self._envelope_rows(session_id, after=max(state.compaction_seq, 1) - 1)
-            if transcript and transcript[-1].seq == state.last_seq:
+            if transcript_is_current(transcript, state):
                 return transcript, state, team_id
         session = self._session_row(connections[self.using], session_id, lock=False)
         state = session.projection()
@@ -491,8 +491,7 @@ class DatabaseJournal:
         seq order, in one statement (a batch of claimed runs' transcripts)."""
         connection = connections[self.using]
         table = _qn(connection, models.Envelope._meta.db_table)
-        names = ("session_id", "seq", "invocation_id", "type", "payload", "created_at")
-        columns = ", ".join(f"e.{_qn(connection, name)}" for name in names)
+        columns = ", ".join(f"e.{_qn(connection, name)}" for name in ("session_id", *_ENVELOPE_COLUMNS))
         seq, session = _qn(connection, "seq"), _qn(connection, "session_id")
         with hot_cursor(connection) as cursor:
             cursor.execute(
@@ -501,12 +500,10 @@ class DatabaseJournal:
                 [list(after), list(after.values())],
             )
             rows = cursor.fetchall()
-        payload_of, created_at_of = kept_converters(connection, models.Envelope, ("payload", "created_at"))
-        found: dict[str, list[Envelope]] = {session_id: [] for session_id in after}
-        for session_id, number, invocation_id, kind, payload, created in rows:
-            payload, created = payload_of(payload), created_at_of(created)
-            found[session_id].append(Envelope(session_id, number, invocation_id, EventType(kind), payload, created))
-        return found
+        by_session: dict[str, list[tuple[Any, ...]]] = {session_id: [] for session_id in after}
+        for session_id, *row in rows:
+            by_session[session_id].append(row)
+        return {session_id: _envelopes(connection, session_id, found) for session_id, found in by_session.items()}
 
     def state_sync(self, session_id: str) -> SessionState:
         return self._session_row(connections[self.using], session_id, lock=False).projection()
@@ -1142,19 +1139,35 @@ class DatabaseJournal:
         """
         connection = connections[self.using]
         table = _qn(connection, models.Envelope._meta.db_table)
-        columns = ", ".join(_qn(connection, name) for name in ("seq", "invocation_id", "type", "payload", "created_at"))
+        columns = ", ".join(_qn(connection, name) for name in _ENVELOPE_COLUMNS)
         seq, session = _qn(connection, "seq"), _qn(connection, "session_id")
         with hot_cursor(connection) as cursor:
             cursor.execute(
                 f"SELECT {columns} FROM {table} WHERE {session} = %s AND {seq} > %s ORDER BY {seq}",  # noqa: S608 - quoted names
                 [session_id, after],
             )
-            rows = cursor.fetchall()
-        payload_of, created_at_of = kept_converters(connection, models.Envelope, ("payload", "created_at"))
-        return [
-            Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
-            for seq, invocation_id, event_type, payload, created in rows
-        ]
+            return _envelopes(connection, session_id, cursor.fetchall())
+
+
+#: The columns of a session's envelope read (`_envelopes` makes them Envelopes).
+_ENVELOPE_COLUMNS = ("seq", "invocation_id", "type", "payload", "created_at")
+
+
+def _envelopes(connection: BaseDatabaseWrapper, session_id: str, rows: Sequence[Sequence[Any]]) -> list[Envelope]:
+    """One session's envelopes from rows of `_ENVELOPE_COLUMNS`, each value converted by its
+    field's own converter."""
+    payload_of, created_at_of = kept_converters(connection, models.Envelope, ("payload", "created_at"))
+    return [
+        Envelope(session_id, seq, invocation_id, EventType(event_type), payload_of(payload), created_at_of(created))
+        for seq, invocation_id, event_type, payload, created in rows
+    ]
+
+
+def transcript_is_current(transcript: list[Envelope], state: SessionState) -> bool:
+    """Whether a transcript read from the newest compaction is all there is: it ends at
+    the state's last_seq (seqs are gapless, and the state's columns change only with an
+    append, so nothing was journaled since)."""
+    return bool(transcript) and transcript[-1].seq == state.last_seq
 
 
 @functools.cache
