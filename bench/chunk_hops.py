@@ -149,8 +149,8 @@ def bench_layer(layer_factory: Callable[[], Any], streams: int, ticks: int) -> f
 
 
 def bench_layer_listening(layer_factory: Callable[[], Any], streams: int, ticks: int) -> float:
-    """bench_layer's publications, received as SSE streams receive them from the Redis
-    layer: on listening channels (`new_listening_channel`), no receive call per message."""
+    """bench_layer's publications, received as SSE streams receive them: on listening
+    channels (`new_listening_channel`), no receive call per message."""
     from sessions_app.journal import publish
 
     async def run() -> int:
@@ -279,6 +279,9 @@ def main() -> None:
         benches[f"append ({label}, group commit, fenced)"] = lambda: bench_append("default", args.streams, args.ticks)
     if "layer" in hops:
         benches["layer (in-memory): publish + receive"] = lambda: bench_layer(
+            InMemoryChannelLayer, args.streams, args.ticks
+        )
+        benches["layer (in-memory): publish + listening"] = lambda: bench_layer_listening(
             InMemoryChannelLayer, args.streams, args.ticks
         )
         if args.redis:

@@ -16,6 +16,12 @@ server's CPU at 100 streams (py-spy). Here a group_send sends to each member in 
 (a send never waits: a full channel is skipped, as Channels does) and then yields to
 the loop once, and a message is copied container by container (`copy_message`), still
 one private copy per receiver.
+
+A stream may also take its messages as they are sent (`new_listening_channel`, as the
+Redis layer's): group_send hands a listening member its copy at once, where a queued
+one cost, per message per stream, a reader task's switch, a queue made again for each
+receive (Channels drops a channel's queue once it is empty) and its future: 22 -> 10 us
+of CPU per chunk for publish plus delivery (bench/chunk_hops.py --hops layer, 100 streams).
 """
 
 from __future__ import annotations
@@ -77,6 +83,34 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._swept_at = float("-inf")
+        #: listening channel -> its callback (`new_listening_channel`)
+        self._listeners: dict[str, Callable[[dict[str, Any]], None]] = {}
+
+    async def new_listening_channel(self, prefix: str, deliver: Callable[[dict[str, Any]], None]) -> str:
+        """A channel whose messages are handed to `deliver(message)` (its own copy) the
+        moment they are sent, instead of queued for a `receive`: the Redis layer's
+        `new_listening_channel`, in-process. `deliver` must not block; an error it raises
+        is logged and the message is lost to it alone (a reader of the journal sees the
+        gap). Leave the groups and `close_listening_channel` it when done; never
+        `receive` from it."""
+        channel = await self.new_channel(prefix)
+        self._listeners[channel] = deliver
+        return channel
+
+    def close_listening_channel(self, channel: str) -> None:
+        """Nothing more is delivered to `channel`."""
+        self._listeners.pop(channel, None)
+
+    def _deliver(self, deliver: Callable[[dict[str, Any]], None], message: dict[str, Any]) -> None:
+        try:
+            deliver(copy_message(message))
+        except Exception:
+            # One listener's failure is no reason to stop sending to everyone else.
+            log.exception("a listening channel failed to take a message")
+
+    async def flush(self) -> None:
+        await super().flush()
+        self._listeners = {}
 
     def _clean_expired(self) -> None:
         now = time.monotonic()
@@ -105,6 +139,10 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
         assert isinstance(message, dict), "message is not a dict"  # noqa: S101 - Channels' own check
         self.require_valid_channel_name(channel)
         assert "__asgi_channel__" not in message  # noqa: S101 - Channels' own check
+        deliver = self._listeners.get(channel)
+        if deliver is not None:
+            self._deliver(deliver, message)
+            return
         self._put(channel, message)
 
     async def receive(self, channel: str) -> dict[str, Any]:
@@ -130,10 +168,15 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
         lets the receivers run, as a yield per message did: a burst that never yielded
         filled the receivers' queues (capacity 100) and dropped the rest."""
         self._clean_expired()
+        listeners = self._listeners
         for group, message in messages:
             assert isinstance(message, dict), "Message is not a dict"  # noqa: S101 - Channels' own check
             self.require_valid_group_name(group)
             for channel in list(self.groups.get(group, ())):
+                deliver = listeners.get(channel)
+                if deliver is not None:
+                    self._deliver(deliver, message)
+                    continue
                 queue = self.channels.get(channel)
                 if queue is not None and queue.qsize() * 2 >= queue.maxsize > 0:
                     await asyncio.sleep(0)

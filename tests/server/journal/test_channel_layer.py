@@ -88,6 +88,45 @@ def test_each_member_gets_its_own_copy_and_a_full_one_is_skipped() -> None:
     assert first["pair"] == (1, [2, 3])
 
 
+def test_an_in_memory_listening_channel_gets_each_message_at_once_as_its_own_copy(caplog: Any) -> None:
+    """The in-memory layer's new_listening_channel: group_send, group_send_many and send
+    hand the callback its own copy as they send, in order, beside a channel that
+    receives the same messages; a callback that raises costs only itself the message;
+    after close_listening_channel nothing more is delivered, and flush forgets it."""
+
+    async def exchange() -> dict[str, Any]:
+        layer = InMemoryChannelLayer()
+        heard: list[Any] = []
+        listening = await layer.new_listening_channel("sectr.sse.", heard.append)
+        failing = await layer.new_listening_channel("sectr.sse.", lambda _message: 1 / 0)
+        receiving = await layer.new_channel("sectr.sse.")
+        for channel in (listening, failing, receiving):
+            await layer.group_add("g", channel)
+        message = {"type": "m", "n": 0, "envelopes": [{"payload": {"text": "a"}}]}
+        await layer.group_send("g", message)
+        at_once = list(heard)  # before any other task ran
+        await layer.group_send_many([("g", {"type": "m", "n": n}) for n in range(1, 30)])
+        await layer.send(listening, {"type": "m", "n": "direct"})
+        heard[0]["envelopes"][0]["payload"]["text"] = "changed"
+        received = [await layer.receive(receiving) for _ in range(30)]
+        layer.close_listening_channel(listening)
+        await layer.group_send("g", {"type": "m", "n": "after"})
+        late = await layer.receive(receiving)
+        await layer.flush()
+        return {"heard": heard, "at_once": at_once, "received": received, "late": late, "sent": message,
+                "left": layer._listeners}  # fmt: skip
+
+    got = asyncio.run(exchange())
+    assert [m["n"] for m in got["at_once"]] == [0]
+    assert [m["n"] for m in got["heard"]] == [*range(30), "direct"]  # nothing after the close
+    assert [m["n"] for m in got["received"]] == list(range(30))
+    assert got["received"][0]["envelopes"][0]["payload"]["text"] == "a"  # copies: not the listener's
+    assert got["sent"]["envelopes"][0]["payload"]["text"] == "a"  # nor the sender's
+    assert got["late"]["n"] == "after"
+    assert got["left"] == {}
+    assert caplog.text.count("a listening channel failed to take a message") == 31
+
+
 def test_copy_message_deep_copies_what_it_does_not_know() -> None:
     marker = {1, 2}
     copied = channel_layer.copy_message({"set": marker})
