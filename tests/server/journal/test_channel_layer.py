@@ -561,6 +561,62 @@ def test_streams_leaving_together_share_one_unsubscribe(tmp_path: Any) -> None:
     assert [m["n"] for m in heard_c] == [1]
 
 
+def test_with_nothing_subscribed_the_receive_loop_waits_for_a_subscription(tmp_path: Any) -> None:
+    """A process whose last stream left its groups (an idle Daphne) makes no wake-ups for
+    its receive loop until it subscribes again (channels_redis looked ten times a
+    second), and a subscription after that delivers at once."""
+    redis = PrivateRedis(tmp_path)
+    redis.start()
+    try:
+
+        async def exchange() -> tuple[int, list[Any], float]:
+            layer = RedisPubSubChannelLayer(hosts=[redis.url], prefix="idle")
+            heard: list[Any] = []
+            channel = await layer.new_listening_channel("sectr.sse.", heard.append)
+            await layer.group_add_many(["g"], channel)
+            await layer.group_discard_many(["g"], channel)
+            shard = layer._get_layer()._shards[0]
+            pubsub = shard._pubsub
+            for _ in range(100):  # the UNSUBSCRIBE's reply read: nothing subscribed
+                if not pubsub.subscribed:
+                    break
+                await asyncio.sleep(0.02)
+            looks = 0
+            plain = type(pubsub)
+
+            class Counted(plain):  # type: ignore[misc, valid-type]
+                @property
+                def subscribed(self) -> bool:
+                    nonlocal looks
+                    looks += 1
+                    return bool(plain.subscribed.fget(self))  # type: ignore[attr-defined]
+
+            pubsub.__class__ = Counted
+            await asyncio.sleep(0.2)  # the loop settles into its wait
+            looks = 0
+            await asyncio.sleep(0.6)
+            idle_looks = looks
+            await layer.group_add_many(["g"], channel)
+            sent = time.monotonic()
+            await layer.group_send_many([("g", {"type": "m", "n": 1})])
+            for _ in range(250):
+                if heard:
+                    break
+                await asyncio.sleep(0.004)
+            delay = time.monotonic() - sent
+            pubsub.__class__ = plain
+            layer.close_listening_channel(channel)
+            await layer.flush()
+            return idle_looks, heard, delay
+
+        idle_looks, heard, delay = asyncio.run(exchange())
+    finally:
+        redis.stop()
+    assert idle_looks == 0
+    assert [m["n"] for m in heard] == [1]
+    assert delay < 0.5
+
+
 def test_the_redis_layer_speaks_resp2_unless_told() -> None:
     """RESP2: pub/sub messages as plain replies (RESP3's push replies cost a debug log
     line each in redis-py); a host may still ask for RESP3."""
@@ -622,7 +678,8 @@ LEANED_ON = {
     ),
     "channels_redis.pubsub.RedisSingleShardConnection.subscribe": (
         "173a8f40b17e4e28a716afd0e3489b5059772957749b3b6ded5b3e6801fc13e0",
-        "_ReceivingShard.subscribe_many does what it does for several channels in one SUBSCRIBE",
+        "_ReceivingShard.subscribe_many does what it does for several channels in one SUBSCRIBE, and "
+        "_ReceivingShard.subscribe wakes the receive loop after it",
     ),
     "channels_redis.pubsub.RedisSingleShardConnection.unsubscribe": (
         "e2b9f0f1ff880674267d34fe08891a039472e0eadf02a6bfcd94ed635ebb7d9f",
