@@ -288,7 +288,13 @@ _BUSY_PAUSE = 0.01
 
 
 def claim_next_runs(
-    worker_id: str, lease: float, limit: int, executing: Collection[str] = (), *, tidy_stranded: bool = True
+    worker_id: str,
+    lease: float,
+    limit: int,
+    executing: Collection[str] = (),
+    *,
+    tidy_stranded: bool = True,
+    probe: bool = False,
 ) -> list[Claim]:
     """Claim up to `limit` of the oldest runnable runs: queued, or running with an
     expired lease (or, on PostgreSQL, a dead owner), in one thread hop. Never one of
@@ -306,10 +312,17 @@ def claim_next_runs(
     With `tidy_stranded`, sessions whose queued message lost its promotion are looked for
     first (`_stranded_pending_sessions`); a worker asks for that once a poll interval, not
     at every claim of a burst.
+
+    With `probe` (PostgreSQL), one statement outside any transaction looks whether any
+    run is runnable first (`_any_runnable`), and the claim's transaction is only opened
+    when one is: the worker's once-a-second poll of an empty queue, otherwise BEGIN, the
+    locking SELECT and COMMIT, three round trips of every idle worker every second.
     """
     tidied: list[str] = _stranded_pending_sessions() if tidy_stranded else []
     try:
         if connection.vendor == "postgresql":
+            if probe and not tidied and not _any_runnable(timezone.now(), executing):
+                return []
             for _ in range(3):
                 batch, busy = _claim_batch(worker_id, lease, limit, tidied, executing)
                 if batch or not busy:
@@ -607,11 +620,42 @@ def _with_transcripts(claims: list[Claim]) -> list[Claim]:
     ]
 
 
-def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
+def _lock_runnable(now: Any, seen: Collection[str], limit: int) -> list[Run]:
     """`Run.objects.filter(_runnable(now)).exclude(pk__in=seen).order_by("created_at",
     "id")[:limit]`, on PostgreSQL `.select_for_update(skip_locked=True)`, in plain SQL:
     every claim runs it, and compiling the queryset was most of a claim's CPU (7-8% of a
     worker's under bench/peers.py at N=100). The same condition as `_runnable`."""
+    qn = connection.ops.quote_name
+    where, params = _runnable_where(now, seen)
+    table = qn(Run._meta.db_table)
+    with hot_cursor(connection) as cursor:
+        cursor.execute(
+            f"SELECT {model_columns(connection, Run, table)} FROM {table}"  # noqa: S608 - quoted names
+            f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s"
+            + (" FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""),
+            [*params, limit],
+        )
+        rows = cursor.fetchall()
+    runs: list[Run] = model_instances(connection, Run, rows)
+    return runs
+
+
+def _any_runnable(now: Any, seen: Collection[str]) -> bool:
+    """Whether `_lock_runnable` could find a run, in one statement that locks nothing (in
+    autocommit: no transaction of its own to begin and commit). It sees the rows other
+    claimers hold locked as well, so it says no only when a claim would find nothing."""
+    qn = connection.ops.quote_name
+    where, params = _runnable_where(now, seen)
+    with hot_cursor(connection) as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {qn(Run._meta.db_table)} WHERE {where} LIMIT 1",  # noqa: S608 - quoted names
+            params,
+        )
+        return cursor.fetchone() is not None
+
+
+def _runnable_where(now: Any, seen: Collection[str]) -> tuple[str, list[Any]]:
+    """`_runnable(now)` without the runs of `seen`, as a WHERE clause and its parameters."""
     qn = connection.ops.quote_name
     postgres = connection.vendor == "postgresql"
     status, token, expires = qn("status"), qn("lease_token"), qn("lease_expires_at")
@@ -636,18 +680,8 @@ def _lock_runnable(now: Any, seen: Sequence[str], limit: int) -> list[Run]:
         params.append(list(seen))
     elif seen:
         where += f" AND NOT ({qn('id')} IN ({', '.join(['%s'] * len(seen))}))"
-        params += seen
-    table = qn(Run._meta.db_table)
-    with hot_cursor(connection) as cursor:
-        cursor.execute(
-            f"SELECT {model_columns(connection, Run, table)} FROM {table}"  # noqa: S608 - quoted names
-            f" WHERE {where} ORDER BY {qn('created_at')}, {qn('id')} LIMIT %s"
-            + (" FOR UPDATE SKIP LOCKED" if postgres else ""),
-            [*params, limit],
-        )
-        rows = cursor.fetchall()
-    runs: list[Run] = model_instances(connection, Run, rows)
-    return runs
+        params += list(seen)
+    return where, params
 
 
 def _lock_sessions(session_ids: Collection[str]) -> list[Session]:

@@ -157,6 +157,8 @@ class Worker:
         #: claims, each two queries).
         self._queued_signals = 0
         self._drained_at = -1
+        #: a wake-up (a commit's, a poke's) came since the last claim: not the poll alone
+        self._woken = True
         #: when the next poll is due (Worker.run)
         self._poll_due = 0.0
         #: when the worker last looked for queued messages whose promotion was lost
@@ -179,6 +181,7 @@ class Worker:
     def _run_queued(self) -> None:
         """A run may have been queued: the next fill looks, whatever it found last time."""
         self._queued_signals += 1
+        self._woken = True
         self._wake.set()
 
     def poke_threadsafe(self, run_id: str) -> None:
@@ -291,10 +294,13 @@ class Worker:
             free = min(self.concurrency - len(self.tasks), CLAIM_BATCH, START_WINDOW - len(self.starting))
             signals = self._queued_signals  # before the claim: a wake-up during it counts
             tidy = time.monotonic() - self._tidied_at >= self.poll_interval
+            # The poll alone (no wake-up since the last claim) nearly always finds an
+            # empty queue: a look that locks nothing first (one statement, not three).
+            probe, self._woken = not self._woken and not claimed, False
             try:
                 executing = tuple(self.tasks)  # never claimed again by this worker, whatever they look like
                 claims = await run_in_db_thread(
-                    runs.claim_next_runs, self.worker_id, self.lease, free, executing, tidy_stranded=tidy
+                    runs.claim_next_runs, self.worker_id, self.lease, free, executing, tidy_stranded=tidy, probe=probe
                 )
             except JournalUnavailable as exc:  # a restart: the next look will do
                 log.warning("claiming failed: %s", exc)

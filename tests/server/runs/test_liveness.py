@@ -497,3 +497,55 @@ async def test_a_worker_claims_while_asyncios_default_threads_are_all_busy(owner
         await asyncio.gather(*blockers)
         worker.stop()
         await asyncio.wait_for(task, 15)
+
+
+def test_the_polls_probe_opens_no_claim_on_an_empty_queue_and_claims_what_a_claim_would(
+    owner: Any, monkeypatch: Any
+) -> None:
+    """claim_next_runs(probe=True), an idle worker's poll: nothing runnable is one
+    statement that locks nothing, no claim transaction; a queued run, a dead worker's run
+    and an expired lease are still claimed at that poll; a run the worker executes
+    itself, however abandoned it looks, is neither claimed nor worth a claim."""
+    from django.test.utils import CaptureQueriesContext
+
+    real_batch = runs._claim_batch
+    batches: list[str] = []
+
+    def counted_batch(*args: Any, **kwargs: Any) -> Any:
+        batches.append(args[0])
+        return real_batch(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "_claim_batch", counted_batch)
+    with CaptureQueriesContext(connection) as captured:
+        assert runs.claim_next_runs("w-probe", 60.0, 4, probe=True, tidy_stranded=False) == []
+    assert batches == [] and len(captured.captured_queries) == 1
+    assert "FOR UPDATE" not in captured.captured_queries[0]["sql"]
+
+    session = actions.do_create_session(owner)
+    posted = actions.do_post_message(owner, session.pk, "!slow 50")
+    dying = runs.LivenessLock("dying-worker")
+    dying.acquire()
+    try:
+        (claim,) = runs.claim_next_runs("dying-worker", 60.0, 4, probe=True, tidy_stranded=False)
+        assert claim.run_id == posted.pk
+        assert runs.claim_next_runs("w-probe", 60.0, 4, probe=True, tidy_stranded=False) == []  # its owner lives
+        _terminate(dying)
+        batches.clear()
+        assert runs.claim_next_runs("dying-worker", 60.0, 4, [claim.run_id], probe=True, tidy_stranded=False) == []
+        assert batches == []
+    finally:
+        dying.release()
+    # Its worker died (lock free): the next worker's poll recovers it, lease or not.
+    (recovered,) = runs.claim_next_runs("w-probe", 60.0, 4, probe=True, tidy_stranded=False)
+    assert recovered.run_id == posted.pk and recovered.recovered
+    # A living owner's lease past its expiry and the patience: claimable by the probe too.
+    alive = runs.LivenessLock("w-alive")
+    alive.acquire()
+    try:
+        Run.objects.filter(pk=posted.pk).update(lease_owner="w-alive", lease_expires_at=timezone.now())
+        assert runs.claim_next_runs("w-probe-2", 60.0, 4, probe=True, tidy_stranded=False) == []
+        Run.objects.filter(pk=posted.pk).update(lease_expires_at=timezone.now() - timedelta(hours=1))
+        (taken,) = runs.claim_next_runs("w-probe-2", 60.0, 4, probe=True, tidy_stranded=False)
+        assert taken.run_id == posted.pk and taken.recovered
+    finally:
+        alive.release()

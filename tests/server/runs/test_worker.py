@@ -487,6 +487,36 @@ async def test_it_does_not_lose_a_wake_up_that_arrives_while_it_claims(
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_only_a_claim_the_poll_alone_asked_for_probes_first(
+    owner: Any, start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll of a worker nobody woke claims with `probe` (one statement that locks
+    nothing, PostgreSQL); a claim after a wake-up (a run queued) claims at once."""
+    session = await new_session(owner)
+    calls: list[tuple[bool, int]] = []  # (probe, runs claimed) of each claim
+    real_claim = runs_module.claim_next_runs
+
+    def recorded(worker_id: str, lease: float, limit: int, executing: Sequence[str] = (), **kw: Any) -> Any:
+        claims = real_claim(worker_id, lease, limit, executing, **kw)
+        calls.append((bool(kw.get("probe")), len(claims)))
+        return claims
+
+    monkeypatch.setattr(runs_module, "claim_next_runs", recorded)
+    polling = await start_worker(poll_interval=0.1)
+    await wait_until(lambda: len(calls) >= 4, timeout=5)
+    polling.stop()
+    assert calls[0] == (False, 0)  # its first look, at its start
+    assert set(calls[1:4]) == {(True, 0)}  # the polls of an empty queue
+    calls.clear()
+    await start_worker(poll_interval=30.0)  # no poll during the test: only its start's look and the wake-up's
+    await wait_until(lambda: calls, timeout=5)
+    run = await post(owner, session, "hello")
+    done = await wait_until(finished(run.pk), timeout=5)
+    assert done.status == Run.COMPLETED
+    assert (False, 1) in calls and all(not probe for probe, _claimed in calls)
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_it_claims_and_cancels_side_by_side_without_deadlocks(
     owner: Any, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
