@@ -50,7 +50,7 @@ from sessions_app.journal.publish import (
 )
 from sessions_app.mcp_servers import close_worker_pool
 from sessions_app.moderation.expiry import expire_due_asks
-from sessions_app.moderation.notifications import NotificationSender
+from sessions_app.moderation.notifications import NotificationSender, anything_due
 from sessions_app.ops import retention
 from sessions_app.runtime import claimed_session, get_runtime
 from sessions_app.telemetry.metrics import LEASES_LOST
@@ -113,6 +113,16 @@ class DatabaseRunControl(RunControl):
         return local or durable
 
 
+def _expire_and_look(notifications_due: bool) -> bool:
+    """The expiry sweep, then (if asked) whether a notification is due: one thread hop
+    for both. A sweep that failed is logged, and the notifications are still looked at."""
+    try:
+        expire_due_asks()
+    except Exception:
+        log.warning("the expiry sweep failed", exc_info=True)
+    return notifications_due and anything_due()
+
+
 # ---- the worker ----
 
 
@@ -143,6 +153,9 @@ class Worker:
         self.listen = bool(getattr(settings, "REDIS_URL", "")) if listen is None else listen
         #: send the moderation notifications (webhooks, email) of the outbox, too
         self.notify = notify
+        #: The expiry sweep's thread hop also looks whether a notification is due, and
+        #: tells the sender (NotificationSender's `told`), when it runs at least as often.
+        self.notifications = NotificationSender(told=notify and 0 < expiry_interval <= 1.0)
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.controls: dict[str, DatabaseRunControl] = {}
         self.claims: dict[str, runs.Claim] = {}
@@ -223,7 +236,7 @@ class Worker:
         listener = asyncio.ensure_future(self._listen()) if self.listen else None
         heartbeat = asyncio.ensure_future(self._heartbeat())
         watcher = asyncio.ensure_future(self._watch_liveness()) if postgres else None
-        notifier = asyncio.ensure_future(NotificationSender().run()) if self.notify else None
+        notifier = asyncio.ensure_future(self.notifications.run()) if self.notify else None
         expiry = asyncio.ensure_future(self._expire_asks()) if self.expiry_interval > 0 else None
         sweeper = asyncio.ensure_future(self._sweep_retention()) if self.retention_interval > 0 else None
         log.info("worker %s started (concurrency %s, lease %ss)", self.worker_id, self.concurrency, self.lease)
@@ -249,6 +262,7 @@ class Worker:
                 listener.cancel()
             if expiry is not None:
                 expiry.cancel()
+                self.notifications.look_yourself()  # its sweep told it what was due
             if sweeper is not None:
                 sweeper.cancel()
             try:
@@ -459,13 +473,16 @@ class Worker:
 
     async def _expire_asks(self) -> None:
         """Deny overdue asks (sessions_app.moderation.expiry): each denial queues the
-        resumed run, which this worker or another claims like any other."""
+        resumed run, which this worker or another claims like any other. In the same
+        thread hop, look whether a notification is due (the sender's look, `told`)."""
+        look = self.notify and self.notifications.told
         while True:
             await asyncio.sleep(self.expiry_interval)
             try:
-                await run_in_db_thread(expire_due_asks)
+                if await run_in_db_thread(_expire_and_look, look):
+                    self.notifications.due()
             except Exception:
-                log.warning("the expiry sweep failed", exc_info=True)
+                log.warning("the expiry sweep or the notifications' look failed", exc_info=True)
 
     async def _sweep_retention(self) -> None:
         """Delete the sessions past their retention once an interval, whichever worker

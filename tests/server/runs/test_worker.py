@@ -517,6 +517,35 @@ async def test_only_a_claim_the_poll_alone_asked_for_probes_first(
 
 
 @pytest.mark.django_db(transaction=True)
+async def test_the_expiry_sweep_tells_the_notification_sender_what_is_due(
+    start_worker: StartWorker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sender does not look every second on its own: the expiry sweep's thread hop
+    looks (anything_due) and tells it; then it claims and sends at once. After the
+    sweep stops (a draining worker), it looks on its own again."""
+    from sessions_app import worker as worker_module
+    from sessions_app.moderation import notifications
+
+    looks: list[float] = []
+    due = [False]
+    monkeypatch.setattr(notifications, "_deliver_in_thread", lambda limit: looks.append(time.monotonic()) or 0)
+    monkeypatch.setattr(worker_module, "anything_due", lambda: due[0])
+    worker = await start_worker(expiry_interval=0.1)
+    assert worker.notifications.told
+    await asyncio.sleep(2.5)
+    assert len(looks) == 1  # its first look, at its start; the sweep found nothing due since
+    due[0] = True
+    told_at = time.monotonic()
+    await asyncio.sleep(0.5)
+    assert len(looks) >= 2 and looks[1] - told_at < 0.4
+    due[0] = False
+    worker.notifications.look_yourself()
+    count = len(looks)
+    await asyncio.sleep(1.5)
+    assert len(looks) > count  # its own look, every interval again
+
+
+@pytest.mark.django_db(transaction=True)
 async def test_it_claims_and_cancels_side_by_side_without_deadlocks(
     owner: Any, start_worker: StartWorker, caplog: pytest.LogCaptureFixture
 ) -> None:
