@@ -268,6 +268,15 @@ class _ReceivingShard(RedisSingleShardConnection):
                 if pubsub is not None and pubsub.subscribed:
                     await self._read_directly(pubsub)
                     if pubsub.subscribed:
+                        # A SUBSCRIBE that met the same dead connection reconnects it under
+                        # the shard's lock, and reading its handshake's reply beside this
+                        # loop's own reconnection is two readers of one socket (asyncio
+                        # refuses the second): this one waits for it, and reconnects
+                        # (resubscribing) under the lock itself.
+                        async with self._lock:
+                            connection = pubsub.connection
+                            if connection is not None and not connection.is_connected:
+                                await pubsub.connect()
                         # redis-py's read: it reconnects and resubscribes a broken connection.
                         message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=None)
                         self._receive_message(message)
@@ -365,6 +374,7 @@ class _ReceivingShard(RedisSingleShardConnection):
                 try:
                     await parser.read_from_socket()
                 except (RedisConnectionError, OSError):
+                    await connection.disconnect()  # as redis-py's read: reconnect, resubscribe
                     return
                 continue
             if type(response) is list and len(response) == 3 and response[0] == b"message":
