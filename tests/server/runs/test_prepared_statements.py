@@ -74,7 +74,8 @@ def test_a_runs_statements_are_prepared_with_one_text_per_claim() -> None:
     assert len(prepared('FROM "sessions_app_session" WHERE "id" = $1 FOR UPDATE')) == 1  # the POST's lock
     assert len(prepared("status = $2 LIMIT 1")) + len(prepared('"status" = $2 LIMIT 1')) == 2  # pending checks
     # The claim's two reads, one text each for batches of 1 and of 3 runs.
-    assert len(prepared('NOT ("id" = ANY(')) == 1, prepared_statements()
+    # (the poll's probe, `_any_runnable`, shares the condition but not the ORDER BY)
+    assert len(prepared('NOT ("id" = ANY($7)) ORDER BY')) == 1, prepared_statements()
     assert len(prepared('WHERE "id" = ANY($1) FOR UPDATE SKIP LOCKED')) == 1, prepared_statements()
     assert len(prepared('UPDATE "sessions_app_run" SET "claimed_seq" = v.')) == 1, prepared_statements()
 
@@ -87,7 +88,7 @@ def test_a_claims_generic_plan_finds_runnable_runs_on_the_status_index() -> None
     owner = get_user_model().objects.create_user("owner", email="owner@example.org")
     actions.do_post_message(owner, actions.do_create_session(owner, team=None).pk, "hello")
     runs_module.claim_next_runs("w1", 60.0, 1, tidy_stranded=False)
-    (statement,) = prepared('NOT ("id" = ANY(')
+    (statement,) = prepared('NOT ("id" = ANY($7)) ORDER BY')
     name = _statement_name(statement)
     with connection.cursor() as cursor:
         cursor.execute("SET plan_cache_mode = force_generic_plan")
