@@ -110,6 +110,7 @@ class Conversation:
         self.posted = 0.0
         self.first: float | None = None
         self.arrivals: list[tuple[int, float]] = []  # (tick, arrival), in arrival order
+        self.backend = ""  # the Daphne that answered (X-Sectr-Backend), when HAProxy names it
 
     def arrived(self, tick: int, at: float) -> None:
         self.arrivals.append((tick, at))
@@ -255,6 +256,7 @@ def start_sectr(target: str, stamp_file: Path) -> LiveSectr:
             worker_args=("--concurrency", concurrency) if concurrency else (),
             env=env,
             private_redis=True,  # its CPU is the cluster's, and nobody else's load is on it
+            name_backends=bool(DUMP["path"]),  # one response header: which Daphne streamed it
         )
     # scripts/run.sh: SQLite, the in-memory layer, the embedded worker, every default.
     saved = {name: os.environ.pop(name) for name in ("DATABASE_URL", "REDIS_URL") if name in os.environ}
@@ -282,6 +284,27 @@ def create_conversations(live: LiveSectr, n: int) -> list[tuple[str, str]]:
 #: `--pg-backends`: account for PostgreSQL's CPU per backend and per statement
 #: (bench/pg_backends.py), printed after each cluster row and kept in its JSON as `pg`.
 PG_DETAIL: dict[str, Any] = {"on": False, "last": None}
+
+
+#: `--dump-chunks PATH`: every chunk as a JSON line (target, n, round, session, tick, its
+#: conversation's POST, produced, arrived, lag_ms, and on the cluster the Daphne that
+#: streamed it), to find which chunks are late (by tick, by Daphne); "" writes nothing.
+DUMP: dict[str, Any] = {"path": "", "round": 0}
+
+
+def dump_chunks(target: str, n: int, conversations: list[Conversation], produced: dict[tuple[str, int], float]) -> None:
+    """`--dump-chunks`: append one JSON line per chunk delivered to DUMP's file."""
+    with open(DUMP["path"], "a") as out:
+        for conversation in conversations:
+            for tick, at in conversation.arrivals:
+                if (stamp := produced.get((conversation.key, tick))) is None:
+                    continue
+                row = {
+                    "target": target, "n": n, "round": DUMP["round"], "session": conversation.key, "tick": tick,
+                    "posted": conversation.posted, "produced": stamp, "arrived": at, "lag_ms": (at - stamp) * 1000,
+                    "daphne": conversation.backend,
+                }  # fmt: skip
+                out.write(json.dumps(row) + "\n")
 
 
 #: `--py-spy PATH`: record each Sectr server process with this py-spy during the measured
@@ -390,15 +413,17 @@ async def measure_sectr(
             ) as (status, headers, chunks):
                 if status >= 400:
                     raise RuntimeError(f"POST runs: {status} {b''.join([c async for c in chunks])[:300]!r}")
+                conversation.backend = headers.get("x-sectr-backend", "")
                 if headers.get("content-type", "").startswith("text/event-stream"):
                     stream_posts += 1
                     await read_events(conversation, chunks)
                     return
                 answer = json.loads(b"".join([c async for c in chunks]))
             events_path = answer["events_url"]
-            async with http.stream("GET", events_path, headers={"Authorization": auth}) as (status, _h, chunks):
+            async with http.stream("GET", events_path, headers={"Authorization": auth}) as (status, headers, chunks):
                 if status >= 400:
                     raise RuntimeError(f"GET events: {status}")
+                conversation.backend = headers.get("x-sectr-backend", "")
                 await read_events(conversation, chunks)
 
         async def read_events(conversation: Conversation, chunks: Any) -> None:
@@ -439,6 +464,8 @@ async def measure_sectr(
         produced[(session_id, int(tick))] = float(at)  # the last time, after a recovery
     stamp_file.unlink(missing_ok=True)
     result = summarise(conversations, produced, ticks)
+    if DUMP["path"]:
+        dump_chunks(spec or target, n, conversations, produced)
     how = "POST answered with the stream" if stream_posts else "POST then GET events"
     # A conversation refused on the way (a 503 under load, say) is counted, not fatal: its
     # chunks count as lost, and the row says how many failed and the first error.
@@ -515,9 +542,15 @@ def main() -> None:
         help="after each cluster row, PostgreSQL's CPU per backend owner and per statement (bench/pg_backends.py; "
         'statements need PGOPTIONS="-c pg_stat_statements.track=top -c pg_stat_statements.track_planning=on")',
     )
+    parser.add_argument(
+        "--dump-chunks",
+        default="",
+        help="append every chunk (session, tick, produced, arrived, lag, Daphne) as a JSON line to this file",
+    )
     parser.add_argument("--py-spy-dir", default="var/py-spy", help="where --py-spy writes <target>-<role>.txt")
     args = parser.parse_args()
     PY_SPY.update(path=args.py_spy, dir=args.py_spy_dir)
+    DUMP["path"] = args.dump_chunks
     PG_DETAIL["on"] = args.pg_backends
     sizes = [int(size) for size in re.split(r"[,\s]+", args.sizes) if size]
     targets = [t for t in args.targets.split(",") if t]
@@ -530,6 +563,7 @@ def main() -> None:
     for n in sizes:
         for index in range(args.rounds):
             for target in targets[index % len(targets) :] + targets[: index % len(targets)]:
+                DUMP["round"] = index + 1
                 result = measure(target, n, args.ticks, args.tick_ms, args.langgraph)
                 result["round"] = index + 1
                 print(format_row(result), flush=True)
