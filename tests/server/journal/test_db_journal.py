@@ -800,9 +800,9 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
 
     def settled() -> tuple[int, int]:
         # The counters are the database's: another backend (an earlier test's pooled
-        # connection) flushes its own counts when it next goes idle, up to a second
-        # later, and once added 9 updates inside the measured window. Wait until they
-        # stop moving.
+        # connection) flushes its own counts when it goes idle, or, when it flushed less
+        # than a second before, up to ten seconds later. Wait until they stop moving (the
+        # assertions below allow for a late flush all the same).
         last = updates()
         for _ in range(10):
             time.sleep(1.1)
@@ -824,12 +824,16 @@ def test_a_stream_of_delta_groups_updates_the_session_rows_in_place(make_session
             results = journal._append_group(_group_items(*((session_id, str(tick)) for session_id in sessions)))
         assert all(isinstance(result, list) for result in results), results
     updated, hot = (after - before for after, before in zip(updates(), (updated, hot), strict=True))
-    assert updated == 200
+    # Another backend may still flush counts it held into the window (an idle backend
+    # flushes up to ten seconds later: 9 extra updates once, after the wait above). They
+    # are counted as if every one were HOT, so only this test's own can pass the bound.
+    assert updated >= 200, (updated, hot)
+    others = updated - 200
     # Where nothing holds an old snapshot, pruning frees each page as it fills and nearly
     # every UPDATE is HOT; where another connection does (a test run beside others), the
     # half of each page fillfactor keeps free still takes about half of them. An UPDATE
     # moving updated_at at every tick, or full pages, make none HOT.
-    assert hot >= 90, (updated, hot)
+    assert hot - others >= 90, (updated, hot)
 
 
 @pytest.mark.django_db(transaction=True)
