@@ -58,14 +58,15 @@ def _postgres_admin(url: str, sql: str) -> None:
 
 
 #: This process's migrated template databases, by database server (its admin URL, "" for
-#: SQLite) and settings module: a SQLite file, or a PostgreSQL database name. Dropped when
-#: the process exits.
-_TEMPLATES: dict[tuple[str, str], str] = {}
+#: SQLite), settings module and checkout (bench/peers.py serves other checkouts, whose
+#: migrations differ): a SQLite file, or a PostgreSQL database name. Dropped when the
+#: process exits.
+_TEMPLATES: dict[tuple[str, str, str], str] = {}
 
 
 def _migrated_template(server_url: str, env: dict[str, str]) -> str:
     """The template of `server_url` ("" for SQLite), migrated with `env` the first time."""
-    key = (server_url, env["DJANGO_SETTINGS_MODULE"])
+    key = (server_url, env["DJANGO_SETTINGS_MODULE"], str(ROOT))
     if key in _TEMPLATES:
         return _TEMPLATES[key]
     directory = tempfile.mkdtemp(prefix="sectr-live-template-")
