@@ -1024,17 +1024,11 @@ class DatabaseJournal:
         """Add `count` to the session's last_seq (locking its row); the new last_seq."""
         table = _qn(connection, models.Session._meta.db_table)
         if connection.vendor == "sqlite" and connection.features.can_return_columns_from_insert:
-            touch, behind, (appended_at, step) = _sqlite_bump(connection, now)
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    f"UPDATE {table} SET last_seq = last_seq + %s, {touch} WHERE id = %s RETURNING last_seq, {behind}",  # noqa: S608 - quoted names
-                    [count, appended_at, session_id, step],
-                )
-                row = cursor.fetchone()
-                if row is None:
-                    raise NotFound(f"no session {session_id}")
-                _sqlite_touch(cursor, connection, [session_id] if row[1] else [], now)
-            return int(row[0])
+            # The group's bump, for one session: updated_at left out unless it is behind.
+            bumped = self._bump_deltas_sqlite({session_id: count}, now)
+            if session_id not in bumped:
+                raise NotFound(f"no session {session_id}")
+            return bumped[session_id]
         touch, touch_params = _touch_updated_at(connection, now)
         with connection.cursor() as cursor:
             if connection.features.can_return_columns_from_insert:  # RETURNING: PostgreSQL, SQLite >= 3.35
