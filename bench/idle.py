@@ -41,29 +41,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from lean_http import LeanClient  # noqa: E402
-from live import server_pids  # noqa: E402
+from live import cpu_seconds_exact, server_pids  # noqa: E402
 from peers import checkout, create_conversations, load_average, start_sectr  # noqa: E402
 from pg_backends import PostgresBackends, StatementLedger  # noqa: E402
 
 from tests.cluster import Cluster  # noqa: E402
-
-
-def cpu_seconds(pid: int) -> float:
-    """CPU time of a process's threads so far, to the nanosecond (/proc/<pid>/task/*/schedstat):
-    an idle process spends a few milliseconds a second, which /proc/<pid>/stat counts in
-    10 ms ticks. A thread that ends inside the window takes its time with it (an idle
-    process starts and ends none)."""
-    total = 0.0
-    try:
-        tasks = list(Path(f"/proc/{pid}/task").iterdir())
-    except OSError:
-        return 0.0
-    for task in tasks:
-        try:
-            total += int((task / "schedstat").read_text().split()[0]) / 1e9
-        except (OSError, ValueError, IndexError):
-            continue
-    return total
 
 
 def redis_commands(cluster: Cluster) -> dict[str, int]:
@@ -116,13 +98,13 @@ def measure(spec: str, seconds: float, settle: float, statements: bool) -> dict[
         backends = PostgresBackends(admin, live.db_name, pids)
         ledger = StatementLedger(os.environ["DATABASE_URL"], live.db_name, live.database_url) if statements else None
         commands_before = redis_commands(live)
-        cpu_before = {role: cpu_seconds(pid) for role, pid in pids.items()}
+        cpu_before = {role: cpu_seconds_exact(pid) for role, pid in pids.items()}
         began = time.monotonic()
         with backends:
             if ledger is not None:
                 ledger.__enter__()
             time.sleep(seconds)
-            cpu = {role: cpu_seconds(pid) - cpu_before[role] for role, pid in pids.items()}
+            cpu = {role: cpu_seconds_exact(pid) - cpu_before[role] for role, pid in pids.items()}
             commands = {k: v - commands_before.get(k, 0) for k, v in redis_commands(live).items()}
         wall = time.monotonic() - began
         if ledger is not None:

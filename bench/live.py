@@ -127,16 +127,26 @@ def cpu_seconds(pid: int) -> float:
 
 
 def cpu_seconds_exact(pid: int) -> float:
-    """`cpu_seconds` to the nanosecond (the scheduler's own count, /proc/<pid>/schedstat),
-    where /proc/<pid>/stat counts in clock ticks (10 ms): a PostgreSQL burst spreads its
-    CPU over some fifty backends, a few ticks each, and rounding each to a tick moved the
-    sum by up to 0.1 ms per chunk. `cpu_seconds` where the kernel keeps no schedstat."""
+    """`cpu_seconds` to the nanosecond (the scheduler's own count, summed over the
+    process's threads, /proc/<pid>/task/*/schedstat: /proc/<pid>/schedstat is the main
+    thread's alone), where /proc/<pid>/stat counts in clock ticks (10 ms): a PostgreSQL
+    burst spreads its CPU over some fifty backends, a few ticks each, and rounding each
+    to a tick moved the sum by up to 0.1 ms per chunk; an idle process spends a few ms a
+    second. A thread that ends takes its time with it (unlike /proc/<pid>/stat's count).
+    `cpu_seconds` where the kernel keeps no schedstat."""
     try:
-        return int(Path(f"/proc/{pid}/schedstat").read_text().split()[0]) / 1e9
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except (FileNotFoundError, ProcessLookupError):
         return 0.0
-    except OSError:
-        return cpu_seconds(pid)
+    total = 0.0
+    for task in tasks:
+        try:
+            total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended meanwhile
+        except OSError:
+            return cpu_seconds(pid)
+    return total
 
 
 def server_pids(live: LiveSectr) -> dict[str, int]:
